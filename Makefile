@@ -1,0 +1,45 @@
+# One-command setup and runs. Every target does its own idempotent setup first.
+#   make train   - set up, then train the default experiment (~10 min on 2 CPU cores)
+#   make test    - set up, then run the whole test suite (what CI runs)
+#   make bench   - set up, then run the throughput benchmark
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION := 2.13.0
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= egl
+
+RENDER_DEBS := libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6
+
+.PHONY: setup system-deps train test bench clean
+
+# Headless MuJoCo rendering (EGL through Mesa, OSMesa as fallback). Skipped when already installed.
+system-deps:
+	@if ! dpkg -s $(RENDER_DEBS) >/dev/null 2>&1; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(RENDER_DEBS); \
+	fi
+
+# torch first and pinned (a CPU build here): installing the project into an env without torch would
+# let pip resolve a bare torch requirement to a multi-GB CUDA build.
+$(VENV)/.stamp-installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(PY) -m pip install -q -e ".[test]"
+	@touch $@
+
+setup: system-deps $(VENV)/.stamp-installed
+
+train: setup
+	$(PY) -m genpol.train +experiment=default run_dir=runs/default
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) bench/throughput.py
+
+clean:
+	rm -rf runs outputs multirun videos/*/ MUJOCO_LOG.TXT

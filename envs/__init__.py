@@ -1,0 +1,134 @@
+"""Simulators as batched torch tensors: ``envs.make("gym:HalfCheetah-v5", num_envs=16, device="cpu")``.
+
+Ids take a backend prefix:
+
+* ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box observations and actions;
+* ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``).
+
+This package never imports ``genpol``; the learning layer depends on it, not the reverse.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from envs.core import EnvError, StepResult, VectorEnv, VectorEnvWrapper
+from envs.wrappers import (
+    ActionRescale,
+    EpisodeStats,
+    ObservationNormalizer,
+    RewardScaler,
+    RunningMeanStd,
+    VideoRecorder,
+)
+
+__all__ = [
+    "make", "make_backend", "known_ids", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
+    "ActionRescale", "EpisodeStats", "ObservationNormalizer", "RewardScaler", "RunningMeanStd",
+    "VideoRecorder",
+]
+
+
+def _make_gym(name: str, **kwargs: Any) -> VectorEnv:
+    from envs.gym_backend import GymVectorEnv
+
+    return GymVectorEnv(name, **kwargs)
+
+
+def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> VectorEnv:
+    from envs.multigoal import MultiGoal
+
+    tasks: dict[str, Callable[..., VectorEnv]] = {"MultiGoal": MultiGoal}
+    if name not in tasks:
+        close = difflib.get_close_matches(name, list(tasks), n=1)
+        hint = f" Did you mean 'genpol:{close[0]}'?" if close else ""
+        raise EnvError(f"unknown genpol task 'genpol:{name}'; known: {sorted(tasks)}.{hint}")
+    return tasks[name](**kwargs, **(env_kwargs or {}))
+
+
+BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "genpol": _make_genpol}
+
+
+def known_ids() -> list[str]:
+    """A few example ids (the gym backend accepts every registered gymnasium id)."""
+    return ["gym:HalfCheetah-v5", "gym:Hopper-v5", "gym:Walker2d-v5", "gym:Ant-v5", "gym:Pendulum-v1",
+            "genpol:MultiGoal"]
+
+
+def make_backend(
+    env_id: str,
+    num_envs: int = 1,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
+    """The raw backend for ``"<prefix>:<name>"``, without wrappers."""
+    prefix, sep, name = env_id.partition(":")
+    if not sep or prefix not in BACKENDS:
+        guess = difflib.get_close_matches(env_id, known_ids(), n=1, cutoff=0.5)
+        if not guess and not sep:
+            guess = difflib.get_close_matches(f"gym:{env_id}", known_ids(), n=1, cutoff=0.5)
+        hint = f" Did you mean '{guess[0]}'?" if guess else ""
+        raise EnvError(
+            f"unknown env id '{env_id}': ids take a backend prefix, one of "
+            f"{', '.join(p + ':' for p in BACKENDS)}.{hint}"
+        )
+    return BACKENDS[prefix](name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+
+
+def make(
+    env_id: str,
+    num_envs: int = 1,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    *,
+    normalize_obs: bool = False,
+    normalize_reward: bool = False,
+    gamma: float = 0.99,
+    obs_clip: float = 10.0,
+    reward_clip: float = 10.0,
+    rescale_actions: bool = True,
+    render: bool = False,
+    render_size: tuple[int, int] = (256, 256),
+    video_dir: str | Path | None = None,
+    video_prefix: str = "rollout",
+    max_episode_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> VectorEnv:
+    """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
+
+    Args:
+        env_id: ``"<backend>:<name>"``, e.g. ``"gym:HalfCheetah-v5"`` or ``"genpol:MultiGoal"``.
+        num_envs: number of parallel copies.
+        device: torch device of every tensor the env returns.
+        seed: seed of the first ``reset()``; env i gets ``seed + i``.
+        normalize_obs: running observation normalization (``ObservationNormalizer``).
+        normalize_reward: scale rewards by the running discounted-return std (``RewardScaler``).
+        gamma: discount of the return whose std scales rewards.
+        obs_clip, reward_clip: clip ranges after normalization.
+        rescale_actions: the agent acts in [-1, 1] (``ActionRescale``).
+        render: make env 0 renderable (needed for videos).
+        render_size: (width, height) of frames.
+        video_dir: when set, record env 0's episodes as mp4 files there (implies ``render``).
+        video_prefix: file-name prefix of the videos.
+        max_episode_steps: override the task's time limit.
+        env_kwargs: passed to the backend's constructor (``gymnasium.make`` for ``gym:``).
+    """
+    env = make_backend(
+        env_id, num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
+        render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,
+    )
+    if rescale_actions:
+        env = ActionRescale(env)
+    env = EpisodeStats(env)
+    if video_dir is not None:
+        env = VideoRecorder(env, video_dir, prefix=video_prefix)
+    if normalize_obs:
+        env = ObservationNormalizer(env, clip=obs_clip)
+    if normalize_reward:
+        env = RewardScaler(env, gamma=gamma, clip=reward_clip)
+    return env

@@ -1,0 +1,139 @@
+"""The vector-environment protocol every backend and wrapper speaks.
+
+A vector env holds ``num_envs`` copies of one task and exchanges batched torch tensors on one
+``device``. Episodes auto-reset inside ``step``: the observation returned for an env whose episode
+just ended is the first observation of its next episode, and the true last observation is in
+``info["final_obs"]`` so that a learner can bootstrap a truncated episode from it.
+
+``step`` returns ``(obs [N, D], reward [N], terminated [N], truncated [N], info)`` where
+
+* ``terminated`` means the task reached a terminal state (no bootstrapping),
+* ``truncated`` means a time limit cut the episode (bootstrap from ``info["final_obs"]``),
+* ``info["final_obs"]`` is ``[N, D]``: the true last observation where ``terminated | truncated``,
+  and the returned observation elsewhere,
+* ``info["episode_return"]`` / ``info["episode_length"]`` (added by ``EpisodeStats``) are ``[K]``
+  tensors for the K episodes that ended at this step, in env order.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+import torch
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+class EnvError(ValueError):
+    """A bad environment id, a bad action, or an env that genpol cannot drive."""
+
+
+class VectorEnv(abc.ABC):
+    """Base class of backends and wrappers: batched torch tensors on one device.
+
+    Subclasses set ``num_envs``, ``device``, ``obs_dim``, ``act_dim``, ``action_low`` and
+    ``action_high`` (``[A]`` tensors), and ``max_episode_steps`` (or None), and implement
+    ``reset``, ``step``, ``state_dict`` and ``load_state_dict``.
+    """
+
+    num_envs: int
+    device: torch.device
+    obs_dim: int
+    act_dim: int
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+    max_episode_steps: int | None = None
+    env_id: str = "?"
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env; env i is seeded with ``seed + i``. Returns obs ``[N, D]``."""
+
+    @abc.abstractmethod
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Advance every env by one step; see the module docstring for the returned tuple."""
+
+    def render(self) -> np.ndarray | None:
+        """An RGB frame ``[H, W, 3]`` (uint8) of env 0, or None if the env was made without rendering."""
+        return None
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the current episodes exactly (simulator and RNG state)."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def close(self) -> None:
+        pass
+
+    def find(self, wrapper_type: type) -> Any:
+        """The outermost layer of type ``wrapper_type`` in this wrapper stack, or None."""
+        env: Any = self
+        while env is not None:
+            if isinstance(env, wrapper_type):
+                return env
+            env = getattr(env, "env", None)
+        return None
+
+    def check_actions(self, actions: torch.Tensor) -> None:
+        """Raise an ``EnvError`` naming the expected shape when ``actions`` is not ``[N, A]``."""
+        if actions.shape != (self.num_envs, self.act_dim):
+            raise EnvError(
+                f"{self.env_id}: step() expects actions of shape [num_envs, act_dim] = "
+                f"[{self.num_envs}, {self.act_dim}], got {list(actions.shape)}"
+            )
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class VectorEnvWrapper(VectorEnv):
+    """Passes everything to the wrapped env; subclasses override what they change.
+
+    ``state_dict`` nests the inner env's state under ``"inner"`` so a stack of wrappers saves and
+    restores as one dict.
+    """
+
+    def __init__(self, env: VectorEnv):
+        self.env = env
+        self.num_envs = env.num_envs
+        self.device = env.device
+        self.obs_dim = env.obs_dim
+        self.act_dim = env.act_dim
+        self.action_low = env.action_low
+        self.action_high = env.action_high
+        self.max_episode_steps = env.max_episode_steps
+        self.env_id = env.env_id
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        return self.env.step(actions)
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+    def own_state(self) -> dict[str, Any]:
+        """This wrapper's own state (running statistics, accumulators)."""
+        return {}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"own": self.own_state(), "inner": self.env.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_own_state(state["own"])
+        self.env.load_state_dict(state["inner"])
+
+    def close(self) -> None:
+        self.env.close()

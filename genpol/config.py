@@ -1,0 +1,273 @@
+"""Structured configs: the schema of every Hydra group, one docstring per field.
+
+Hydra checks names and types against these dataclasses while composing, so ``updater.lrr=1`` or
+``updater.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
+``__post_init__``, which runs when ``validate`` turns the composed config into these objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+ENV_BACKENDS = ("gym", "genpol")
+ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
+
+
+class ConfigError(ValueError):
+    """A config value out of its range; the message names the full key."""
+
+
+def _require(condition: bool, key: str, requirement: str, value: Any) -> None:
+    if not condition:
+        raise ConfigError(f"{key} must be {requirement}, got {value!r}")
+
+
+@dataclass
+class EnvConfig:
+    """The simulator and its wrappers."""
+
+    backend: str = "gym"
+    """Simulator backend: ``gym`` (any gymnasium Box env) or ``genpol`` (genpol's own tasks)."""
+    id: str = MISSING
+    """Task name inside the backend, e.g. ``HalfCheetah-v5`` or ``MultiGoal``."""
+    num_envs: int = 8
+    """Parallel environment copies stepped together."""
+    normalize_obs: bool = True
+    """Running mean/variance observation normalization (saved with the policy, frozen at evaluation)."""
+    normalize_reward: bool = True
+    """Scale rewards by the running std of the discounted return (as SB3's VecNormalize)."""
+    obs_clip: float = 10.0
+    """Clip range of normalized observations."""
+    reward_clip: float = 10.0
+    """Clip range of scaled rewards."""
+    max_episode_steps: Optional[int] = None
+    """Override the task's time limit (None keeps the registered one)."""
+    render_width: int = 256
+    """Width of rendered video frames in pixels."""
+    render_height: int = 256
+    """Height of rendered video frames in pixels."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the backend (``gymnasium.make`` for ``gym``)."""
+
+    @property
+    def full_id(self) -> str:
+        return f"{self.backend}:{self.id}"
+
+    def __post_init__(self) -> None:
+        _require(self.backend in ENV_BACKENDS, "env.backend", f"one of {ENV_BACKENDS}", self.backend)
+        _require(self.num_envs >= 1, "env.num_envs", ">= 1", self.num_envs)
+        _require(self.obs_clip > 0, "env.obs_clip", "> 0", self.obs_clip)
+        _require(self.reward_clip > 0, "env.reward_clip", "> 0", self.reward_clip)
+        if self.max_episode_steps is not None:
+            _require(self.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", self.max_episode_steps)
+
+
+@dataclass
+class GaussianPolicyConfig:
+    """Diagonal Gaussian head (MLP mean, state-independent log-std) and its critic."""
+
+    family: str = "gaussian"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the mean network."""
+    activation: str = "tanh"
+    """Activation of the mean network."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of every action dimension."""
+    orthogonal_init: bool = True
+    """Orthogonal initialization (gain sqrt(2), output gain 0.01 for the mean)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "tanh"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        _require(all(w >= 1 for w in self.hidden_sizes), "policy.hidden_sizes", "positive widths", self.hidden_sizes)
+        _require(all(w >= 1 for w in self.critic_hidden_sizes), "policy.critic_hidden_sizes",
+                 "positive widths", self.critic_hidden_sizes)
+        _require(self.activation in ACTIVATION_NAMES, "policy.activation", f"one of {ACTIVATION_NAMES}",
+                 self.activation)
+        _require(self.critic_activation in ACTIVATION_NAMES, "policy.critic_activation",
+                 f"one of {ACTIVATION_NAMES}", self.critic_activation)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        return {"hidden_sizes": list(self.hidden_sizes), "activation": self.activation,
+                "log_std_init": self.log_std_init, "orthogonal_init": self.orthogonal_init}
+
+
+@dataclass
+class PPOConfig:
+    """PPO-clip: rollout length, advantage estimation, and the minibatch epochs."""
+
+    name: str = "ppo"
+    """Updater name; selects the loss."""
+    rollout_steps: int = 2048
+    """Steps collected per env between updates (the rollout is rollout_steps x num_envs)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    lr: float = 3e-4
+    """Adam learning rate of the policy head (and of the critic unless critic_lr is set)."""
+    critic_lr: Optional[float] = None
+    """Separate critic learning rate (None: same as lr)."""
+    lr_schedule: str = "constant"
+    """``constant``, or ``linear`` decay to 0 over total_steps."""
+    epochs: int = 10
+    """Passes over the rollout per update."""
+    minibatch_size: int = 64
+    """Samples per gradient step."""
+    clip_range: float = 0.2
+    """PPO's epsilon: ratios are clipped to [1 - clip_range, 1 + clip_range]."""
+    clip_range_vf: Optional[float] = None
+    """Value clipping range around the old prediction (None: no value clipping)."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: Optional[float] = 0.5
+    """Global gradient-norm clip (None: no clipping)."""
+    target_kl: Optional[float] = None
+    """Stop the epochs once approx-KL exceeds 1.5 x target_kl (None: never)."""
+    normalize_advantage: bool = True
+    """Normalize advantages per minibatch."""
+    adam_eps: float = 1e-5
+    """Adam's epsilon."""
+
+    def __post_init__(self) -> None:
+        _require(self.rollout_steps >= 1, "updater.rollout_steps", ">= 1", self.rollout_steps)
+        _require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
+        _require(0.0 <= self.gae_lambda <= 1.0, "updater.gae_lambda", "in [0, 1]", self.gae_lambda)
+        _require(self.lr > 0, "updater.lr", "> 0", self.lr)
+        if self.critic_lr is not None:
+            _require(self.critic_lr > 0, "updater.critic_lr", "> 0 or null", self.critic_lr)
+        _require(self.lr_schedule in ("constant", "linear"), "updater.lr_schedule", "constant or linear",
+                 self.lr_schedule)
+        _require(self.epochs >= 1, "updater.epochs", ">= 1", self.epochs)
+        _require(self.minibatch_size >= 1, "updater.minibatch_size", ">= 1", self.minibatch_size)
+        _require(0.0 < self.clip_range < 1.0, "updater.clip_range", "in (0, 1)", self.clip_range)
+        if self.clip_range_vf is not None:
+            _require(self.clip_range_vf > 0, "updater.clip_range_vf", "> 0 or null", self.clip_range_vf)
+        _require(self.ent_coef >= 0, "updater.ent_coef", ">= 0", self.ent_coef)
+        _require(self.vf_coef >= 0, "updater.vf_coef", ">= 0", self.vf_coef)
+        if self.max_grad_norm is not None:
+            _require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        if self.target_kl is not None:
+            _require(self.target_kl > 0, "updater.target_kl", "> 0 or null", self.target_kl)
+        _require(self.adam_eps > 0, "updater.adam_eps", "> 0", self.adam_eps)
+
+
+@dataclass
+class OnlinePipelineConfig:
+    """Training from scratch: checkpoints, evaluation and videos around the on-policy loop."""
+
+    name: str = "online"
+    """Pipeline name."""
+    checkpoint_every: int = 10
+    """Write a checkpoint every this many iterations (0: only at the end)."""
+    keep_checkpoints: int = 3
+    """Keep this many most recent checkpoints."""
+    eval_every: int = 0
+    """Evaluate every this many iterations (0: only at the end)."""
+    eval_episodes: int = 5
+    """Deterministic episodes per evaluation (reset seeds 10000, 10001, ...)."""
+    video: bool = True
+    """Record the final evaluation's first episode as an mp4 under video_dir/<run name>/."""
+    video_dir: str = "videos"
+    """Directory of evaluation videos (relative to the working directory)."""
+
+    def __post_init__(self) -> None:
+        _require(self.checkpoint_every >= 0, "pipeline.checkpoint_every", ">= 0", self.checkpoint_every)
+        _require(self.keep_checkpoints >= 1, "pipeline.keep_checkpoints", ">= 1", self.keep_checkpoints)
+        _require(self.eval_every >= 0, "pipeline.eval_every", ">= 0", self.eval_every)
+        _require(self.eval_episodes >= 1, "pipeline.eval_episodes", ">= 1", self.eval_episodes)
+
+
+@dataclass
+class LoggerConfig:
+    """Where progress goes."""
+
+    tensorboard: bool = True
+    """Write TensorBoard events to <run_dir>/tb."""
+    progress_bar: bool = True
+    """Show a progress bar with env-steps, SPS and the recent return."""
+
+
+@dataclass
+class TrainConfig:
+    """Root of ``python -m genpol.train``."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Simulator and wrappers (group ``env``)."""
+    policy: Any = MISSING
+    """Policy head and critic (group ``policy``)."""
+    updater: Any = MISSING
+    """On-policy updater (group ``updater``)."""
+    pipeline: Any = MISSING
+    """Training pipeline (group ``pipeline``)."""
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Logging (group ``logger``)."""
+    seed: int = 0
+    """Seed of torch, the environments and minibatch shuffling."""
+    total_steps: int = 1_000_000
+    """Environment steps to train for (summed over envs)."""
+    run_dir: str = "runs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
+    """Run directory; re-running with the same run_dir resumes from its latest checkpoint."""
+    device: str = "cpu"
+    """Torch device of networks and rollout tensors."""
+    torch_threads: int = 1
+    """torch intra-op threads; 1 is fastest for small MLPs next to a CPU simulator."""
+
+    def __post_init__(self) -> None:
+        _require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
+        _require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
+
+
+@dataclass
+class EvaluateConfig:
+    """Root of ``python -m genpol.evaluate``."""
+
+    run_dir: str = MISSING
+    """Run directory to evaluate (its latest checkpoint, unless checkpoint is set)."""
+    checkpoint: Optional[str] = None
+    """A specific checkpoint directory (default: the latest one in run_dir)."""
+    episodes: int = 10
+    """Episodes per mode (deterministic and stochastic)."""
+    video: bool = True
+    """Write mp4s of the deterministic and stochastic rollouts."""
+    video_dir: str = "videos"
+    """Videos go to <video_dir>/<run name>/."""
+    seed: int = 10000
+    """Reset seed of the first episode; episode i uses seed + i."""
+    device: str = "cpu"
+    """Torch device."""
+
+    def __post_init__(self) -> None:
+        _require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
+
+
+POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig}
+UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig}
+PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig}
+ALL_SCHEMAS: list[type] = [EnvConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
+                           *PIPELINE_SCHEMAS.values(), LoggerConfig, TrainConfig, EvaluateConfig]
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each)."""
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="evaluate_schema", node=EvaluateConfig)
+    for group, schemas in (("policy", POLICY_SCHEMAS), ("updater", UPDATER_SCHEMAS),
+                           ("pipeline", PIPELINE_SCHEMAS)):
+        for name, schema in schemas.items():
+            store.store(group=group, name=f"schema_{name}", node=schema)
+
+
+def validate(cfg: DictConfig) -> Any:
+    """Turn a composed config into dataclass objects, running every ``__post_init__`` check."""
+    return OmegaConf.to_object(cfg)

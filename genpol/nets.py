@@ -1,0 +1,73 @@
+"""Network building blocks shared by heads and critics."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "mish": nn.Mish,
+    "silu": nn.SiLU,
+}
+
+
+def activation_class(name: str) -> type[nn.Module]:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation '{name}'; choose one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class MLP(nn.Sequential):
+    """``in_dim -> hidden_sizes -> out_dim`` with an activation between layers (none after the last).
+
+    With ``orthogonal_init`` the hidden layers get orthogonal weights with gain sqrt(2) and the
+    output layer gain ``output_gain``, biases zero: the initialization of stable-baselines3 and of
+    most PPO implementations (Andrychowicz et al. 2021 found it matters for on-policy learning).
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_sizes: Sequence[int],
+        out_dim: int,
+        activation: str = "tanh",
+        orthogonal_init: bool = True,
+        output_gain: float = 1.0,
+    ):
+        act = activation_class(activation)
+        sizes = [in_dim, *hidden_sizes, out_dim]
+        layers: list[nn.Module] = []
+        for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            linear = nn.Linear(fan_in, fan_out)
+            is_output = i == len(sizes) - 2
+            if orthogonal_init:
+                nn.init.orthogonal_(linear.weight, gain=output_gain if is_output else math.sqrt(2))
+                nn.init.zeros_(linear.bias)
+            layers.append(linear)
+            if not is_output:
+                layers.append(act())
+        super().__init__(*layers)
+
+
+class ValueNetwork(nn.Module):
+    """State-value critic ``V(s)``: ``obs [B, D] -> value [B]``."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        orthogonal_init: bool = True,
+    ):
+        super().__init__()
+        self.net = MLP(obs_dim, hidden_sizes, 1, activation, orthogonal_init, output_gain=1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1)

@@ -1,0 +1,138 @@
+"""A trained policy as evaluation and deployment see it: a head, its observation statistics, its env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+import envs
+from envs import ObservationNormalizer, VectorEnv
+from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
+from genpol.heads import PolicyHead, head_from_spec
+
+POLICY_FORMAT = 1
+
+
+def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: dict[str, Any],
+                     max_episode_steps: int | None, render_size: tuple[int, int]) -> dict[str, Any]:
+    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env."""
+    return {
+        "format": POLICY_FORMAT,
+        "head": head.spec(),
+        "env": {"id": env_id, "kwargs": dict(env_kwargs), "max_episode_steps": max_episode_steps,
+                "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim},
+        "obs_normalization": env.find(ObservationNormalizer) is not None,
+        "action_bounds": [_innermost(env).action_low.tolist(), _innermost(env).action_high.tolist()],
+    }
+
+
+def _innermost(env: VectorEnv) -> VectorEnv:
+    while isinstance(env, envs.VectorEnvWrapper):
+        env = env.env
+    return env
+
+
+class TrainedPolicy:
+    """A head with the observation statistics it was trained with.
+
+    ``act`` takes observations already normalized by an env from ``make_env``; ``predict`` takes raw
+    simulator observations (numpy or torch) and returns actions in the env's own bounds, for use
+    outside genpol's env stack.
+    """
+
+    def __init__(self, head: PolicyHead, spec: dict[str, Any], obs_statistics: dict[str, Any] | None,
+                 source: Path | None = None):
+        self.head = head.eval()
+        self.spec = spec
+        self.obs_statistics = obs_statistics
+        self.source = source
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> TrainedPolicy:
+        """From a checkpoint directory, or a run directory (its latest checkpoint)."""
+        checkpoint = resolve_checkpoint(path)
+        spec, weights = load_policy_files(checkpoint, map_location=device)
+        if spec.get("format") != POLICY_FORMAT:
+            raise CheckpointError(f"{checkpoint}/policy/policy.json has format {spec.get('format')}, "
+                                  f"this genpol reads format {POLICY_FORMAT}")
+        head = head_from_spec(spec["head"]).to(device)
+        try:
+            head.load_state_dict(weights["head"])
+        except (KeyError, RuntimeError) as error:
+            raise CheckpointError(f"{checkpoint}/policy/weights.pt does not match its head spec: {error}") from None
+        return cls(head, spec, weights.get("obs_normalizer"), checkpoint)
+
+    @property
+    def env_id(self) -> str:
+        return self.spec["env"]["id"]
+
+    def make_env(self, num_envs: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
+                 video_dir: str | Path | None = None, video_prefix: str = "rollout",
+                 render: bool = False) -> VectorEnv:
+        """The training env's stack for evaluation: raw rewards, observation statistics frozen."""
+        env_spec = self.spec["env"]
+        env = envs.make(
+            env_spec["id"], num_envs=num_envs, device=device, seed=seed,
+            normalize_obs=self.spec["obs_normalization"], normalize_reward=False,
+            render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
+            video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
+            env_kwargs=env_spec["kwargs"],
+        )
+        normalizer = env.find(ObservationNormalizer)
+        if normalizer is not None:
+            normalizer.load_own_state(self.obs_statistics)
+            normalizer.frozen = True
+        if env.obs_dim != env_spec["obs_dim"] or env.act_dim != env_spec["act_dim"]:
+            raise CheckpointError(
+                f"{env_spec['id']} now has obs/act dims {env.obs_dim}/{env.act_dim}, the policy was "
+                f"trained with {env_spec['obs_dim']}/{env_spec['act_dim']}"
+            )
+        recorder = env.find(envs.VideoRecorder)
+        if recorder is not None:
+            recorder.max_episodes = 1
+        return env
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Normalized ``obs [B, D]`` -> action in ``[-1, 1]``-space ``[B, A]``."""
+        return self.head.act(obs, deterministic=deterministic)
+
+    @torch.no_grad()
+    def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
+        """Raw simulator ``obs [D]`` or ``[B, D]`` -> action in the env's bounds, same leading shape."""
+        obs = torch.as_tensor(np.asarray(raw_obs), dtype=torch.float32)
+        single = obs.ndim == 1
+        obs = obs.reshape(-1, obs.shape[-1])
+        if self.obs_statistics is not None:
+            stats = self.obs_statistics["stats"]
+            scaled = (obs.double() - stats["mean"]) / torch.sqrt(stats["var"] + self.obs_statistics["epsilon"])
+            obs = scaled.clamp(-self.obs_statistics["clip"], self.obs_statistics["clip"]).float()
+        action = self.act(obs, deterministic)
+        low, high = (torch.tensor(bound, dtype=torch.float32) for bound in self.spec["action_bounds"])
+        finite = torch.isfinite(low) & torch.isfinite(high)
+        scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
+        action = torch.where(finite, scaled, action)
+        return (action[0] if single else action).numpy()
+
+
+@torch.no_grad()
+def run_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One episode per env (env i reset with ``seed + i``): ``(returns [N], lengths [N])``.
+
+    Every env runs exactly its first episode, so short episodes are not over-represented (the bias
+    of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
+    """
+    obs = env.reset(seed=seed)
+    active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
+    returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    lengths = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+    while active.any():
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        returns += reward * active
+        lengths += active.long()
+        active &= ~(terminated | truncated)
+    return returns.cpu().numpy(), lengths.cpu().numpy()

@@ -1,0 +1,113 @@
+"""Pipeline ``online``: build everything from a config, resume if the run directory has a checkpoint,
+train with the on-policy runner, and leave checkpoints, logs, a video, a curve and ``summary.json``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from genpol.build import evaluation_env_factory, make_critic, make_env, make_head, make_updater
+from genpol.callbacks import (Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary,
+                              TensorBoardLogger)
+from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state, remove_temporary
+from genpol.config import ConfigError, TrainConfig
+from genpol.policy import make_policy_spec
+from genpol.runners.onpolicy import OnPolicyRunner
+
+log = logging.getLogger(__name__)
+
+# Keys that may change when a run is resumed: they do not alter what the run computes.
+RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
+                     "pipeline.checkpoint_every", "pipeline.keep_checkpoints")
+
+
+def run_name(run_dir: Path) -> str:
+    """The name videos are filed under: the run directory's name (with its parent's for sweep jobs,
+    whose directories are numbered 0, 1, ...)."""
+    run_dir = run_dir.resolve()
+    return f"{run_dir.parent.name}_{run_dir.name}" if run_dir.name.isdigit() else run_dir.name
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: tree}
+
+
+def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """Write ``config.yaml`` on a first start; on a resume, refuse a config that changes the run."""
+    path = run_dir / "config.yaml"
+    current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    if not path.exists():
+        path.write_text(OmegaConf.to_yaml(current))
+        return
+    saved = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    now = _flatten(current)
+    changed = sorted(key for key in set(saved) | set(now)
+                     if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES))
+    if changed:
+        details = ", ".join(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
+        raise ConfigError(
+            f"{run_dir} holds a run with a different config ({details}); resuming it would not "
+            "continue the same run. Use another run_dir, or the saved config."
+        )
+
+
+def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir``; return the summary."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    check_resume_config(run_dir, cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    gamma = cfg.updater.gamma
+
+    env = make_env(cfg.env, gamma=gamma, seed=cfg.seed, device=device)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(device)
+    critic = make_critic(cfg.policy, env.obs_dim).to(device)
+    updater = make_updater(cfg.updater, head, critic)
+    policy_spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
+                                   (cfg.env.render_width, cfg.env.render_height))
+
+    pipeline = cfg.pipeline
+    video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
+    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, gamma, device), pipeline.eval_episodes,
+                            pipeline.eval_every, video_dir)
+    checkpointer = Checkpointer(run_dir / "checkpoints", policy_spec, pipeline.checkpoint_every,
+                                pipeline.keep_checkpoints)
+    metrics_path = run_dir / "progress.jsonl"
+    callbacks = [evaluation, MetricsFile(metrics_path)]
+    if cfg.logger.tensorboard:
+        callbacks.append(TensorBoardLogger(run_dir / "tb"))
+    if cfg.logger.progress_bar:
+        callbacks.append(ProgressBar(cfg.total_steps))
+    summary = Summary(run_dir, metrics_path, evaluation, checkpointer,
+                      {"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
+                       "seed": cfg.seed, "run_dir": str(run_dir)})
+    callbacks += [checkpointer, summary]
+
+    runner = OnPolicyRunner(
+        env, head, critic, updater, rollout_steps=cfg.updater.rollout_steps, gamma=gamma,
+        gae_lambda=cfg.updater.gae_lambda, total_steps=cfg.total_steps, seed=cfg.seed,
+        lr_schedule=cfg.updater.lr_schedule, callbacks=callbacks,
+    )
+    remove_temporary(run_dir / "checkpoints")
+    existing = list_checkpoints(run_dir / "checkpoints")
+    if existing:
+        latest = existing[-1]
+        log.info("resuming from %s", latest)
+        _, weights = load_policy_files(latest, map_location=device)
+        runner.load(weights, load_training_state(latest, map_location=device))
+    try:
+        runner.run()
+    finally:
+        env.close()
+    return summary.summary

@@ -1,0 +1,126 @@
+"""Epochs of minibatch gradient descent on a surrogate loss: the update of PPO (and SPO, ASPO).
+
+The updater owns the optimizer and the learning rate; the loss object (``PPOClipLoss`` or a
+subclass) owns the math. It sees a filled ``RolloutStorage`` and the head and critic modules, and
+does no I/O: it returns named diagnostics for the callbacks to log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol.heads.base import PolicyHead
+from genpol.storage import RolloutStorage
+from genpol.updaters.losses import PPOClipLoss
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(targets - predictions) / Var(targets)``; NaN when the targets are constant."""
+    var_targets = targets.var()
+    if var_targets == 0:
+        return torch.tensor(float("nan"))
+    return 1 - (targets - predictions).var() / var_targets
+
+
+class MinibatchUpdater:
+    """``epochs`` passes of shuffled minibatches over the rollout, one Adam step each.
+
+    Args:
+        head: the policy head (its trainable parameters).
+        critic: the value network.
+        loss: the surrogate loss object.
+        lr: actor learning rate (and critic's, unless ``critic_lr`` is set).
+        critic_lr: separate critic learning rate, or None.
+        epochs: passes over the rollout per update.
+        minibatch_size: samples per gradient step.
+        max_grad_norm: global gradient-norm clip over actor and critic together (as SB3).
+        target_kl: stop the epochs early once a minibatch's approx-KL exceeds 1.5 * target_kl
+            (checked before its step, as SB3), or None.
+        adam_eps: Adam's epsilon (1e-5 as SB3 and most PPO implementations).
+    """
+
+    def __init__(
+        self,
+        head: PolicyHead,
+        critic: nn.Module,
+        loss: PPOClipLoss,
+        lr: float = 3e-4,
+        critic_lr: float | None = None,
+        epochs: int = 10,
+        minibatch_size: int = 64,
+        max_grad_norm: float | None = 0.5,
+        target_kl: float | None = None,
+        adam_eps: float = 1e-5,
+    ):
+        if loss.ent_coef != 0.0 and not head.has_entropy:
+            raise ValueError(
+                f"updater ent_coef={loss.ent_coef} needs an entropy, but the {head.family} head "
+                "has none; set updater.ent_coef=0"
+            )
+        self.head = head
+        self.critic = critic
+        self.loss = loss
+        self.epochs = epochs
+        self.minibatch_size = minibatch_size
+        self.max_grad_norm = max_grad_norm
+        self.target_kl = target_kl
+        self.base_lr = lr
+        self.base_critic_lr = lr if critic_lr is None else critic_lr
+        self.actor_params = [p for p in head.parameters() if p.requires_grad]
+        self.critic_params = [p for p in critic.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(
+            [{"params": self.actor_params, "lr": lr}, {"params": self.critic_params, "lr": self.base_critic_lr}],
+            eps=adam_eps,
+        )
+
+    def set_lr_scale(self, scale: float) -> None:
+        """Set both learning rates to ``scale`` times their base values (for schedules)."""
+        self.optimizer.param_groups[0]["lr"] = self.base_lr * scale
+        self.optimizer.param_groups[1]["lr"] = self.base_critic_lr * scale
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
+        """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""
+        sums: dict[str, torch.Tensor] = {}
+        steps = 0
+        stopped_early = False
+        params = self.actor_params + self.critic_params
+        for _ in range(self.epochs):
+            for batch in storage.minibatches(self.minibatch_size, generator):
+                terms = self.head.log_ratio(batch.obs, batch.record)
+                values = self.critic(batch.obs)
+                out = self.loss(terms, batch.advantages, values, batch.returns, batch.values)
+                if self.target_kl is not None and out.diagnostics["approx_kl"] > 1.5 * self.target_kl:
+                    stopped_early = True
+                    break
+                self.optimizer.zero_grad(set_to_none=True)
+                out.total.backward()
+                if self.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
+                self.optimizer.step()
+                named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
+                named.update({f"head/{k}": v for k, v in terms.diagnostics.items()})
+                for key, value in named.items():
+                    sums[key] = sums.get(key, 0.0) + value.detach()
+                steps += 1
+            if stopped_early:
+                break
+        stats = {key: float(value) / max(steps, 1) for key, value in sums.items()}
+        flat = storage.flat()
+        stats["explained_variance"] = float(explained_variance(flat.values, flat.returns))
+        stats["gradient_steps"] = float(steps)
+        stats["stopped_early"] = float(stopped_early)
+        stats["learning_rate"] = self.learning_rate
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

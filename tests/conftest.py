@@ -1,0 +1,29 @@
+"""Shared test setup: headless rendering, one torch thread, quiet MuJoCo warnings."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m <args>`` in a subprocess from the repository root (or ``cwd``)."""
+    result = subprocess.run([sys.executable, *args], cwd=cwd or REPO, capture_output=True, text=True,
+                            timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    if check and result.returncode != 0:
+        raise AssertionError(f"command failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

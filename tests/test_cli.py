@@ -1,0 +1,97 @@
+"""The command line and the Python API, end to end with tiny budgets."""
+
+import json
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_cli
+
+MULTIGOAL_TINY = ["env=multigoal", "total_steps=4096", "updater.rollout_steps=64", "updater.minibatch_size=256",
+                  "updater.epochs=2", "pipeline.eval_episodes=4", "pipeline.checkpoint_every=2"]
+
+
+def assert_nonblank_mp4(path):
+    frames = iio.imread(path)
+    assert frames.ndim == 4 and frames.shape[0] > 2 and frames.shape[-1] == 3
+    assert frames.std() > 5, f"{path} is blank"
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    run_dir = root / "tiny"
+    result = run_cli("-m", "genpol.train", *MULTIGOAL_TINY, f"run_dir={run_dir}",
+                     f"pipeline.video_dir={root / 'videos'}")
+    return root, run_dir, result
+
+
+def test_train_leaves_summary_checkpoint_logs_curve_and_video(trained_run):
+    root, run_dir, result = trained_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("env_steps", "episodic_return_mean", "sps", "wall_time_s", "checkpoint", "eval_return_mean"):
+        assert summary[key] is not None, key
+    assert summary["env_steps"] == 4096
+    assert (run_dir / "checkpoints").is_dir() and summary["checkpoint"].endswith("step_000000004096")
+    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert (run_dir / "learning_curve.png").stat().st_size > 5000
+    assert (run_dir / "config.yaml").exists()
+    assert summary["video"] == str(root / "videos" / "tiny" / "final-episode0.mp4")
+    assert_nonblank_mp4(summary["video"])
+    assert '"env_steps": 4096' in result.stdout
+
+
+def test_tensorboard_uses_the_standard_names(trained_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, run_dir, _ = trained_run
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for name in ("charts/episodic_return", "charts/SPS", "losses/policy", "losses/value", "losses/approx_kl",
+                 "losses/clipfrac", "losses/explained_variance", "losses/ratio_deviation", "head/std"):
+        assert name in tags, name
+
+
+def test_evaluate_reports_both_modes_and_writes_videos(trained_run):
+    root, run_dir, _ = trained_run
+    result = run_cli("-m", "genpol.evaluate", f"run_dir={run_dir}", "episodes=3", "video=true",
+                     f"video_dir={root / 'eval_videos'}")
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert set(report) >= {"deterministic_return_mean", "stochastic_return_mean", "checkpoint", "videos"}
+    assert report["episodes"] == 3
+    names = sorted(p.split("/")[-1] for p in report["videos"])
+    assert names == ["deterministic-episode0.mp4", "stochastic-episode0.mp4"]
+    for path in report["videos"]:
+        assert_nonblank_mp4(path)
+    assert json.loads((run_dir / "evaluation.json").read_text()) == report
+
+
+def test_evaluate_names_a_missing_run(tmp_path):
+    result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'nothing'}", check=False)
+    assert result.returncode == 2 and "no checkpoint in" in result.stderr
+
+
+def test_any_gymnasium_id_and_a_multirun_sweep(tmp_path):
+    run_cli("-m", "genpol.train", "--multirun", "env=gym", "env.id=Pendulum-v1", "seed=0,1", "total_steps=512",
+            "updater.rollout_steps=128", "env.num_envs=2", "updater.epochs=1", "pipeline.video=false",
+            "pipeline.eval_episodes=1", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
+    seeds = [json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1)]
+    assert seeds == [0, 1]
+
+
+def test_python_api_trains_evaluates_and_predicts(tmp_path):
+    from genpol.api import evaluate, load_policy, train
+
+    summary = train(env="genpol:MultiGoal", total_steps=2048, run_dir=tmp_path / "api",
+                    overrides=["updater.rollout_steps=64", "updater.epochs=1", "pipeline.video=false",
+                               "logger.progress_bar=false", "pipeline.eval_episodes=2"])
+    assert summary["env_steps"] == 2048 and summary["env"] == "genpol:MultiGoal"
+    results = evaluate(tmp_path / "api", episodes=2)
+    assert np.isfinite(results["deterministic_return_mean"])
+    policy = load_policy(tmp_path / "api")
+    action = policy.predict(np.zeros(2))
+    assert action.shape == (2,) and np.all(np.abs(action) <= 1)
+    assert torch.equal(torch.as_tensor(policy.predict(np.zeros((3, 2)))[0]), torch.as_tensor(action))

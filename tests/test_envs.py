@@ -1,0 +1,223 @@
+"""The vector-env protocol, run against every backend, and the wrappers against independent math."""
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
+                  RunningMeanStd)
+
+BACKENDS = [
+    pytest.param("gym:Hopper-v5", 3, id="gym-hopper"),
+    pytest.param("gym:Pendulum-v1", 2, id="gym-pendulum"),
+    pytest.param("genpol:MultiGoal", 4, id="genpol-multigoal"),
+]
+
+
+def rollout(env, steps, seed_actions=0):
+    """Step with seeded random actions; return the list of step results."""
+    generator = torch.Generator().manual_seed(seed_actions)
+    results = []
+    for _ in range(steps):
+        actions = torch.rand(env.num_envs, env.act_dim, generator=generator) * 2 - 1
+        results.append(env.step(actions))
+    return results
+
+
+@pytest.mark.parametrize("env_id,num_envs", BACKENDS)
+def test_protocol_shapes_dtypes_device(env_id, num_envs):
+    with envs.make(env_id, num_envs=num_envs, seed=0) as env:
+        obs = env.reset()
+        assert obs.shape == (num_envs, env.obs_dim) and obs.dtype == torch.float32
+        assert obs.device == env.device == torch.device("cpu")
+        assert env.action_low.shape == env.action_high.shape == (env.act_dim,)
+        obs, reward, terminated, truncated, info = env.step(torch.zeros(num_envs, env.act_dim))
+        assert obs.shape == (num_envs, env.obs_dim) and obs.dtype == torch.float32
+        assert reward.shape == (num_envs,) and reward.dtype == torch.float32
+        assert terminated.dtype == truncated.dtype == torch.bool
+        assert terminated.shape == truncated.shape == (num_envs,)
+        assert info["final_obs"].shape == (num_envs, env.obs_dim)
+
+
+@pytest.mark.parametrize("env_id,num_envs", BACKENDS)
+def test_reset_is_deterministic_under_a_seed(env_id, num_envs):
+    def trajectory(seed):
+        with envs.make(env_id, num_envs=num_envs) as env:
+            first = env.reset(seed=seed)
+            return [first] + [step[0] for step in rollout(env, 40)] + [step[1] for step in rollout(env, 40)]
+
+    a, b, c = trajectory(3), trajectory(3), trajectory(4)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    if env_id != "genpol:MultiGoal":  # MultiGoal always starts at the origin
+        assert not torch.equal(a[0], c[0])
+
+
+@pytest.mark.parametrize("env_id,num_envs", BACKENDS)
+def test_time_limit_truncates_with_true_final_obs_and_episode_stats(env_id, num_envs):
+    limit = 7
+    with envs.make(env_id, num_envs=num_envs, seed=1, max_episode_steps=limit) as env:
+        obs = env.reset()
+        total = torch.zeros(num_envs, dtype=torch.float64)
+        length = torch.zeros(num_envs, dtype=torch.int64)
+        saw_end = False
+        for step in range(3 * limit):
+            actions = torch.full((num_envs, env.act_dim), 0.3)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            total += reward
+            length += 1
+            ended = terminated | truncated
+            assert not (terminated & truncated).any()
+            assert ended[length >= limit].all()  # every episode at the limit ends here
+            assert not truncated[length < limit].any()  # and no earlier one is truncated
+            if ended.any():
+                saw_end = True
+                # the final obs differs from the reset obs returned in its place
+                assert not torch.allclose(info["final_obs"][ended], next_obs[ended])
+                assert torch.allclose(info["episode_return"], total[ended].float(), atol=1e-4)
+                assert torch.equal(info["episode_length"], length[ended])
+                total[ended] = 0
+                length[ended] = 0
+            assert torch.equal(info["final_obs"][~ended], next_obs[~ended])
+            obs = next_obs
+        assert saw_end
+
+
+def test_termination_is_not_truncation():
+    """Hopper falls over (terminated) long before its 1000-step limit (truncated)."""
+    with envs.make("gym:Hopper-v5", num_envs=2, seed=0) as env:
+        env.reset()
+        terminated_any = truncated_any = False
+        for _ in rollout(env, 200):
+            terminated_any |= bool(_[2].any())
+            truncated_any |= bool(_[3].any())
+        assert terminated_any and not truncated_any
+
+
+def test_unknown_ids_name_the_culprit_and_suggest():
+    with pytest.raises(EnvError, match=r"gym:, genpol:.*Did you mean 'gym:HalfCheetah-v5'"):
+        envs.make("HalfCheetah-v5")
+    with pytest.raises(EnvError, match=r"unknown gymnasium id 'gym:HalfChetah-v5'.*gym:HalfCheetah-v5"):
+        envs.make("gym:HalfChetah-v5")
+    with pytest.raises(EnvError, match=r"known prefixes|backend prefix"):
+        envs.make("mjx:Whatever")
+    with pytest.raises(EnvError, match="genpol:MultiGoal"):
+        envs.make("genpol:MultiGoals")
+
+
+def test_discrete_action_space_is_refused():
+    with pytest.raises(EnvError, match="1-D Box action space"):
+        envs.make("gym:CartPole-v1")
+
+
+@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "genpol:MultiGoal"])
+def test_wrong_action_shape_is_a_clear_error(env_id):
+    with envs.make(env_id, num_envs=2, seed=0) as env:
+        env.reset()
+        with pytest.raises(EnvError, match=r"expects actions of shape \[num_envs, act_dim\] = \[2, \d\], got \[2, 1\]"):
+            env.step(torch.zeros(2, 1))
+
+
+def test_running_mean_std_matches_numpy_on_the_concatenated_stream():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 5)) for n in (1, 7, 16, 3)]
+    stats = RunningMeanStd((5,), torch.device("cpu"))
+    for batch in batches:
+        stats.update(torch.from_numpy(batch))
+    data = np.concatenate(batches)
+    # count starts at 1e-4 with mean 0 and var 1: a prior worth 1e-4 samples, negligible here
+    np.testing.assert_allclose(stats.mean.numpy(), data.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(stats.var.numpy(), data.var(0), rtol=1e-4)
+    assert stats.count == pytest.approx(len(data) + 1e-4)
+
+
+def test_action_rescale_maps_unit_box_to_bounds_and_clips():
+    with envs.make("gym:Pendulum-v1", num_envs=1, seed=0, rescale_actions=False) as raw:
+        assert raw.action_high.tolist() == [2.0]
+    env = envs.make("gym:Pendulum-v1", num_envs=3, seed=0)
+    rescale = env.find(ActionRescale)
+    assert rescale.action_low.tolist() == [-1.0] and rescale.action_high.tolist() == [1.0]
+    seen = []
+    inner_step = rescale.env.step
+    rescale.env.step = lambda a: (seen.append(a.clone()), inner_step(a))[1]
+    env.reset()
+    env.step(torch.tensor([[-1.0], [0.25], [7.0]]))
+    assert torch.allclose(seen[0], torch.tensor([[-2.0], [0.5], [2.0]]))
+    env.close()
+
+
+def test_observation_normalizer_statistics_and_freezing():
+    env = ObservationNormalizer(EpisodeStats(envs.make_backend("gym:Hopper-v5", num_envs=4, seed=0)))
+    raw_obs = [env.env.reset(seed=0)]
+    env.stats.update(raw_obs[0])
+    normalized = env.normalize(raw_obs[0])
+    expected = ((raw_obs[0].double() - env.stats.mean) / torch.sqrt(env.stats.var + 1e-8)).clamp(-10, 10)
+    assert torch.allclose(normalized, expected.float())
+    env.frozen = True
+    before = env.stats.state_dict()
+    env.step(torch.zeros(4, 3))
+    assert torch.equal(before["mean"], env.stats.mean) and before["count"] == env.stats.count
+    env.frozen = False
+    env.step(torch.zeros(4, 3))
+    assert env.stats.count > before["count"]
+    env.close()
+
+
+def test_reward_scaler_divides_by_running_return_std():
+    """r / sqrt(Var[R] + eps) with R <- gamma R + r, Var over every R seen so far (plus the
+    RunningMeanStd prior: mean 0, var 1, weight 1e-4), R restarting at episode ends."""
+    raw = envs.make("genpol:MultiGoal", num_envs=3, seed=0, max_episode_steps=5)
+    scaled = RewardScaler(envs.make("genpol:MultiGoal", num_envs=3, seed=0, max_episode_steps=5),
+                          gamma=0.9, clip=100.0)
+    raw.reset(), scaled.reset()
+    generator = torch.Generator().manual_seed(0)
+    discounted = torch.zeros(3, dtype=torch.float64)
+    seen = []
+    for _ in range(12):
+        actions = torch.rand(3, 2, generator=generator) * 2 - 1
+        _, reward, terminated, truncated, _ = raw.step(actions)
+        _, reward_scaled, _, _, _ = scaled.step(actions)
+        discounted = discounted * 0.9 + reward.double()
+        seen.append(discounted.clone())
+        data = torch.cat(seen)
+        n, prior = len(data), 1e-4
+        var = (prior * 1.0 + n * data.var(correction=0) + prior * n / (n + prior) * data.mean() ** 2) / (n + prior)
+        expected = reward.double() / torch.sqrt(var + 1e-8)
+        assert torch.allclose(reward_scaled.double(), expected, rtol=1e-5, atol=1e-6)
+        discounted[terminated | truncated] = 0
+    raw.close(), scaled.close()
+
+
+@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "gym:Pendulum-v1", "genpol:MultiGoal"])
+def test_state_dict_continues_the_episode_exactly(env_id):
+    """Saving mid-episode and restoring into a fresh env reproduces the rest bit for bit."""
+    env = envs.make(env_id, num_envs=3, seed=5, normalize_obs=True, normalize_reward=True)
+    env.reset()
+    rollout(env, 25, seed_actions=1)
+    state = env.state_dict()
+    expected = rollout(env, 60, seed_actions=2)
+    env.close()
+    fresh = envs.make(env_id, num_envs=3, seed=99, normalize_obs=True, normalize_reward=True)
+    fresh.reset()
+    fresh.load_state_dict(state)
+    got = rollout(fresh, 60, seed_actions=2)
+    fresh.close()
+    for (o1, r1, te1, tr1, _), (o2, r2, te2, tr2, _) in zip(expected, got):
+        assert torch.equal(o1, o2) and torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
+
+
+@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "genpol:MultiGoal"])
+def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
+    import imageio.v3 as iio
+
+    with envs.make(env_id, num_envs=2, seed=0, max_episode_steps=20, video_dir=tmp_path, video_prefix="t") as env:
+        env.reset()
+        rollout(env, 20)
+        paths = env.find(envs.VideoRecorder).paths
+    assert [p.name for p in paths] == ["t-episode0.mp4"]
+    frames = iio.imread(paths[0])
+    # the reset frame and the states after steps 1..19: the state after the last step is already
+    # replaced by the next episode's first (auto-reset), so it cannot be rendered
+    assert frames.shape[0] == 20 and frames.shape[-1] == 3
+    assert frames.std() > 10, "frames are blank"
+    assert np.abs(frames[0].astype(float) - frames[-1].astype(float)).mean() > 0.5, "nothing moves"

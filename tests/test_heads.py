@@ -1,0 +1,123 @@
+"""Contract tests every policy head passes, plus each head's math against an independent oracle.
+
+A new head joins the contract by adding one line to ``HEAD_FACTORIES``.
+"""
+
+import io
+
+import pytest
+import torch
+
+from genpol.heads import GaussianHead, HeadCapabilityError, head_from_spec
+
+OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
+
+HEAD_FACTORIES = {
+    "gaussian": lambda: GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32), log_std_init=-0.5),
+}
+
+
+@pytest.fixture(params=sorted(HEAD_FACTORIES))
+def head(request):
+    torch.manual_seed(0)
+    return HEAD_FACTORIES[request.param]()
+
+
+def observations(seed=1):
+    return torch.randn(BATCH, OBS_DIM, generator=torch.Generator().manual_seed(seed))
+
+
+def test_log_ratio_is_exactly_zero_right_after_sampling(head):
+    obs = observations()
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    head.begin_update()
+    terms = head.log_ratio(obs, record)
+    assert terms.log_ratio.ndim == 2 and terms.log_ratio.shape[0] == BATCH
+    assert torch.equal(terms.log_ratio, torch.zeros_like(terms.log_ratio))
+
+
+def test_shapes_and_record_batch_dim(head):
+    obs = observations()
+    with torch.no_grad():
+        action, record = head.sample(obs)
+    assert action.shape == (BATCH, ACT_DIM) and action.dtype == torch.float32
+    assert all(value.shape[0] == BATCH for value in record.values())
+    assert head.act(obs, deterministic=True).shape == (BATCH, ACT_DIM)
+    assert head.act(obs, deterministic=False).shape == (BATCH, ACT_DIM)
+    terms = head.log_ratio(obs, record)
+    if terms.entropy is not None:
+        assert terms.entropy.shape == (BATCH,)
+    loss = head.imitation_loss(obs, action)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+def test_log_ratio_is_differentiable_and_moves_with_parameters(head):
+    obs = observations()
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        for parameter in head.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    terms = head.log_ratio(obs, record)
+    assert terms.log_ratio.abs().max() > 0
+    terms.log_ratio.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
+
+
+def test_sampling_is_deterministic_under_a_seed(head):
+    obs = observations()
+    with torch.no_grad():
+        torch.manual_seed(7)
+        a1, r1 = head.sample(obs)
+        torch.manual_seed(7)
+        a2, r2 = head.sample(obs)
+        a3, _ = head.sample(obs)
+    assert torch.equal(a1, a2) and all(torch.equal(r1[k], r2[k]) for k in r1)
+    assert not torch.equal(a1, a3)
+    assert torch.equal(head.act(obs), head.act(obs))
+
+
+def test_save_load_round_trip(head):
+    """Weights through torch.save / torch.load(weights_only=True) into a head rebuilt from its spec."""
+    obs = observations()
+    buffer = io.BytesIO()
+    torch.save(head.state_dict(), buffer)
+    buffer.seek(0)
+    torch.manual_seed(123)  # the rebuilt head starts from different random weights
+    rebuilt = head_from_spec(head.spec())
+    rebuilt.load_state_dict(torch.load(buffer, weights_only=True))
+    assert torch.equal(rebuilt.act(obs), head.act(obs))
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    assert torch.equal(rebuilt.log_ratio(obs, record).log_ratio, head.log_ratio(obs, record).log_ratio)
+
+
+def test_exact_kl_is_zero_at_the_sampling_parameters(head):
+    obs = observations()
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    if not head.has_exact_kl:
+        with pytest.raises(HeadCapabilityError):
+            head.kl(obs, record)
+        return
+    assert torch.allclose(head.kl(obs, record), torch.zeros(BATCH), atol=1e-7)
+
+
+# ----------------------------------------------------------------------------------- Gaussian math
+def test_gaussian_log_ratio_kl_entropy_and_nll_match_torch_distributions():
+    torch.manual_seed(0)
+    head = GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), log_std_init=-0.3)
+    obs = observations()
+    with torch.no_grad():
+        action, record = head.sample(obs)
+        head.log_std.add_(torch.tensor([0.1, -0.2, 0.3]))  # the record must not follow this change
+        head.mean_net[-1].bias.add_(0.2)
+        old = torch.distributions.Normal(record["mean"], torch.full((ACT_DIM,), -0.3).exp())
+        new = torch.distributions.Normal(head.mean_net(obs), head.log_std.exp())
+    expected_log_ratio = (new.log_prob(action) - old.log_prob(action)).sum(-1, keepdim=True)
+    terms = head.log_ratio(obs, record)
+    assert torch.allclose(terms.log_ratio, expected_log_ratio, atol=1e-5)
+    assert torch.allclose(head.kl(obs, record), torch.distributions.kl_divergence(old, new).sum(-1), atol=1e-5)
+    assert torch.allclose(terms.entropy, new.entropy().sum(-1), atol=1e-5)
+    assert torch.allclose(head.imitation_loss(obs, action), -new.log_prob(action).sum(-1).mean(), atol=1e-5)
+    assert torch.allclose(record["log_prob"], old.log_prob(action).sum(-1), atol=1e-5)

@@ -1,0 +1,143 @@
+"""PPO-clip against stable-baselines3 as the oracle: same weights, same batch, same update."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.logger import configure
+
+from genpol.heads import GaussianHead, RatioTerms
+from genpol.nets import ValueNetwork
+from genpol.storage import RolloutStorage
+from genpol.updaters import MinibatchUpdater, PPOClipLoss
+
+T = 256  # one env, so the batch is T samples
+
+
+def copy_weights_into_sb3(head: GaussianHead, critic: ValueNetwork, policy) -> None:
+    pairs = [
+        (head.mean_net[0], policy.mlp_extractor.policy_net[0]),
+        (head.mean_net[2], policy.mlp_extractor.policy_net[2]),
+        (head.mean_net[4], policy.action_net),
+        (critic.net[0], policy.mlp_extractor.value_net[0]),
+        (critic.net[2], policy.mlp_extractor.value_net[2]),
+        (critic.net[4], policy.value_net),
+    ]
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+        policy.log_std.copy_(head.log_std)
+
+
+def sb3_params(policy):
+    return [policy.mlp_extractor.policy_net[0].weight, policy.mlp_extractor.policy_net[2].weight,
+            policy.action_net.weight, policy.action_net.bias, policy.log_std,
+            policy.mlp_extractor.value_net[0].weight, policy.value_net.weight]
+
+
+def genpol_params(head, critic):
+    return [head.mean_net[0].weight, head.mean_net[2].weight, head.mean_net[4].weight, head.mean_net[4].bias,
+            head.log_std, critic.net[0].weight, critic.net[4].weight]
+
+
+@pytest.mark.parametrize("ent_coef", [0.0, 0.01])
+def test_ppo_update_matches_stable_baselines3(tmp_path, ent_coef):
+    env = gym.make("Pendulum-v1")
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    torch.manual_seed(0)
+    head = GaussianHead(obs_dim, act_dim, hidden_sizes=(64, 64), log_std_init=-0.2)
+    critic = ValueNetwork(obs_dim, (64, 64))
+    model = PPO("MlpPolicy", env, n_steps=T, batch_size=T, n_epochs=3, learning_rate=3e-4, ent_coef=ent_coef,
+                vf_coef=0.5, clip_range=0.2, max_grad_norm=0.5, device="cpu", seed=0)
+    model.set_logger(configure(str(tmp_path), []))
+    copy_weights_into_sb3(head, critic, model.policy)
+
+    generator = torch.Generator().manual_seed(1)
+    obs = torch.randn(T, obs_dim, generator=generator)
+    with torch.no_grad():
+        actions, record = head.sample(obs)
+    # Perturb the old log-probs so some ratios start outside the clip range.
+    old_log_prob = record["log_prob"] + 0.3 * torch.randn(T, generator=generator)
+    advantages = torch.randn(T, generator=generator) * 2 + 0.5
+    returns = torch.randn(T, generator=generator)
+    old_values = torch.randn(T, generator=generator)
+
+    buffer = model.rollout_buffer
+    buffer.reset()
+    buffer.observations[:] = obs.numpy()[:, None, :]
+    buffer.actions[:] = actions.numpy()[:, None, :]
+    buffer.log_probs[:] = old_log_prob.numpy()[:, None]
+    buffer.advantages[:] = advantages.numpy()[:, None]
+    buffer.returns[:] = returns.numpy()[:, None]
+    buffer.values[:] = old_values.numpy()[:, None]
+    buffer.full = True
+    model.train()
+    logged = model.logger.name_to_value
+
+    storage = RolloutStorage(T, 1, obs_dim)
+    storage.obs[:, 0] = obs
+    storage.records = {key: value[:, None].clone() for key, value in record.items()}
+    storage.records["log_prob"] = old_log_prob[:, None].clone()
+    storage.advantages[:, 0], storage.returns[:, 0], storage.values[:, 0] = advantages, returns, old_values
+    loss = PPOClipLoss(clip_range=0.2, ent_coef=ent_coef, vf_coef=0.5)
+    # One epoch per call, three calls: the same three Adam steps, and per-epoch diagnostics
+    # (SB3 logs approx_kl of the last epoch only, the other terms averaged over all epochs).
+    updater = MinibatchUpdater(head, critic, loss, lr=3e-4, epochs=1, minibatch_size=T, max_grad_norm=0.5)
+    epochs = [updater.update(storage, torch.Generator().manual_seed(0)) for _ in range(3)]
+
+    def mean(key):
+        return float(np.mean([stats[key] for stats in epochs]))
+
+    assert mean("policy") == pytest.approx(logged["train/policy_gradient_loss"], rel=1e-4, abs=1e-6)
+    assert mean("value") == pytest.approx(logged["train/value_loss"], rel=1e-4)
+    assert -mean("entropy") == pytest.approx(logged["train/entropy_loss"], rel=1e-5)
+    assert mean("clipfrac") == pytest.approx(logged["train/clip_fraction"], abs=1e-6)
+    assert epochs[-1]["approx_kl"] == pytest.approx(logged["train/approx_kl"], rel=1e-4)
+    assert 0.05 < mean("clipfrac") < 0.95  # the clip was active: the comparison covers both branches
+    for ours, theirs in zip(genpol_params(head, critic), sb3_params(model.policy)):
+        assert torch.allclose(ours, theirs, atol=2e-6), (ours - theirs).abs().max()
+    assert not torch.allclose(head.log_std, torch.full_like(head.log_std, -0.2))  # the update moved it
+
+
+def test_ppo_clip_loss_hand_computed_boundaries():
+    """Three samples, clip 0.2, no normalization: r = 1.5 (A > 0, clipped), r = 0.5 (A < 0, clipped),
+    r = 1.1 (A > 0, inside)."""
+    log_ratio = torch.log(torch.tensor([[1.5], [0.5], [1.1]])).requires_grad_()
+    advantages = torch.tensor([2.0, -1.0, 3.0])
+    loss = PPOClipLoss(clip_range=0.2, normalize_advantage=False, vf_coef=0.0)
+    out = loss(RatioTerms(log_ratio), advantages, torch.zeros(3), torch.zeros(3), torch.zeros(3))
+    # min(r A, clip(r) A): 1.2*2 = 2.4 ; min(-0.5, -0.8) = -0.8 ; 3.3  -> loss = -(2.4 - 0.8 + 3.3) / 3
+    assert out.policy.item() == pytest.approx(-(2.4 - 0.8 + 3.3) / 3)
+    out.total.backward()
+    # clipped samples get no gradient; the inside one gets -A r / 3 (d r / d log r = r)
+    assert torch.allclose(log_ratio.grad[:, 0], torch.tensor([0.0, 0.0, -3.0 * 1.1 / 3]))
+    assert out.diagnostics["clipfrac"].item() == pytest.approx(2 / 3)
+    assert out.diagnostics["ratio_deviation"].item() == pytest.approx((0.5 + 0.5 + 0.1) / 3)
+    kl = np.mean([(r - 1) - np.log(r) for r in (1.5, 0.5, 1.1)])
+    assert out.diagnostics["approx_kl"].item() == pytest.approx(kl, rel=1e-5)
+
+
+def test_unit_weights_and_unit_clip_apply_per_unit():
+    """Two units per sample: weights scale each unit's advantage, unit_clip overrides the clip."""
+    log_ratio = torch.log(torch.tensor([[1.3, 1.3]]))
+    terms = RatioTerms(log_ratio, unit_weights=torch.tensor([0.5, 1.0]), unit_clip=torch.tensor([0.1, 0.4]))
+    out = PPOClipLoss(clip_range=0.2, normalize_advantage=False, vf_coef=0.0)(
+        terms, torch.tensor([2.0]), torch.zeros(1), torch.zeros(1), torch.zeros(1))
+    # unit 0: A = 1, r clipped at 1.1 -> 1.1 ; unit 1: A = 2, r = 1.3 inside 1.4 -> 2.6
+    assert out.policy.item() == pytest.approx(-(1.1 + 2.6) / 2)
+    assert out.diagnostics["clipfrac"].item() == pytest.approx(0.5)
+
+
+def test_value_clipping_takes_the_pessimistic_error():
+    loss = PPOClipLoss(clip_range_vf=0.5)
+    values, returns, old = torch.tensor([2.0, 0.2]), torch.tensor([2.0, 0.0]), torch.tensor([0.0, 0.0])
+    # sample 0: unclipped error 0, clipped prediction 0.5 -> error 2.25 ; sample 1: both 0.04
+    assert loss.value_loss(values, returns, old).item() == pytest.approx((2.25 + 0.04) / 2)
+
+
+def test_entropy_bonus_without_an_entropy_is_refused():
+    with pytest.raises(ValueError, match="no entropy"):
+        PPOClipLoss(ent_coef=0.01)(RatioTerms(torch.zeros(2, 1)), torch.ones(2), torch.zeros(2),
+                                   torch.zeros(2), torch.zeros(2))
