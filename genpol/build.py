@@ -65,5 +65,5 @@ def make_updater(updater_cfg: PPOConfig, head: PolicyHead, critic: torch.nn.Modu
     return MinibatchUpdater(
         head, critic, loss, lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr, epochs=updater_cfg.epochs,
         minibatch_size=updater_cfg.minibatch_size, max_grad_norm=updater_cfg.max_grad_norm,
-        target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
+        target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps, compile=updater_cfg.compile,
     )

@@ -137,8 +137,13 @@ class PPOConfig:
     """Normalize advantages per minibatch."""
     adam_eps: float = 1e-5
     """Adam's epsilon."""
+    compile: bool = False
+    """Compile each minibatch step (loss, gradient, clip, Adam) with torch.compile: ~3x faster small
+    minibatches after ~20 s of compilation; needs target_kl=null."""
 
     def __post_init__(self) -> None:
+        if self.compile:
+            _require(self.target_kl is None, "updater.target_kl", "null when updater.compile=true", self.target_kl)
         _require(self.rollout_steps >= 1, "updater.rollout_steps", ">= 1", self.rollout_steps)
         _require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
         _require(0.0 <= self.gae_lambda <= 1.0, "updater.gae_lambda", "in [0, 1]", self.gae_lambda)

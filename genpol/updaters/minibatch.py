@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from genpol.heads.base import PolicyHead
-from genpol.storage import RolloutStorage
+from genpol.storage import Batch, RolloutStorage
+from genpol.updaters.compiled import CompiledAdamStep
 from genpol.updaters.losses import PPOClipLoss
 
 
@@ -40,6 +41,9 @@ class MinibatchUpdater:
         target_kl: stop the epochs early once a minibatch's approx-KL exceeds 1.5 * target_kl
             (checked before its step, as SB3), or None.
         adam_eps: Adam's epsilon (1e-5 as SB3 and most PPO implementations).
+        compile: run each minibatch step as one ``torch.compile``d function (``CompiledAdamStep``):
+            several times faster for small minibatches, after a one-off compilation of ~20 s.
+            Not combined with ``target_kl``, whose check must come between loss and step.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class MinibatchUpdater:
         max_grad_norm: float | None = 0.5,
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
+        compile: bool = False,
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
@@ -71,10 +76,18 @@ class MinibatchUpdater:
         self.base_critic_lr = lr if critic_lr is None else critic_lr
         self.actor_params = [p for p in head.parameters() if p.requires_grad]
         self.critic_params = [p for p in critic.parameters() if p.requires_grad]
+        # fused: one kernel for all parameters; the default per-tensor loop measured 2.4x slower
+        # (550 vs 228 us per step for two 64-64 MLPs on this CPU), a large share of a small minibatch.
         self.optimizer = torch.optim.Adam(
             [{"params": self.actor_params, "lr": lr}, {"params": self.critic_params, "lr": self.base_critic_lr}],
-            eps=adam_eps,
+            eps=adam_eps, fused=True,
         )
+        self.compiled_step = None
+        if compile:
+            if target_kl is not None:
+                raise ValueError("updater.compile=true cannot stop early on target_kl; set target_kl=null")
+            self.compiled_step = CompiledAdamStep({"head": head, "critic": critic}, self.minibatch_loss,
+                                                  self.optimizer, max_grad_norm)
 
     def set_lr_scale(self, scale: float) -> None:
         """Set both learning rates to ``scale`` times their base values (for schedules)."""
@@ -85,29 +98,45 @@ class MinibatchUpdater:
     def learning_rate(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])
 
+    def minibatch_loss(self, obs: torch.Tensor, record: dict[str, torch.Tensor], advantages: torch.Tensor,
+                       returns: torch.Tensor, old_values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The surrogate loss of one minibatch and its named diagnostics (detached)."""
+        terms = self.head.log_ratio(obs, record)
+        values = self.critic(obs)
+        out = self.loss(terms, advantages, values, returns, old_values)
+        named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
+        named.update({f"head/{key}": value.detach() for key, value in terms.diagnostics.items()})
+        return out.total, named
+
+    def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:
+        """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl."""
+        total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+        if self.target_kl is not None and named["approx_kl"] > 1.5 * self.target_kl:
+            return None
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.actor_params + self.critic_params, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return named
+
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""
         sums: dict[str, torch.Tensor] = {}
         steps = 0
         stopped_early = False
-        params = self.actor_params + self.critic_params
         for _ in range(self.epochs):
             for batch in storage.minibatches(self.minibatch_size, generator):
-                terms = self.head.log_ratio(batch.obs, batch.record)
-                values = self.critic(batch.obs)
-                out = self.loss(terms, batch.advantages, values, batch.returns, batch.values)
-                if self.target_kl is not None and out.diagnostics["approx_kl"] > 1.5 * self.target_kl:
+                if self.compiled_step is not None:
+                    named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
+                                               batch.values)
+                else:
+                    named = self.eager_step(batch)
+                if named is None:
                     stopped_early = True
                     break
-                self.optimizer.zero_grad(set_to_none=True)
-                out.total.backward()
-                if self.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
-                self.optimizer.step()
-                named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
-                named.update({f"head/{k}": v for k, v in terms.diagnostics.items()})
                 for key, value in named.items():
-                    sums[key] = sums.get(key, 0.0) + value.detach()
+                    sums[key] = sums.get(key, 0.0) + value
                 steps += 1
             if stopped_early:
                 break

@@ -1,0 +1,125 @@
+"""Training throughput of Gaussian PPO on HalfCheetah-v5: genpol vs stable-baselines3, side by side.
+
+Rows, all in this one process, one after another (the machine is noisy, so peers run in the same
+script and ratios are what to quote):
+
+* raw simulator: gymnasium ``SyncVectorEnv`` x8 stepping random actions (the ceiling);
+* SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
+* genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
+* genpol's recommended fast configuration (``+experiment=default``: 16 envs x 128 steps, minibatch
+  512, normalization on), reported as a fraction of the raw simulator rate at 16 envs.
+
+Each training row runs ``--iterations`` rollouts (default 2) after one warm-up rollout.
+Writes ``bench/results/throughput.json`` and prints a table.
+
+    python bench/throughput.py [--iterations 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def raw_simulator(num_envs: int, steps: int = 2000) -> float:
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("HalfCheetah-v5") for _ in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    actions = np.random.default_rng(0).uniform(-1, 1, (steps, num_envs, 6))
+    start = time.perf_counter()
+    for t in range(steps):
+        envs.step(actions[t])
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return steps * num_envs / elapsed
+
+
+def sb3_default(iterations: int) -> float:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env("HalfCheetah-v5", n_envs=8, seed=0)
+    model = PPO("MlpPolicy", env, device="cpu", seed=0, verbose=0)
+    model.learn(total_timesteps=2048 * 8)  # warm-up rollout and update
+    start = time.perf_counter()
+    model.learn(total_timesteps=2048 * 8 * iterations, reset_num_timesteps=False)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return 2048 * 8 * iterations / elapsed
+
+
+def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
+    from genpol.api import compose_config
+    from genpol.build import make_critic, make_env, make_head, make_updater
+    from genpol.config import validate
+    from genpol.runners.onpolicy import OnPolicyRunner
+
+    cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
+    torch.manual_seed(0)
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim)
+    critic = make_critic(cfg.policy, env.obs_dim)
+    per_iteration = cfg.updater.rollout_steps * cfg.env.num_envs
+    runner = OnPolicyRunner(env, head, critic, make_updater(cfg.updater, head, critic),
+                            rollout_steps=cfg.updater.rollout_steps, gamma=cfg.updater.gamma,
+                            gae_lambda=cfg.updater.gae_lambda, total_steps=per_iteration)
+    runner.run()  # warm-up iteration
+    collect = update = 0.0
+    for _ in range(iterations):
+        start = time.perf_counter()
+        runner.collect()
+        middle = time.perf_counter()
+        runner.update()
+        collect += middle - start
+        update += time.perf_counter() - middle
+    env.close()
+    steps = per_iteration * iterations
+    return steps / (collect + update), {"collect_s": collect, "update_s": update, "steps": steps,
+                                        "collect_only_sps": steps / collect}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=2, help="timed rollouts per training row")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    sb3_settings = ["env=halfcheetah", "env.num_envs=8", "env.normalize_obs=false", "env.normalize_reward=false"]
+    rows: dict[str, dict] = {}
+    rows["raw simulator x8"] = {"sps": raw_simulator(8)}
+    rows["raw simulator x16"] = {"sps": raw_simulator(16)}
+    rows["SB3 PPO, defaults, 8 envs"] = {"sps": sb3_default(args.iterations)}
+    sps, detail = genpol_run(sb3_settings, args.iterations)
+    rows["genpol PPO, SB3 defaults, 8 envs"] = {"sps": sps, **detail}
+    sps, detail = genpol_run(["+experiment=default"], args.iterations)
+    rows["genpol PPO, fast config, 16 envs"] = {"sps": sps, **detail}
+
+    sb3 = rows["SB3 PPO, defaults, 8 envs"]["sps"]
+    rows["genpol PPO, SB3 defaults, 8 envs"]["ratio_to_sb3"] = rows["genpol PPO, SB3 defaults, 8 envs"]["sps"] / sb3
+    rows["genpol PPO, fast config, 16 envs"]["fraction_of_raw_x16"] = (
+        rows["genpol PPO, fast config, 16 envs"]["sps"] / rows["raw simulator x16"]["sps"])
+    rows["genpol PPO, fast config, 16 envs"]["ratio_to_sb3"] = rows["genpol PPO, fast config, 16 envs"]["sps"] / sb3
+
+    print(f"\n{'row':40s} {'env-steps/s':>12s}  notes")
+    for name, row in rows.items():
+        notes = ", ".join(f"{k}={v:.2f}" for k, v in row.items() if k in ("ratio_to_sb3", "fraction_of_raw_x16"))
+        print(f"{name:40s} {row['sps']:12.0f}  {notes}")
+    RESULTS.mkdir(exist_ok=True)
+    out = {"benchmark": "throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
+           "date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
+           f"{torch.get_num_threads()} torch thread(s)", "rows": rows}
+    (RESULTS / "throughput.json").write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {RESULTS / 'throughput.json'}")
+
+
+if __name__ == "__main__":
+    main()
