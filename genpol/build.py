@@ -9,11 +9,13 @@ import torch
 
 import envs
 from envs import ObservationNormalizer, VectorEnv
-from genpol.config import EnvConfig, PPOConfig
+from genpol.config import EnvConfig
 from genpol.heads import PolicyHead, build_head
 from genpol.nets import ValueNetwork
-from genpol.updaters.losses import PPOClipLoss
+from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
 from genpol.updaters.minibatch import MinibatchUpdater
+from genpol.updaters.schedules import AdaptiveLR
+from genpol.updaters.trpo import TRPOUpdater
 
 
 def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | torch.device = "cpu",
@@ -57,13 +59,29 @@ def make_critic(policy_cfg: Any, obs_dim: int) -> ValueNetwork:
     return ValueNetwork(obs_dim, policy_cfg.critic_hidden_sizes, policy_cfg.critic_activation)
 
 
-def make_updater(updater_cfg: PPOConfig, head: PolicyHead, critic: torch.nn.Module) -> MinibatchUpdater:
-    loss = PPOClipLoss(
-        clip_range=updater_cfg.clip_range, ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
-        clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage,
-    )
+def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) -> MinibatchUpdater | TRPOUpdater:
+    """PPO / SPO / ASPO (minibatch epochs on their loss) or TRPO, from the ``updater`` config group."""
+    if updater_cfg.name == "trpo":
+        return TRPOUpdater(
+            head, critic, target_kl=updater_cfg.target_kl, cg_iterations=updater_cfg.cg_iterations,
+            cg_damping=updater_cfg.cg_damping, line_search_shrink=updater_cfg.line_search_shrink,
+            line_search_max_iter=updater_cfg.line_search_max_iter, critic_lr=updater_cfg.critic_lr,
+            critic_epochs=updater_cfg.critic_epochs, critic_minibatch_size=updater_cfg.critic_minibatch_size,
+            normalize_advantage=updater_cfg.normalize_advantage, adam_eps=updater_cfg.adam_eps,
+        )
+    common = dict(ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
+                  clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage)
+    losses = {
+        "ppo": lambda: PPOClipLoss(clip_range=updater_cfg.clip_range, **common),
+        "spo": lambda: SPOLoss(clip_range=updater_cfg.clip_range, **common),
+        "aspo": lambda: ASPOLoss(clip_range=updater_cfg.clip_range, spo_clip_range=updater_cfg.spo_clip_range,
+                                 **common),
+    }
+    adaptive = (AdaptiveLR(updater_cfg.lr, updater_cfg.desired_kl)
+                if updater_cfg.lr_schedule == "adaptive" else None)
     return MinibatchUpdater(
-        head, critic, loss, lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr, epochs=updater_cfg.epochs,
-        minibatch_size=updater_cfg.minibatch_size, max_grad_norm=updater_cfg.max_grad_norm,
-        target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps, compile=updater_cfg.compile,
+        head, critic, losses[updater_cfg.name](), lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr,
+        epochs=updater_cfg.epochs, minibatch_size=updater_cfg.minibatch_size,
+        max_grad_norm=updater_cfg.max_grad_norm, target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
+        adaptive_lr=adaptive, compile=updater_cfg.compile,
     )

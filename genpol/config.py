@@ -116,7 +116,9 @@ class PPOConfig:
     critic_lr: Optional[float] = None
     """Separate critic learning rate (None: same as lr)."""
     lr_schedule: str = "constant"
-    """``constant``, or ``linear`` decay to 0 over total_steps."""
+    """``constant``; ``linear`` decay to 0 over total_steps; or ``adaptive`` (rsl_rl's KL rule, see desired_kl)."""
+    desired_kl: float = 0.01
+    """KL the ``adaptive`` schedule aims for: lr / 1.5 above 2x, lr x 1.5 below 1/2 (bounds 1e-5..1e-2)."""
     epochs: int = 10
     """Passes over the rollout per update."""
     minibatch_size: int = 64
@@ -150,8 +152,9 @@ class PPOConfig:
         _require(self.lr > 0, "updater.lr", "> 0", self.lr)
         if self.critic_lr is not None:
             _require(self.critic_lr > 0, "updater.critic_lr", "> 0 or null", self.critic_lr)
-        _require(self.lr_schedule in ("constant", "linear"), "updater.lr_schedule", "constant or linear",
-                 self.lr_schedule)
+        _require(self.lr_schedule in ("constant", "linear", "adaptive"), "updater.lr_schedule",
+                 "constant, linear or adaptive", self.lr_schedule)
+        _require(self.desired_kl > 0, "updater.desired_kl", "> 0", self.desired_kl)
         _require(self.epochs >= 1, "updater.epochs", ">= 1", self.epochs)
         _require(self.minibatch_size >= 1, "updater.minibatch_size", ">= 1", self.minibatch_size)
         _require(0.0 < self.clip_range < 1.0, "updater.clip_range", "in (0, 1)", self.clip_range)
@@ -164,6 +167,81 @@ class PPOConfig:
         if self.target_kl is not None:
             _require(self.target_kl > 0, "updater.target_kl", "> 0 or null", self.target_kl)
         _require(self.adam_eps > 0, "updater.adam_eps", "> 0", self.adam_eps)
+
+
+@dataclass
+class SPOConfig(PPOConfig):
+    """SPO: PPO's loop with the quadratic penalty -(A r - |A|/(2 eps) (r - 1)^2) instead of the clip."""
+
+    name: str = "spo"
+    """Updater name; selects the loss. clip_range is SPO's epsilon."""
+
+
+@dataclass
+class ASPOConfig(PPOConfig):
+    """ASPO (FPO++): PPO-clip for positive advantages, SPO's penalty for the others."""
+
+    name: str = "aspo"
+    """Updater name; selects the loss. clip_range is the PPO epsilon of positive advantages."""
+    spo_clip_range: float = 0.2
+    """SPO epsilon for non-positive advantages (FPO++'s manipulation fine-tuning uses 0.01 for both)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(0.0 < self.spo_clip_range < 1.0, "updater.spo_clip_range", "in (0, 1)", self.spo_clip_range)
+
+
+@dataclass
+class TRPOConfig:
+    """TRPO: one natural-gradient step per rollout (sb3-contrib's defaults), then critic epochs."""
+
+    name: str = "trpo"
+    """Updater name."""
+    rollout_steps: int = 2048
+    """Steps collected per env between updates."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    target_kl: float = 0.01
+    """Trust-region radius delta on the mean KL(pi_old || pi_theta)."""
+    cg_iterations: int = 15
+    """Conjugate-gradient iterations."""
+    cg_damping: float = 0.1
+    """Damping added to the Fisher-vector product."""
+    line_search_shrink: float = 0.8
+    """Backtracking factor of the line search."""
+    line_search_max_iter: int = 10
+    """Backtracking steps tried before the step is rejected."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic."""
+    critic_epochs: int = 10
+    """Critic passes over the rollout per update."""
+    critic_minibatch_size: int = 128
+    """Critic minibatch size."""
+    normalize_advantage: bool = True
+    """Normalize advantages over the rollout."""
+    lr_schedule: str = "constant"
+    """Critic learning-rate schedule: ``constant`` or ``linear`` decay to 0."""
+    adam_eps: float = 1e-5
+    """The critic's Adam epsilon."""
+
+    def __post_init__(self) -> None:
+        _require(self.rollout_steps >= 1, "updater.rollout_steps", ">= 1", self.rollout_steps)
+        _require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
+        _require(0.0 <= self.gae_lambda <= 1.0, "updater.gae_lambda", "in [0, 1]", self.gae_lambda)
+        _require(self.target_kl > 0, "updater.target_kl", "> 0", self.target_kl)
+        _require(self.cg_iterations >= 1, "updater.cg_iterations", ">= 1", self.cg_iterations)
+        _require(self.cg_damping >= 0, "updater.cg_damping", ">= 0", self.cg_damping)
+        _require(0.0 < self.line_search_shrink < 1.0, "updater.line_search_shrink", "in (0, 1)",
+                 self.line_search_shrink)
+        _require(self.line_search_max_iter >= 1, "updater.line_search_max_iter", ">= 1", self.line_search_max_iter)
+        _require(self.critic_lr > 0, "updater.critic_lr", "> 0", self.critic_lr)
+        _require(self.critic_epochs >= 0, "updater.critic_epochs", ">= 0", self.critic_epochs)
+        _require(self.critic_minibatch_size >= 1, "updater.critic_minibatch_size", ">= 1",
+                 self.critic_minibatch_size)
+        _require(self.lr_schedule in ("constant", "linear"), "updater.lr_schedule", "constant or linear",
+                 self.lr_schedule)
 
 
 @dataclass
@@ -256,7 +334,7 @@ class EvaluateConfig:
 
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig}
-UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig}
+UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
                            *PIPELINE_SCHEMAS.values(), LoggerConfig, TrainConfig, EvaluateConfig]

@@ -8,6 +8,7 @@ a file, or a head's internals. That is why every head works with every updater.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -32,13 +33,19 @@ def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
+def estimated_kl(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``mean((r - 1) - log r)``: an unbiased, non-negative estimate of KL(pi_old || pi_theta) from
+    samples of pi_old (Schulman's k3). Its Hessian at r = 1 is the empirical Fisher of ``log r``."""
+    return ((log_ratio.exp() - 1) - log_ratio).mean()
+
+
 def ratio_diagnostics(log_ratio: torch.Tensor, clip: torch.Tensor | float) -> dict[str, torch.Tensor]:
     """Detached ``approx_kl`` (the k3 estimator mean((r - 1) - log r)), ``clipfrac`` (fraction of
     ratios outside [1 - clip, 1 + clip]) and ``ratio_deviation`` (mean |r - 1|) of ``log_ratio [B, U]``."""
     with torch.no_grad():
         ratio = log_ratio.exp()
         return {
-            "approx_kl": ((ratio - 1) - log_ratio).mean(),
+            "approx_kl": estimated_kl(log_ratio),
             "clipfrac": ((ratio - 1).abs() > clip).float().mean(),
             "ratio_deviation": (ratio - 1).abs().mean(),
         }
@@ -71,10 +78,15 @@ class PPOClipLoss:
         self.clip_range_vf = clip_range_vf
         self.normalize_advantage = normalize_advantage
 
+    def clip_for(self, unit_clip: torch.Tensor | None) -> torch.Tensor | float:
+        """The trust-region epsilon: the head's per-unit ``unit_clip [U]`` if given, else ``clip_range``."""
+        return self.clip_range if unit_clip is None else unit_clip
+
     def policy_loss(
-        self, log_ratio: torch.Tensor, advantages: torch.Tensor, clip: torch.Tensor | float
+        self, log_ratio: torch.Tensor, advantages: torch.Tensor, unit_clip: torch.Tensor | None
     ) -> torch.Tensor:
         """Per-unit policy loss ``[B, U]`` from ``log_ratio [B, U]`` and unit ``advantages [B, U]``."""
+        clip = self.clip_for(unit_clip)
         ratio = log_ratio.exp()
         clipped = torch.clamp(ratio, 1 - clip, 1 + clip)
         return -torch.min(ratio * advantages, clipped * advantages)
@@ -103,8 +115,7 @@ class PPOClipLoss:
         unit_advantages = advantages.unsqueeze(-1).expand_as(log_ratio)
         if terms.unit_weights is not None:
             unit_advantages = unit_advantages * terms.unit_weights
-        clip = self.clip_range if terms.unit_clip is None else terms.unit_clip
-        policy = self.policy_loss(log_ratio, unit_advantages, clip).mean()
+        policy = self.policy_loss(log_ratio, unit_advantages, terms.unit_clip).mean()
         value = self.value_loss(values, returns, old_values)
         if terms.entropy is not None:
             entropy = terms.entropy.mean()
@@ -120,5 +131,44 @@ class PPOClipLoss:
             policy=policy.detach(),
             value=value.detach(),
             entropy=entropy.detach(),
-            diagnostics=ratio_diagnostics(log_ratio, clip),
+            diagnostics=ratio_diagnostics(log_ratio, self.clip_for(terms.unit_clip)),
         )
+
+
+def spo_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip: torch.Tensor | float) -> torch.Tensor:
+    """SPO's per-unit loss ``-(A r - |A| / (2 eps) (r - 1)^2)``, ``[B, U]``."""
+    ratio = log_ratio.exp()
+    return -(advantages * ratio - advantages.abs() / (2 * clip) * (ratio - 1).square())
+
+
+class SPOLoss(PPOClipLoss):
+    """Simple Policy Optimization (Xie et al., ICML 2025): a quadratic penalty instead of the clip.
+
+    Per unit, ``-(A r - |A| / (2 eps) (r - 1)^2)``: concave in r with its optimum at
+    ``r = 1 + sign(A) eps``, the PPO clip boundary, but with a gradient that never vanishes, so a
+    ratio that overshoots is pulled back (PPO's clipped samples get no gradient at all).
+    ``clipfrac`` still reports the fraction of ratios outside ``[1 - eps, 1 + eps]``.
+    """
+
+    def policy_loss(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
+                    unit_clip: torch.Tensor | None) -> torch.Tensor:
+        return spo_objective(log_ratio, advantages, self.clip_for(unit_clip))
+
+
+class ASPOLoss(PPOClipLoss):
+    """FPO++'s asymmetric trust region: PPO-clip where A > 0, SPO's penalty where A <= 0.
+
+    ``clip_range`` is the PPO epsilon of positive advantages, ``spo_clip_range`` the SPO epsilon of
+    the others (both 0.01 in FPO++'s manipulation fine-tuning config). A head's ``unit_clip``
+    overrides both.
+    """
+
+    def __init__(self, clip_range: float = 0.2, spo_clip_range: float = 0.2, **kwargs: Any):
+        super().__init__(clip_range=clip_range, **kwargs)
+        self.spo_clip_range = spo_clip_range
+
+    def policy_loss(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
+                    unit_clip: torch.Tensor | None) -> torch.Tensor:
+        ppo = PPOClipLoss.policy_loss(self, log_ratio, advantages, unit_clip)
+        spo_clip = self.spo_clip_range if unit_clip is None else unit_clip
+        return torch.where(advantages > 0, ppo, spo_objective(log_ratio, advantages, spo_clip))

@@ -16,6 +16,7 @@ from genpol.heads.base import PolicyHead
 from genpol.storage import Batch, RolloutStorage
 from genpol.updaters.compiled import CompiledAdamStep
 from genpol.updaters.losses import PPOClipLoss
+from genpol.updaters.schedules import AdaptiveLR, policy_kl
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -41,6 +42,9 @@ class MinibatchUpdater:
         target_kl: stop the epochs early once a minibatch's approx-KL exceeds 1.5 * target_kl
             (checked before its step, as SB3), or None.
         adam_eps: Adam's epsilon (1e-5 as SB3 and most PPO implementations).
+        adaptive_lr: a KL-adaptive schedule, stepped after every minibatch with the head's KL
+            (exact where the head has one, else the sample estimate); it scales both learning
+            rates, keeping their ratio. None: the rates change only through ``set_lr_scale``.
         compile: run each minibatch step as one ``torch.compile``d function (``CompiledAdamStep``):
             several times faster for small minibatches, after a one-off compilation of ~20 s.
             Not combined with ``target_kl``, whose check must come between loss and step.
@@ -58,6 +62,7 @@ class MinibatchUpdater:
         max_grad_norm: float | None = 0.5,
         target_kl: float | None = None,
         adam_eps: float = 1e-5,
+        adaptive_lr: AdaptiveLR | None = None,
         compile: bool = False,
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
@@ -82,6 +87,7 @@ class MinibatchUpdater:
             [{"params": self.actor_params, "lr": lr}, {"params": self.critic_params, "lr": self.base_critic_lr}],
             eps=adam_eps, fused=True,
         )
+        self.adaptive_lr = adaptive_lr
         self.compiled_step = None
         if compile:
             if target_kl is not None:
@@ -106,6 +112,9 @@ class MinibatchUpdater:
         out = self.loss(terms, advantages, values, returns, old_values)
         named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
         named.update({f"head/{key}": value.detach() for key, value in terms.diagnostics.items()})
+        if self.adaptive_lr is not None:
+            with torch.no_grad():
+                named["kl"] = policy_kl(self.head, obs, record, terms.log_ratio)
         return out.total, named
 
     def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:
@@ -138,6 +147,8 @@ class MinibatchUpdater:
                 for key, value in named.items():
                     sums[key] = sums.get(key, 0.0) + value
                 steps += 1
+                if self.adaptive_lr is not None:
+                    self.set_lr_scale(self.adaptive_lr.step(float(named["kl"])) / self.base_lr)
             if stopped_early:
                 break
         stats = {key: float(value) / max(steps, 1) for key, value in sums.items()}
@@ -149,7 +160,12 @@ class MinibatchUpdater:
         return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.adaptive_lr is not None:
+            state["adaptive_lr"] = self.adaptive_lr.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.adaptive_lr is not None:
+            self.adaptive_lr.load_state_dict(state["adaptive_lr"])
