@@ -6,8 +6,11 @@ script and ratios are what to quote):
 * raw simulator: gymnasium ``SyncVectorEnv`` x8 stepping random actions (the ceiling);
 * SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
 * genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
-* genpol's recommended fast configuration (``+experiment=default``: 16 envs x 128 steps, minibatch
-  512, normalization on), reported as a fraction of the raw simulator rate at 16 envs.
+* the same with ``updater.compile=true`` (the minibatch step as one compiled function);
+* genpol's fast configuration (``+experiment=ppo_fast``: 32 envs x 64 steps, minibatch 512, 64-64
+  networks, compiled steps, normalization on) and the recommended learning configuration
+  (``+experiment=ppo_mujoco``: the same with 256-256 ReLU networks), as fractions of the raw
+  simulator rate at 32 envs.
 
 Each training row runs ``--iterations`` rollouts (default 2) after one warm-up rollout.
 Writes ``bench/results/throughput.json`` and prints a table.
@@ -96,22 +99,24 @@ def main() -> None:
     sb3_settings = ["env=halfcheetah", "env.num_envs=8", "env.normalize_obs=false", "env.normalize_reward=false"]
     rows: dict[str, dict] = {}
     rows["raw simulator x8"] = {"sps": raw_simulator(8)}
-    rows["raw simulator x16"] = {"sps": raw_simulator(16)}
+    rows["raw simulator x32"] = {"sps": raw_simulator(32, 1000)}
     rows["SB3 PPO, defaults, 8 envs"] = {"sps": sb3_default(args.iterations)}
     sps, detail = genpol_run(sb3_settings, args.iterations)
     rows["genpol PPO, SB3 defaults, 8 envs"] = {"sps": sps, **detail}
-    sps, detail = genpol_run(["+experiment=default"], args.iterations)
-    rows["genpol PPO, fast config, 16 envs"] = {"sps": sps, **detail}
+    sps, detail = genpol_run([*sb3_settings, "updater.compile=true"], args.iterations)
+    rows["genpol PPO, SB3 defaults, compiled"] = {"sps": sps, **detail}
+    for name, experiment in (("genpol ppo_fast, 32 envs", "ppo_fast"), ("genpol ppo_mujoco, 32 envs", "ppo_mujoco")):
+        sps, detail = genpol_run([f"+experiment={experiment}", "env=halfcheetah"], 4 * args.iterations)
+        rows[name] = {"sps": sps, **detail, "fraction_of_raw_x32": sps / rows["raw simulator x32"]["sps"]}
 
     sb3 = rows["SB3 PPO, defaults, 8 envs"]["sps"]
-    rows["genpol PPO, SB3 defaults, 8 envs"]["ratio_to_sb3"] = rows["genpol PPO, SB3 defaults, 8 envs"]["sps"] / sb3
-    rows["genpol PPO, fast config, 16 envs"]["fraction_of_raw_x16"] = (
-        rows["genpol PPO, fast config, 16 envs"]["sps"] / rows["raw simulator x16"]["sps"])
-    rows["genpol PPO, fast config, 16 envs"]["ratio_to_sb3"] = rows["genpol PPO, fast config, 16 envs"]["sps"] / sb3
+    for name, row in rows.items():
+        if name.startswith("genpol"):
+            row["ratio_to_sb3"] = row["sps"] / sb3
 
     print(f"\n{'row':40s} {'env-steps/s':>12s}  notes")
     for name, row in rows.items():
-        notes = ", ".join(f"{k}={v:.2f}" for k, v in row.items() if k in ("ratio_to_sb3", "fraction_of_raw_x16"))
+        notes = ", ".join(f"{k}={v:.2f}" for k, v in row.items() if k in ("ratio_to_sb3", "fraction_of_raw_x32"))
         print(f"{name:40s} {row['sps']:12.0f}  {notes}")
     RESULTS.mkdir(exist_ok=True)
     out = {"benchmark": "throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,

@@ -38,13 +38,14 @@ def test_default_config_composes_and_validates():
 @pytest.mark.parametrize("override,message", [
     ("updater.clip_range=1.5", r"updater.clip_range must be in \(0, 1\), got 1.5"),
     ("env.num_envs=0", r"env.num_envs must be >= 1, got 0"),
-    ("updater.lr_schedule=cosine", r"updater.lr_schedule must be constant or linear, got 'cosine'"),
+    ("updater.lr_schedule=cosine", r"updater.lr_schedule must be constant, linear or adaptive, got 'cosine'"),
+    ("updater=trpo updater.line_search_shrink=1.5", r"updater.line_search_shrink must be in \(0, 1\)"),
     ("policy.activation=sigmoid", r"policy.activation must be one of"),
     ("total_steps=-5", r"total_steps must be >= 1, got -5"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
-        validate(compose_config(["run_dir=/tmp/x", override]))
+        validate(compose_config(["run_dir=/tmp/x", *override.split()]))
 
 
 @pytest.mark.parametrize("override,key", [

@@ -1,0 +1,131 @@
+"""Learning benchmarks: final returns of genpol configurations, one run per (job, seed).
+
+Each run is ``python -m genpol.train`` in its own process with ``run_dir=bench/runs/<suite>/<job>-s<seed>``,
+so an interrupted suite resumes where it stopped (re-run the same command). Final return = the
+final deterministic evaluation, 5 episodes with reset seeds 10000-10004: the protocol of the SB3
+figures in ``../shared/notes/ANCHORS.md``.
+
+Suites:
+    mujoco     Gaussian PPO, +experiment=ppo_mujoco, Hopper-v5 and HalfCheetah-v5, 1M steps, 3 seeds
+    updaters   Hopper-v5, PPO vs SPO vs TRPO (genpol), 1M steps, 3 seeds
+    spo_deep   Hopper-v5, a 7-layer actor (256-256-128-128-64-64), PPO vs SPO, ratio deviation over training
+
+    python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
+
+Writes ``bench/results/learning_<suite>.json`` and ``bench/results/learning_<suite>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+COMMON = ["pipeline.video=false", "pipeline.eval_episodes=5", "pipeline.eval_every=0", "logger.progress_bar=false",
+          "pipeline.checkpoint_every=50"]
+DEEP_ACTOR = "policy.hidden_sizes=[256,256,128,128,64,64]"
+
+SUITES: dict[str, dict[str, list[str]]] = {
+    "mujoco": {
+        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
+        "halfcheetah-ppo": ["+experiment=ppo_mujoco", "env=halfcheetah"],
+    },
+    "updaters": {
+        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo"],
+        "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo"],
+        "hopper-trpo": ["+experiment=trpo_mujoco", "env=hopper"],
+    },
+    "spo_deep": {
+        "hopper-ppo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo", DEEP_ACTOR],
+        "hopper-spo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo", DEEP_ACTOR],
+    },
+}
+
+
+def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int) -> dict:
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists() and json.loads(summary_path.read_text())["env_steps"] >= steps:
+        return json.loads(summary_path.read_text())
+    command = [sys.executable, "-m", "genpol.train", *overrides, *COMMON, f"seed={seed}", f"total_steps={steps}",
+               f"run_dir={run_dir}"]
+    print("$", " ".join(command[1:]), flush=True)
+    start = time.time()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    print(f"  done in {time.time() - start:.0f} s", flush=True)
+    return json.loads(summary_path.read_text())
+
+
+def curves(run_dir: Path, key: str) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
+    return [(row["global_step"], row[key]) for row in rows if key in row]
+
+
+def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["charts/episodic_return"] + (["losses/ratio_deviation"] if suite == "spo_deep" else [])
+    fig, axes = plt.subplots(1, len(keys), figsize=(7 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for color, (job, dirs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], runs.items()):
+            for i, run_dir in enumerate(dirs):
+                points = curves(run_dir, key)
+                if points:
+                    ax.plot(*zip(*points), color=color, alpha=0.7, label=job if i == 0 else None)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"genpol learning benchmark: {suite}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--jobs", nargs="*", help="only these jobs of the suite")
+    args = parser.parse_args()
+
+    table, runs = {}, {}
+    for job, overrides in SUITES[args.suite].items():
+        if args.jobs and job not in args.jobs:
+            continue
+        dirs = [ROOT / "bench" / "runs" / args.suite / f"{job}-s{seed}" for seed in args.seeds]
+        summaries = [run_job(d, overrides, seed, args.steps) for d, seed in zip(dirs, args.seeds)]
+        runs[job] = dirs
+        finals = [s["eval_return_mean"] for s in summaries]
+        table[job] = {
+            "overrides": overrides, "seeds": args.seeds, "steps": args.steps, "final_returns": finals,
+            "median_final_return": statistics.median(finals),
+            "sps_median": statistics.median(s["sps"] for s in summaries),
+            "wall_time_s": [s["wall_time_s"] for s in summaries],
+        }
+        if args.suite == "spo_deep":
+            deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
+            table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
+    RESULTS.mkdir(exist_ok=True)
+    out = {"suite": args.suite, "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": table}
+    (RESULTS / f"learning_{args.suite}.json").write_text(json.dumps(out, indent=2))
+    plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
+    print(f"\n{'job':28s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
+    for job, row in table.items():
+        per_seed = ", ".join(f"{v:.0f}" for v in row["final_returns"])
+        print(f"{job:28s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}")
+
+
+if __name__ == "__main__":
+    main()
