@@ -7,7 +7,7 @@ Hydra checks names and types against these dataclasses while composing, so ``upd
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -66,8 +66,37 @@ class EnvConfig:
             _require(self.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", self.max_episode_steps)
 
 
+def _check_network(key: str, sizes: List[int], activation: str) -> None:
+    _require(len(sizes) >= 1 and all(w >= 1 for w in sizes), f"policy.{key}", "non-empty positive widths", sizes)
+    _require(activation in ACTIVATION_NAMES, f"policy.{key.replace('hidden_sizes', 'activation')}",
+             f"one of {ACTIVATION_NAMES}", activation)
+
+
 @dataclass
-class GaussianPolicyConfig:
+class PolicyConfig:
+    """Fields every policy group has: the head family and the critic. The other fields of a
+    subclass are the head's constructor arguments."""
+
+    family: str = MISSING
+    """Head family; selects the head class."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "tanh"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        _check_network("critic_hidden_sizes", self.critic_hidden_sizes, self.critic_activation)
+        if hasattr(self, "hidden_sizes"):
+            _check_network("hidden_sizes", self.hidden_sizes, self.activation)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        """The head's constructor arguments: every field but the family and the critic's."""
+        skip = {"family", "critic_hidden_sizes", "critic_activation"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+
+@dataclass
+class GaussianPolicyConfig(PolicyConfig):
     """Diagonal Gaussian head (MLP mean, state-independent log-std) and its critic."""
 
     family: str = "gaussian"
@@ -80,23 +109,92 @@ class GaussianPolicyConfig:
     """Initial log standard deviation of every action dimension."""
     orthogonal_init: bool = True
     """Orthogonal initialization (gain sqrt(2), output gain 0.01 for the mean)."""
-    critic_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+
+
+@dataclass
+class FlowPolicyConfig(PolicyConfig):
+    """Velocity network and ODE sampler shared by the flow heads."""
+
+    hidden_sizes: List[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    """Hidden layer widths of the velocity network."""
+    activation: str = "silu"
+    """Activation of the velocity network."""
+    time_embed_dim: int = 8
+    """Size of the sinusoidal time embedding."""
+    output_scale: float = 0.25
+    """Multiplies the velocity network's output."""
+    integration_steps: int = 10
+    """ODE steps from noise to action."""
+    integrator: str = "euler"
+    """``euler`` or ``midpoint``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
+                 "an even number >= 2", self.time_embed_dim)
+        _require(self.output_scale > 0, "policy.output_scale", "> 0", self.output_scale)
+        _require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        _require(self.integrator in ("euler", "midpoint"), "policy.integrator", "euler or midpoint",
+                 self.integrator)
+
+
+@dataclass
+class FPOPolicyConfig(FlowPolicyConfig):
+    """FPO: flow policy with the flow-matching-loss ratio (defaults: FPO's playground settings)."""
+
+    family: str = "fpo"
+    """Head family; selects the head class."""
+    n_mc: int = 8
+    """(t, noise) pairs drawn per action."""
+    ratio_mode: str = "average"
+    """``average`` (FPO: one ratio from averaged losses) or ``per_sample`` (FPO++: one per pair)."""
+    t_sampling: str = "grid"
+    """``grid`` (t on the sampler's grid) or ``uniform``."""
+    loss_weighting: str = "eps"
+    """``eps`` (FPO's u_but_supervise_as_eps, weight t^2) or ``velocity`` (unweighted)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the value network."""
-    critic_activation: str = "tanh"
+    critic_activation: str = "silu"
     """Activation of the value network."""
 
     def __post_init__(self) -> None:
-        _require(all(w >= 1 for w in self.hidden_sizes), "policy.hidden_sizes", "positive widths", self.hidden_sizes)
-        _require(all(w >= 1 for w in self.critic_hidden_sizes), "policy.critic_hidden_sizes",
-                 "positive widths", self.critic_hidden_sizes)
-        _require(self.activation in ACTIVATION_NAMES, "policy.activation", f"one of {ACTIVATION_NAMES}",
-                 self.activation)
-        _require(self.critic_activation in ACTIVATION_NAMES, "policy.critic_activation",
-                 f"one of {ACTIVATION_NAMES}", self.critic_activation)
+        super().__post_init__()
+        _require(self.n_mc >= 1, "policy.n_mc", ">= 1", self.n_mc)
+        _require(self.ratio_mode in ("average", "per_sample"), "policy.ratio_mode", "average or per_sample",
+                 self.ratio_mode)
+        _require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
+        _require(self.loss_weighting in ("eps", "velocity"), "policy.loss_weighting", "eps or velocity",
+                 self.loss_weighting)
 
-    def head_kwargs(self) -> dict[str, Any]:
-        return {"hidden_sizes": list(self.hidden_sizes), "activation": self.activation,
-                "log_std_init": self.log_std_init, "orthogonal_init": self.orthogonal_init}
+
+@dataclass
+class PolicyFlowPolicyConfig(FlowPolicyConfig):
+    """PolicyFlow: flow prior plus learnable Gaussian noise, velocity-variation ratio, Brownian regularizer."""
+
+    family: str = "policyflow"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64, 64])
+    """Hidden layer widths of the velocity network."""
+    output_scale: float = 1.0
+    """Multiplies the velocity network's output."""
+    integrator: str = "midpoint"
+    """``euler`` or ``midpoint`` (PolicyFlow's)."""
+    log_std_init: float = 0.0
+    """Initial log std of the exploration noise (clamped to [-5, 2])."""
+    brownian_coef: float = 0.01
+    """Weight of the Brownian regularizer."""
+    brownian_beta: float = 1.0
+    """Temperature beta of the Brownian regularizer."""
+    degenerate_to_gaussian: bool = False
+    """x0 = 0: the policy becomes a Gaussian around a deterministic flow output (ablation)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "elu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
 
 
 @dataclass
@@ -333,10 +431,11 @@ class EvaluateConfig:
         _require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
 
 
-POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig}
+POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
+                                   "policyflow": PolicyFlowPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig}
-ALL_SCHEMAS: list[type] = [EnvConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
+ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
                            *PIPELINE_SCHEMAS.values(), LoggerConfig, TrainConfig, EvaluateConfig]
 
 

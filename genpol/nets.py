@@ -71,3 +71,13 @@ class ValueNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs).squeeze(-1)
+
+
+def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t [...]`` in [0, 1] -> ``[..., dim]``: sin and cos of ``2^k * pi * t`` for k = 0 .. dim/2 - 1
+    (FPO's embedding: low frequencies, because t only spans [0, 1])."""
+    if dim % 2:
+        raise ValueError(f"time embedding dimension must be even, got {dim}")
+    frequencies = torch.pi * 2.0 ** torch.arange(dim // 2, device=t.device, dtype=t.dtype)
+    angles = t.unsqueeze(-1) * frequencies
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)

@@ -6,11 +6,13 @@ import difflib
 from typing import Any
 
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
+from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
+from genpol.heads.policyflow import PolicyFlowHead
 
-HEADS: dict[str, type[PolicyHead]] = {GaussianHead.family: GaussianHead}
+HEADS: dict[str, type[PolicyHead]] = {head.family: head for head in (GaussianHead, FPOHead, PolicyFlowHead)}
 
-__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "FPOHead", "PolicyFlowHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 
