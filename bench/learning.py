@@ -1,6 +1,7 @@
 """Learning benchmarks: final returns of genpol configurations, one run per (job, seed).
 
-Each run is ``python -m genpol.train`` in its own process with ``run_dir=bench/runs/<suite>/<job>-s<seed>``,
+Each run is ``python -m genpol.train`` in its own process with
+``run_dir=bench/runs/learning/<job>-<steps>k-s<seed>``,
 so an interrupted suite resumes where it stopped (re-run the same command). Final return = the
 final deterministic evaluation, 5 episodes with reset seeds 10000-10004: the protocol of the SB3
 figures in ``../shared/notes/ANCHORS.md``.
@@ -8,6 +9,7 @@ figures in ``../shared/notes/ANCHORS.md``.
 Suites:
     mujoco     Gaussian PPO, +experiment=ppo_mujoco, Hopper-v5 and HalfCheetah-v5, 1M steps, 3 seeds
     updaters   Hopper-v5, PPO vs SPO vs TRPO (genpol), 1M steps, 3 seeds
+    flows      HalfCheetah-v5, Gaussian (ppo_fast) vs FPO vs PolicyFlow with the same rollout settings
     spo_deep   Hopper-v5, a 7-layer actor (256-256-128-128-64-64), PPO vs SPO, ratio deviation over training
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
@@ -32,15 +34,23 @@ COMMON = ["pipeline.video=false", "pipeline.eval_episodes=5", "pipeline.eval_eve
           "pipeline.checkpoint_every=50"]
 DEEP_ACTOR = "policy.hidden_sizes=[256,256,128,128,64,64]"
 
+FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512", "updater.compile=true",
+                "pipeline.compile_sampling=true"]
+# Jobs with the same name are the same run (shared across suites): keep their overrides identical.
 SUITES: dict[str, dict[str, list[str]]] = {
     "mujoco": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
-        "halfcheetah-ppo": ["+experiment=ppo_mujoco", "env=halfcheetah"],
+        "halfcheetah-ppo": ["+experiment=default", "pipeline.eval_every=0"],
     },
     "updaters": {
-        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo"],
+        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
         "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo"],
         "hopper-trpo": ["+experiment=trpo_mujoco", "env=hopper"],
+    },
+    "flows": {
+        "halfcheetah-gaussian": ["+experiment=ppo_fast", "env=halfcheetah"],
+        "halfcheetah-fpo": ["env=halfcheetah", "policy=fpo", *FLOW_ROLLOUT],
+        "halfcheetah-policyflow": ["env=halfcheetah", "+experiment=policyflow", *FLOW_ROLLOUT],
     },
     "spo_deep": {
         "hopper-ppo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo", DEEP_ACTOR],
@@ -104,7 +114,7 @@ def main() -> None:
     for job, overrides in SUITES[args.suite].items():
         if args.jobs and job not in args.jobs:
             continue
-        dirs = [ROOT / "bench" / "runs" / args.suite / f"{job}-s{seed}" for seed in args.seeds]
+        dirs = [ROOT / "bench" / "runs" / "learning" / f"{job}-{args.steps // 1000}k-s{seed}" for seed in args.seeds]
         summaries = [run_job(d, overrides, seed, args.steps) for d, seed in zip(dirs, args.seeds)]
         runs[job] = dirs
         finals = [s["eval_return_mean"] for s in summaries]

@@ -360,6 +360,8 @@ class OnlinePipelineConfig:
     """Record the final evaluation's first episode as an mp4 under video_dir/<run name>/."""
     video_dir: str = "videos"
     """Directory of evaluation videos (relative to the working directory)."""
+    compile_sampling: bool = False
+    """Compile the head's sampling with torch.compile (worth it for flow heads: ~2x faster rollouts)."""
 
     def __post_init__(self) -> None:
         _require(self.checkpoint_every >= 0, "pipeline.checkpoint_every", ">= 0", self.checkpoint_every)

@@ -97,7 +97,7 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     runner = OnPolicyRunner(
         env, head, critic, updater, rollout_steps=cfg.updater.rollout_steps, gamma=gamma,
         gae_lambda=cfg.updater.gae_lambda, total_steps=cfg.total_steps, seed=cfg.seed,
-        lr_schedule=cfg.updater.lr_schedule, callbacks=callbacks,
+        lr_schedule=cfg.updater.lr_schedule, callbacks=callbacks, compile_sampling=pipeline.compile_sampling,
     )
     remove_temporary(run_dir / "checkpoints")
     existing = list_checkpoints(run_dir / "checkpoints")

@@ -35,6 +35,9 @@ class OnPolicyRunner:
             caller's business: it also decides the networks' initial weights).
         lr_schedule: ``"constant"`` or ``"linear"`` (decay to 0 at ``total_steps``).
         callbacks: called after every iteration and at the start and end of training.
+        compile_sampling: run ``head.sample`` through ``torch.compile``. Flow heads call their
+            network 10-20 times per action; compiled, FPO's sampling for 32 envs measured 3.1 -> 1.4 ms
+            per step on a 2-core CPU. A Gaussian head gets slower (one small MLP), so it is off by default.
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class OnPolicyRunner:
         seed: int = 0,
         lr_schedule: str = "constant",
         callbacks: Sequence[Callback] = (),
+        compile_sampling: bool = False,
     ):
         self.env = env
         self.head = head
@@ -61,6 +65,7 @@ class OnPolicyRunner:
         self.seed = seed
         self.lr_schedule = lr_schedule
         self.callbacks = CallbackList(callbacks)
+        self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
         self.device = next(critic.parameters()).device
         self.storage = RolloutStorage(rollout_steps, env.num_envs, env.obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
@@ -85,7 +90,7 @@ class OnPolicyRunner:
         obs = self.obs
         with torch.no_grad():
             for _ in range(storage.num_steps):
-                action, record = head.sample(obs)
+                action, record = self.sample(obs)
                 value = critic(obs)
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 truncation_value = None
