@@ -3,6 +3,8 @@
 Ids take a backend prefix:
 
 * ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box observations and actions;
+* ``dmc:<domain>-<task>`` - the dm_control suite, e.g. ``dmc:cheetah-run``;
+* ``playground:<Env>`` - MuJoCo Playground (MJX on JAX, CPU or GPU), e.g. ``playground:CheetahRun``;
 * ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``).
 
 This package never imports ``genpol``; the learning layer depends on it, not the reverse.
@@ -50,13 +52,29 @@ def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwarg
     return tasks[name](**kwargs, **(env_kwargs or {}))
 
 
-BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "genpol": _make_genpol}
+def _make_dmc(name: str, **kwargs: Any) -> VectorEnv:
+    from envs.dmc_backend import DMCVectorEnv
+
+    return DMCVectorEnv(name, **kwargs)
+
+
+def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
+    try:
+        from envs.playground_backend import PlaygroundVectorEnv
+    except ImportError as error:
+        raise EnvError(f"playground:{name} needs MuJoCo Playground: pip install -e '.[playground]' ({error})") from None
+    return PlaygroundVectorEnv(name, **kwargs)
+
+
+BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "dmc": _make_dmc, "playground": _make_playground,
+                                                 "genpol": _make_genpol}
 
 
 def known_ids() -> list[str]:
     """A few example ids (the gym backend accepts every registered gymnasium id)."""
     return ["gym:HalfCheetah-v5", "gym:Hopper-v5", "gym:Walker2d-v5", "gym:Ant-v5", "gym:Pendulum-v1",
-            "genpol:MultiGoal"]
+            "dmc:cheetah-run", "dmc:cartpole-balance", "dmc:walker-walk", "playground:CheetahRun",
+            "playground:CartpoleBalance", "genpol:MultiGoal"]
 
 
 def make_backend(

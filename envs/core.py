@@ -46,6 +46,7 @@ class VectorEnv(abc.ABC):
     action_high: torch.Tensor
     max_episode_steps: int | None = None
     env_id: str = "?"
+    provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -111,6 +112,7 @@ class VectorEnvWrapper(VectorEnv):
         self.action_high = env.action_high
         self.max_episode_steps = env.max_episode_steps
         self.env_id = env.env_id
+        self.provides_episode_stats = env.provides_episode_stats
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)

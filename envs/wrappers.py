@@ -83,7 +83,11 @@ class ActionRescale(VectorEnvWrapper):
 
 
 class EpisodeStats(VectorEnvWrapper):
-    """Adds ``episode_return`` and ``episode_length`` ``[K]`` to ``info`` for episodes that just ended."""
+    """Adds ``episode_return`` and ``episode_length`` ``[K]`` to ``info`` for episodes that just ended.
+
+    A backend that computes them itself (inside a jitted step, ``provides_episode_stats``) is passed
+    through unchanged.
+    """
 
     def __init__(self, env: VectorEnv):
         super().__init__(env)
@@ -98,6 +102,8 @@ class EpisodeStats(VectorEnvWrapper):
         return self.env.reset(seed)
 
     def step(self, actions: torch.Tensor) -> StepResult:
+        if self.provides_episode_stats:
+            return self.env.step(actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         self._returns += reward
         self._lengths += 1

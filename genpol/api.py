@@ -34,7 +34,7 @@ def _env_overrides(env: str) -> list[str]:
     """``"hopper"`` selects the env group; ``"gym:Hopper-v5"`` selects backend and id directly."""
     if ":" in env:
         backend, _, name = env.partition(":")
-        group = "multigoal" if (backend, name) == ("genpol", "MultiGoal") else "gym"
+        group = {"genpol": "multigoal"}.get(backend, backend)
         return [f"env={group}", f"env.backend={backend}", f"env.id={name}"]
     return [f"env={env}"]
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-ENV_BACKENDS = ("gym", "genpol")
+ENV_BACKENDS = ("gym", "dmc", "playground", "genpol")
 ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
 
 
@@ -31,9 +31,9 @@ class EnvConfig:
     """The simulator and its wrappers."""
 
     backend: str = "gym"
-    """Simulator backend: ``gym`` (any gymnasium Box env) or ``genpol`` (genpol's own tasks)."""
+    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX) or ``genpol``."""
     id: str = MISSING
-    """Task name inside the backend, e.g. ``HalfCheetah-v5`` or ``MultiGoal``."""
+    """Task name inside the backend, e.g. ``HalfCheetah-v5``, ``cheetah-run``, ``CheetahRun``, ``MultiGoal``."""
     num_envs: int = 8
     """Parallel environment copies stepped together."""
     normalize_obs: bool = True

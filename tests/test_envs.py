@@ -8,9 +8,13 @@ import envs
 from envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
                   RunningMeanStd)
 
+# The protocol conformance suite runs against every backend. Playground keeps 4 envs throughout,
+# so that its jitted functions compile once per (size, time limit).
 BACKENDS = [
     pytest.param("gym:Hopper-v5", 3, id="gym-hopper"),
     pytest.param("gym:Pendulum-v1", 2, id="gym-pendulum"),
+    pytest.param("dmc:cartpole-balance", 2, id="dmc-cartpole"),
+    pytest.param("playground:CartpoleBalance", 4, id="playground-cartpole"),
     pytest.param("genpol:MultiGoal", 4, id="genpol-multigoal"),
 ]
 
@@ -95,7 +99,7 @@ def test_termination_is_not_truncation():
 
 
 def test_unknown_ids_name_the_culprit_and_suggest():
-    with pytest.raises(EnvError, match=r"gym:, genpol:.*Did you mean 'gym:HalfCheetah-v5'"):
+    with pytest.raises(EnvError, match=r"gym:, dmc:, playground:, genpol:.*Did you mean .gym:HalfCheetah-v5."):
         envs.make("HalfCheetah-v5")
     with pytest.raises(EnvError, match=r"unknown gymnasium id 'gym:HalfChetah-v5'.*gym:HalfCheetah-v5"):
         envs.make("gym:HalfChetah-v5")
@@ -188,16 +192,17 @@ def test_reward_scaler_divides_by_running_return_std():
     raw.close(), scaled.close()
 
 
-@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "gym:Pendulum-v1", "genpol:MultiGoal"])
+@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "gym:Pendulum-v1", "dmc:cheetah-run", "dmc:cartpole-balance",
+                                    "playground:CartpoleBalance", "genpol:MultiGoal"])
 def test_state_dict_continues_the_episode_exactly(env_id):
     """Saving mid-episode and restoring into a fresh env reproduces the rest bit for bit."""
-    env = envs.make(env_id, num_envs=3, seed=5, normalize_obs=True, normalize_reward=True)
+    env = envs.make(env_id, num_envs=4, seed=5, normalize_obs=True, normalize_reward=True)
     env.reset()
     rollout(env, 25, seed_actions=1)
     state = env.state_dict()
     expected = rollout(env, 60, seed_actions=2)
     env.close()
-    fresh = envs.make(env_id, num_envs=3, seed=99, normalize_obs=True, normalize_reward=True)
+    fresh = envs.make(env_id, num_envs=4, seed=99, normalize_obs=True, normalize_reward=True)
     fresh.reset()
     fresh.load_state_dict(state)
     got = rollout(fresh, 60, seed_actions=2)
@@ -206,7 +211,7 @@ def test_state_dict_continues_the_episode_exactly(env_id):
         assert torch.equal(o1, o2) and torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
 
 
-@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "genpol:MultiGoal"])
+@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "dmc:cheetah-run", "genpol:MultiGoal"])
 def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
     import imageio.v3 as iio
 
@@ -221,3 +226,24 @@ def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
     assert frames.shape[0] == 20 and frames.shape[-1] == 3
     assert frames.std() > 10, "frames are blank"
     assert np.abs(frames[0].astype(float) - frames[-1].astype(float)).mean() > 0.5, "nothing moves"
+
+
+def test_dm_control_flattens_observations_in_spec_order_and_names_unknown_tasks():
+    from dm_control import suite
+
+    with envs.make_backend("dmc:cheetah-run", num_envs=1, seed=0) as env:
+        assert env.observation_keys == ["position", "velocity"] and env.obs_dim == 8 + 9
+        obs = env.reset(seed=3)
+        reference = suite.load("cheetah", "run", task_kwargs={"random": 3}).reset().observation
+        assert torch.allclose(obs[0].double(), torch.from_numpy(np.concatenate(
+            [reference["position"], reference["velocity"]])), atol=1e-6)
+    with pytest.raises(EnvError, match=r"unknown dm_control task 'dmc:cheetah-runn'.*dmc:cheetah-run"):
+        envs.make("dmc:cheetah-runn")
+
+
+def test_dm_control_time_limit_truncates():
+    with envs.make("dmc:cartpole-balance", num_envs=1, seed=0) as env:
+        env.reset()
+        for step in range(1000):
+            _, _, terminated, truncated, _ = env.step(torch.zeros(1, 1))
+        assert truncated.item() and not terminated.item() and env.max_episode_steps == 1000

@@ -167,7 +167,9 @@ def test_compiled_minibatch_step_matches_the_eager_one():
         eager.set_lr_scale(scale)
         compiled.set_lr_scale(scale)
         a = eager.update(storage, torch.Generator().manual_seed(0))
-        b = compiled.update(storage, torch.Generator().manual_seed(0))
+        # after the first update, nothing may recompile: the new learning rate is a tensor input
+        with torch._dynamo.config.patch(error_on_recompile=scale != 1.0):
+            b = compiled.update(storage, torch.Generator().manual_seed(0))
         for key in ("policy", "value", "entropy", "approx_kl", "clipfrac"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     for ours, theirs in zip([*head.parameters(), *critic.parameters()], [*twins[0].parameters(), *twins[1].parameters()]):

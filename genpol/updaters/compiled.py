@@ -50,11 +50,15 @@ class CompiledAdamStep:
         self.max_grad_norm = max_grad_norm
         by_id = {id(p): name for name, p in self.module.named_parameters()}
         self.entries: list[tuple[str, nn.Parameter, int]] = []  # (name, parameter, param-group index)
+        # betas and eps are read here, once: inside the compiled function, reading a param group
+        # would make dynamo guard on the whole dict, its changing lr included, and recompile.
+        self.hyper: list[tuple[float, float, float]] = []
         for index, group in enumerate(optimizer.param_groups):
             for parameter in group["params"]:
                 if id(parameter) not in by_id:
                     raise ValueError("the optimizer holds a parameter outside the compiled modules")
                 self.entries.append((by_id[id(parameter)], parameter, index))
+                self.hyper.append((*group["betas"], group["eps"]))
         self._lrs = torch.zeros(len(optimizer.param_groups))
         self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False)
 
@@ -78,16 +82,14 @@ class CompiledAdamStep:
             coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)
             grads = {n: grads[n] * coef for n in names}
         with torch.no_grad():
-            for (name, parameter, group_index), state in zip(self.entries, states):
-                group = self.optimizer.param_groups[group_index]
-                beta1, beta2 = group["betas"]
+            for (name, parameter, group_index), (beta1, beta2, eps), state in zip(self.entries, self.hyper, states):
                 gradient = grads[name]
                 state["step"].add_(1)
                 state["exp_avg"].lerp_(gradient, 1 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
                 bias_correction1 = 1 - beta1 ** state["step"]
                 bias_correction2_sqrt = (1 - beta2 ** state["step"]).sqrt()
-                denom = (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(group["eps"])
+                denom = (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
                 parameter.sub_(lrs[group_index] / bias_correction1 * state["exp_avg"] / denom)
         return diagnostics
 

@@ -1,0 +1,163 @@
+"""dm_control suite backend: ``dmc:<domain>-<task>``, e.g. ``dmc:cheetah-run``, as torch tensors.
+
+* Observations: the task's observation dict flattened in the order of ``observation_spec()`` (an
+  ordered dict, fixed per task), each entry raveled; ``observation_keys`` lists that order.
+* Actions: bounds from the action spec.
+* Episode ends: a step with ``discount == 0`` terminates; the suite's time limit (``last()`` with
+  discount 1) truncates, so learners bootstrap from ``info["final_obs"]``.
+* Vectorization: the envs are stepped one after another in this process (``SyncVectorEnv``'s
+  choice, for the same reason: no inter-process traffic on a few cores).
+* Rendering: ``physics.render`` of env 0 with camera 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from envs.core import EnvError, StepResult, VectorEnv
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # dm_control picks its GL backend at import; default headless
+
+import mujoco  # noqa: E402
+from dm_control import suite  # noqa: E402
+
+KNOWN_TASKS = [f"{domain}-{task}" for domain, task in suite.ALL_TASKS]
+
+
+class DMCVectorEnv(VectorEnv):
+    """``num_envs`` copies of a dm_control suite task.
+
+    Args:
+        name: ``"<domain>-<task>"`` (``dmc:`` prefix stripped), e.g. ``"cheetah-run"``.
+        num_envs, device, seed: as for every backend; env i is seeded with ``seed + i``.
+        render: allow ``render()`` (env 0); render_size: (width, height).
+        max_episode_steps: override the suite's time limit (in control steps).
+        env_kwargs: extra ``task_kwargs`` for ``suite.load``.
+    """
+
+    def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
+                 render: bool = False, render_size: tuple[int, int] = (256, 256),
+                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None):
+        domain, _, task = name.partition("-")
+        if (domain, task) not in suite.ALL_TASKS:
+            close = difflib.get_close_matches(name, KNOWN_TASKS, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join('dmc:' + c for c in close)}?" if close else ""
+            raise EnvError(f"unknown dm_control task 'dmc:{name}' (ids are dmc:<domain>-<task>).{hint}")
+        self.env_id = f"dmc:{name}"
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self._domain, self._task = domain, task
+        self._task_kwargs = dict(env_kwargs or {})
+        if max_episode_steps is not None:  # lift the suite's limit (in seconds) so that ours decides
+            self._task_kwargs["time_limit"] = float("inf")
+        self._envs = [self._load(None) for _ in range(num_envs)]
+        self._pending_seed = seed
+        spec = self._envs[0].observation_spec()
+        self.observation_keys = list(spec)
+        self.obs_dim = int(sum(np.prod(array.shape, dtype=int) for array in spec.values()))
+        action_spec = self._envs[0].action_spec()
+        self.act_dim = int(action_spec.shape[0])
+        self.action_low = torch.tensor(np.array(action_spec.minimum), dtype=torch.float32, device=self.device)
+        self.action_high = torch.tensor(np.array(action_spec.maximum), dtype=torch.float32, device=self.device)
+        suite_limit = self._envs[0]._step_limit
+        self.max_episode_steps = max_episode_steps or (None if suite_limit == float("inf") else int(suite_limit))
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._render = render
+        self._render_size = render_size
+
+    def _load(self, seed: int | None):
+        kwargs = {**self._task_kwargs, "random": seed}
+        return suite.load(self._domain, self._task, task_kwargs=kwargs)
+
+    def _flatten(self, observation: dict[str, Any]) -> np.ndarray:
+        return np.concatenate([np.asarray(observation[key], dtype=np.float64).ravel()
+                               for key in self.observation_keys])
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        seed = self._pending_seed if seed is None else seed
+        self._pending_seed = None
+        if seed is not None:  # dm_control seeds a task at construction
+            for env in self._envs:
+                env.close()
+            self._envs = [self._load(seed + i) for i in range(self.num_envs)]
+        self._steps[:] = 0
+        obs = np.stack([self._flatten(env.reset().observation) for env in self._envs])
+        return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.check_actions(actions)
+        actions_np = actions.detach().to("cpu", torch.float64).numpy()
+        obs = np.empty((self.num_envs, self.obs_dim))
+        final_obs = None
+        reward = np.empty(self.num_envs)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        for i, env in enumerate(self._envs):
+            timestep = env.step(actions_np[i])
+            self._steps[i] += 1
+            obs[i] = self._flatten(timestep.observation)
+            reward[i] = timestep.reward or 0.0
+            at_limit = self.max_episode_steps is not None and self._steps[i] >= self.max_episode_steps
+            if timestep.last() or at_limit:
+                terminated[i] = timestep.last() and timestep.discount == 0.0
+                truncated[i] = not terminated[i]
+                if final_obs is None:
+                    final_obs = obs.copy()
+                final_obs[i] = obs[i]
+                obs[i] = self._flatten(env.reset().observation)
+                self._steps[i] = 0
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        final_t = obs_t if final_obs is None else torch.as_tensor(final_obs, dtype=torch.float32, device=self.device)
+        return (obs_t, torch.as_tensor(reward, dtype=torch.float32, device=self.device),
+                torch.as_tensor(terminated, device=self.device), torch.as_tensor(truncated, device=self.device),
+                {"final_obs": final_t})
+
+    def render(self) -> np.ndarray | None:
+        if not self._render:
+            return None
+        width, height = self._render_size
+        return self._envs[0].physics.render(height=height, width=width, camera_id=0)
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    # ------------------------------------------------------------------ exact resume
+    def state_dict(self) -> dict[str, Any]:
+        states = []
+        for env, steps in zip(self._envs, self._steps):
+            model, data = env.physics.model.ptr, env.physics.data.ptr
+            spec = mujoco.mjtState.mjSTATE_INTEGRATION
+            buffer = np.empty(mujoco.mj_stateSize(model, spec))
+            mujoco.mj_getState(model, data, buffer, spec)
+            kind, keys, position, has_gauss, cached = env.task.random.get_state()
+            states.append({
+                "mujoco": torch.from_numpy(buffer), "steps": int(steps), "env_step_count": int(env._step_count),
+                "reset_next_step": bool(env._reset_next_step),
+                "random": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                           "has_gauss": int(has_gauss), "cached": float(cached)},
+            })
+        return {"envs": states, "pending_seed": self._pending_seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["envs"]) != self.num_envs:
+            raise EnvError(f"{self.env_id}: saved state holds {len(state['envs'])} envs, this env has {self.num_envs}")
+        for i, (env, saved) in enumerate(zip(self._envs, state["envs"])):
+            env.reset()
+            spec = mujoco.mjtState.mjSTATE_INTEGRATION
+            mujoco.mj_setState(env.physics.model.ptr, env.physics.data.ptr, saved["mujoco"].numpy(), spec)
+            # dm_control's (legacy) step runs mj_step2 first and relies on the position-dependent
+            # quantities of the previous mj_step1; recompute them for the restored state
+            env.physics.forward()
+            env._step_count = saved["env_step_count"]
+            env._reset_next_step = saved["reset_next_step"]
+            random = saved["random"]
+            env.task.random.set_state((random["kind"], random["keys"].numpy().astype(np.uint32), random["position"],
+                                       random["has_gauss"], random["cached"]))
+            self._steps[i] = saved["steps"]
+        self._pending_seed = state["pending_seed"]
