@@ -68,9 +68,9 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
 
     cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0)
-    head = make_head(cfg.policy, env.obs_dim, env.act_dim)
-    critic = make_critic(cfg.policy, env.obs_dim)
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    critic = make_critic(cfg.policy, env.obs_dim).to(cfg.device)
     per_iteration = cfg.updater.rollout_steps * cfg.env.num_envs
     runner = OnPolicyRunner(env, head, critic, make_updater(cfg.updater, head, critic),
                             rollout_steps=cfg.updater.rollout_steps, gamma=cfg.updater.gamma,

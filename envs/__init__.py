@@ -116,6 +116,8 @@ def make(
     video_prefix: str = "rollout",
     max_episode_steps: int | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    action_chunk: int = 1,
+    action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
 
@@ -135,13 +137,18 @@ def make(
         video_prefix: file-name prefix of the videos.
         max_episode_steps: override the task's time limit.
         env_kwargs: passed to the backend's constructor (``gymnasium.make`` for ``gym:``).
+        action_chunk: env actions per agent step (``envs.chunking``): the agent acts with
+            ``[chunk * A]`` vectors, rewards are summed, and ``info["env_steps"]`` counts env steps.
+        action_bounds: ``(low, high)`` that the agent's [-1, 1] maps to, instead of the env's own
+            bounds (e.g. an offline dataset's action range); same shape as the env's bounds.
     """
     env = make_backend(
         env_id, num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
         render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,
+        **({"action_chunk": action_chunk} if action_chunk != 1 else {}),
     )
     if rescale_actions:
-        env = ActionRescale(env)
+        env = ActionRescale(env, bounds=action_bounds)
     env = EpisodeStats(env)
     if video_dir is not None:
         env = VideoRecorder(env, video_dir, prefix=video_prefix)

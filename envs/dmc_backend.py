@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from envs.chunking import chunk_bounds
 from envs.core import EnvError, StepResult, VectorEnv
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # dm_control picks its GL backend at import; default headless
@@ -38,11 +39,13 @@ class DMCVectorEnv(VectorEnv):
         render: allow ``render()`` (env 0); render_size: (width, height).
         max_episode_steps: override the suite's time limit (in control steps).
         env_kwargs: extra ``task_kwargs`` for ``suite.load``.
+        action_chunk: actions per agent step (``envs.chunking``).
     """
 
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  render: bool = False, render_size: tuple[int, int] = (256, 256),
-                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None):
+                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
+                 action_chunk: int = 1):
         domain, _, task = name.partition("-")
         if (domain, task) not in suite.ALL_TASKS:
             close = difflib.get_close_matches(name, KNOWN_TASKS, n=3, cutoff=0.5)
@@ -61,9 +64,11 @@ class DMCVectorEnv(VectorEnv):
         self.observation_keys = list(spec)
         self.obs_dim = int(sum(np.prod(array.shape, dtype=int) for array in spec.values()))
         action_spec = self._envs[0].action_spec()
-        self.act_dim = int(action_spec.shape[0])
-        self.action_low = torch.tensor(np.array(action_spec.minimum), dtype=torch.float32, device=self.device)
-        self.action_high = torch.tensor(np.array(action_spec.maximum), dtype=torch.float32, device=self.device)
+        self.action_chunk = action_chunk
+        self.act_dim = int(action_spec.shape[0]) * action_chunk
+        low, high = chunk_bounds(np.array(action_spec.minimum), np.array(action_spec.maximum), action_chunk)
+        self.action_low = torch.tensor(low, dtype=torch.float32, device=self.device)
+        self.action_high = torch.tensor(high, dtype=torch.float32, device=self.device)
         suite_limit = self._envs[0]._step_limit
         self.max_episode_steps = max_episode_steps or (None if suite_limit == float("inf") else int(suite_limit))
         self._steps = np.zeros(num_envs, dtype=np.int64)
@@ -97,12 +102,19 @@ class DMCVectorEnv(VectorEnv):
         reward = np.empty(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
+        executed = np.zeros(self.num_envs, dtype=np.int64)
         for i, env in enumerate(self._envs):
-            timestep = env.step(actions_np[i])
-            self._steps[i] += 1
+            total = 0.0
+            for action in actions_np[i].reshape(self.action_chunk, -1):  # one action unless chunked
+                timestep = env.step(action)
+                self._steps[i] += 1
+                executed[i] += 1
+                total += timestep.reward or 0.0
+                at_limit = self.max_episode_steps is not None and self._steps[i] >= self.max_episode_steps
+                if timestep.last() or at_limit:
+                    break
             obs[i] = self._flatten(timestep.observation)
-            reward[i] = timestep.reward or 0.0
-            at_limit = self.max_episode_steps is not None and self._steps[i] >= self.max_episode_steps
+            reward[i] = total
             if timestep.last() or at_limit:
                 terminated[i] = timestep.last() and timestep.discount == 0.0
                 truncated[i] = not terminated[i]
@@ -113,9 +125,12 @@ class DMCVectorEnv(VectorEnv):
                 self._steps[i] = 0
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         final_t = obs_t if final_obs is None else torch.as_tensor(final_obs, dtype=torch.float32, device=self.device)
+        info = {"final_obs": final_t}
+        if self.action_chunk > 1:
+            info["env_steps"] = torch.as_tensor(executed, device=self.device)
         return (obs_t, torch.as_tensor(reward, dtype=torch.float32, device=self.device),
                 torch.as_tensor(terminated, device=self.device), torch.as_tensor(truncated, device=self.device),
-                {"final_obs": final_t})
+                info)
 
     def render(self) -> np.ndarray | None:
         if not self._render:

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.chunking import ActionChunking
 from envs.core import EnvError, StepResult, VectorEnv
 
 try:  # MuJoCo is optional for gymnasium itself; genpol installs it.
@@ -62,8 +63,9 @@ class GymVectorEnv(VectorEnv):
         seed: seed used by the first ``reset()`` called without one.
         render: create env 0 with ``render_mode="rgb_array"`` so that ``render()`` works.
         render_size: (width, height) of rendered frames.
-        max_episode_steps: override the registered time limit.
+        max_episode_steps: override the registered time limit (in env steps, not chunks).
         env_kwargs: passed to ``gymnasium.make``.
+        action_chunk: actions per agent step (``envs.chunking``); the action becomes ``[chunk * A]``.
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class GymVectorEnv(VectorEnv):
         render_size: tuple[int, int] = (256, 256),
         max_episode_steps: int | None = None,
         env_kwargs: dict[str, Any] | None = None,
+        action_chunk: int = 1,
     ):
         if num_envs < 1:
             raise EnvError(f"num_envs must be >= 1, got {num_envs}")
@@ -97,10 +100,11 @@ class GymVectorEnv(VectorEnv):
                 if render and index == 0:
                     extra = {"render_mode": "rgb_array", "width": render_size[0], "height": render_size[1]}
                 try:
-                    return gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                    env = gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
-                    return gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                    env = gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                return ActionChunking(env, action_chunk) if action_chunk > 1 else env
 
             return make
 
@@ -122,6 +126,7 @@ class GymVectorEnv(VectorEnv):
         self.action_low = torch.as_tensor(single_act.low, dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(single_act.high, dtype=torch.float32, device=self.device)
         self.max_episode_steps = self._envs.envs[0].spec.max_episode_steps if self._envs.envs[0].spec else None
+        self.action_chunk = action_chunk
         self._render = render
         self._renderer_ready = False
 
@@ -148,6 +153,8 @@ class GymVectorEnv(VectorEnv):
             for i in np.flatnonzero(done_mask):
                 final_obs[i] = self._to_torch(info_np["final_obs"][i])
         info = {"final_obs": final_obs}
+        if self.action_chunk > 1:
+            info["env_steps"] = self._executed_steps(info_np)
         return (
             obs,
             self._to_torch(reward),
@@ -155,6 +162,15 @@ class GymVectorEnv(VectorEnv):
             self._to_torch(truncated, torch.bool),
             info,
         )
+
+    def _executed_steps(self, info_np: dict[str, Any]) -> torch.Tensor:
+        """Env steps each env executed in this chunk (fewer than the chunk where an episode ended)."""
+        steps = np.asarray(info_np.get("env_steps", np.full(self.num_envs, self.action_chunk)), dtype=np.int64)
+        ended = info_np.get("_final_info")
+        if ended is not None and ended.any():  # SAME_STEP autoreset: the step's info is in final_info
+            final = info_np["final_info"]["env_steps"]
+            steps = np.where(ended, final, steps)
+        return torch.from_numpy(steps).to(self.device)
 
     def render(self) -> np.ndarray | None:
         if not self._render:

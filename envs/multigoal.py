@@ -36,14 +36,16 @@ class MultiGoal(VectorEnv):
         control_cost: float = 0.05,
         goal_bonus: float = 10.0,
         init_noise: float = 0.0,
+        action_chunk: int = 1,
     ):
         self.env_id = "genpol:MultiGoal"
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.obs_dim = 2
-        self.act_dim = 2
-        self.action_low = -torch.ones(2, device=self.device)
-        self.action_high = torch.ones(2, device=self.device)
+        self.action_chunk = action_chunk
+        self.act_dim = 2 * action_chunk
+        self.action_low = -torch.ones(self.act_dim, device=self.device)
+        self.action_high = torch.ones(self.act_dim, device=self.device)
         self.max_episode_steps = max_episode_steps or 30
         d = goal_distance
         self.goals = torch.tensor([[d, 0.0], [0.0, d], [-d, 0.0], [0.0, -d]], device=self.device)
@@ -86,30 +88,38 @@ class MultiGoal(VectorEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
-        actions = actions.detach().to(self.device, torch.float32).clamp(-1.0, 1.0)
-        distance_before = self.nearest_goal_distance(self.position)
-        position = (self.position + self.max_speed * actions).clamp(-self.bound, self.bound)
-        distance_after = self.nearest_goal_distance(position)
-        terminated = distance_after < self.goal_radius
-        reward = (
-            distance_before
-            - distance_after
-            - self.control_cost * actions.square().sum(dim=1)
-            + self.goal_bonus * terminated.float()
-        )
-        self.steps += 1
-        truncated = (self.steps >= self.max_episode_steps) & ~terminated
+        chunk = actions.detach().to(self.device, torch.float32).clamp(-1.0, 1.0).view(self.num_envs, -1, 2)
+        reward = torch.zeros(self.num_envs, device=self.device)
+        terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        truncated = torch.zeros_like(terminated)
+        executed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        for j in range(chunk.shape[1]):  # one action unless chunked; ended envs sit out the rest
+            active = ~(terminated | truncated)
+            action = chunk[:, j] * active[:, None]
+            distance_before = self.nearest_goal_distance(self.position)
+            position = (self.position + self.max_speed * action).clamp(-self.bound, self.bound)
+            distance_after = self.nearest_goal_distance(position)
+            arrived = (distance_after < self.goal_radius) & active
+            reward += active * (distance_before - distance_after - self.control_cost * action.square().sum(dim=1)
+                                + self.goal_bonus * arrived.float())
+            self.steps += active.long()
+            executed += active.long()
+            terminated |= arrived
+            truncated |= (self.steps >= self.max_episode_steps) & active & ~arrived
+            self.position = position
+            if self._render and bool(active[0]):
+                self._trail.append(position[0].cpu().numpy().copy())
         ended = terminated | truncated
-        self.position = position
-        final_obs = position.clone()
-        if self._render:
-            self._trail.append(position[0].cpu().numpy().copy())
+        final_obs = self.position.clone()
         if ended.any():
-            self.position = torch.where(ended[:, None], self._initial_positions(self.num_envs), position)
+            self.position = torch.where(ended[:, None], self._initial_positions(self.num_envs), self.position)
             self.steps.masked_fill_(ended, 0)
             if self._render and bool(ended[0]):
                 self._trail = [self.position[0].cpu().numpy().copy()]
-        return self.position.clone(), reward, terminated, truncated, {"final_obs": final_obs}
+        info = {"final_obs": final_obs}
+        if self.action_chunk > 1:
+            info["env_steps"] = executed
+        return self.position.clone(), reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:
         """Top-down view of env 0: goals in green, the path so far in grey, the agent in blue."""

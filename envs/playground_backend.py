@@ -113,12 +113,16 @@ class PlaygroundVectorEnv(VectorEnv):
 
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  render: bool = False, render_size: tuple[int, int] = (256, 256),
-                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None):
+                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
+                 action_chunk: int = 1):
         import jax
         from mujoco_playground import registry
         from mujoco_playground._src import mjx_env
 
         self.env_id = f"playground:{name}"
+        if action_chunk != 1:
+            raise EnvError(f"{self.env_id}: action chunks are not supported by the Playground backend yet "
+                           "(use policy.act_steps=1, or the gym/dmc backends)")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.jax_device = jax_device_for(self.device)

@@ -60,12 +60,21 @@ class RunningMeanStd:
 class ActionRescale(VectorEnvWrapper):
     """The agent acts in ``[-1, 1]^A``; the env receives ``low + (a + 1) / 2 * (high - low)``, clipped.
 
-    Dimensions with an infinite bound are passed through unscaled (and unclipped).
+    Dimensions with an infinite bound are passed through unscaled (and unclipped). ``bounds``
+    replaces ``(low, high)``, e.g. by an offline dataset's action range; the result is still
+    clipped to the env's own bounds.
     """
 
-    def __init__(self, env: VectorEnv):
+    def __init__(self, env: VectorEnv, bounds: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__(env)
         low, high = env.action_low, env.action_high
+        self._env_low, self._env_high = low, high
+        self._custom_bounds = bounds is not None
+        if bounds is not None:
+            low, high = (torch.as_tensor(b, dtype=torch.float32, device=env.device) for b in bounds)
+            if low.shape != env.action_low.shape:
+                raise ValueError(f"{env.env_id}: action bounds of shape {list(low.shape)} do not fit actions "
+                                 f"of shape {list(env.action_low.shape)}")
         finite = torch.isfinite(low) & torch.isfinite(high)
         self._all_finite = bool(finite.all())
         self._finite = finite
@@ -79,6 +88,8 @@ class ActionRescale(VectorEnvWrapper):
         scaled = torch.addcmul(self._center, actions.clamp(-1.0, 1.0), self._half_range)
         if not self._all_finite:
             scaled = torch.where(self._finite, scaled, actions)
+        if self._custom_bounds:
+            scaled = torch.maximum(torch.minimum(scaled, self._env_high), self._env_low)
         return self.env.step(scaled)
 
 
@@ -106,7 +117,7 @@ class EpisodeStats(VectorEnvWrapper):
             return self.env.step(actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         self._returns += reward
-        self._lengths += 1
+        self._lengths += info.get("env_steps", 1)  # chunked envs execute several env steps per step
         ended = terminated | truncated
         if ended.any():
             info["episode_return"] = self._returns[ended].float()

@@ -81,3 +81,30 @@ def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     frequencies = torch.pi * 2.0 ** torch.arange(dim // 2, device=t.device, dtype=t.dtype)
     angles = t.unsqueeze(-1) * frequencies
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class ResidualMLP(nn.Module):
+    """``in_dim -> width -> [residual blocks] -> out_dim``: DPPO's denoiser body.
+
+    Each block is ``h + W2 act(W1 act(h))`` (pre-activation), so ``hidden_sizes=(512, 512, 512)``
+    gives an input layer and one two-layer residual block of width 512. All hidden widths must match.
+    """
+
+    def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "mish"):
+        super().__init__()
+        width = hidden_sizes[0]
+        if any(size != width for size in hidden_sizes):
+            raise ValueError(f"ResidualMLP needs equal hidden widths, got {list(hidden_sizes)}")
+        act = activation_class(activation)
+        self.input = nn.Linear(in_dim, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(act(), nn.Linear(width, width), act(), nn.Linear(width, width))
+            for _ in range(max((len(hidden_sizes) - 1) // 2, 0))
+        )
+        self.output = nn.Sequential(act(), nn.Linear(width, out_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.input(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.output(h)

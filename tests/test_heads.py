@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from genpol.heads import FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, head_from_spec
+from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, head_from_spec
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -19,6 +19,11 @@ HEAD_FACTORIES = {
                                       t_sampling="uniform"),
     "policyflow": lambda: PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16)),
     "policyflow-degenerate": lambda: PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), degenerate_to_gaussian=True),
+    "diffusion-ddpm": lambda: DiffusionHead(OBS_DIM, ACT_DIM, denoising_steps=6, ft_denoising_steps=3,
+                                            hidden_sizes=(32, 32, 32), min_sampling_std=0.2),
+    "diffusion-ddim-chunk": lambda: DiffusionHead(OBS_DIM, ACT_DIM, act_steps=3, horizon_steps=4, denoising_steps=20,
+                                                  use_ddim=True, ddim_steps=4, ft_denoising_steps=4,
+                                                  hidden_sizes=(32, 32, 32)),
 }
 
 
@@ -53,7 +58,8 @@ def test_shapes_and_record_batch_dim(head):
     terms = head.log_ratio(obs, record)
     if terms.entropy is not None:
         assert terms.entropy.shape == (BATCH,)
-    loss = head.imitation_loss(obs, action)
+    expert_chunk = torch.rand(BATCH, head.horizon_steps * (ACT_DIM // head.act_steps)) * 2 - 1
+    loss = head.imitation_loss(obs, expert_chunk)
     assert loss.ndim == 0 and torch.isfinite(loss)
 
 

@@ -6,13 +6,16 @@ import difflib
 from typing import Any
 
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
+from genpol.heads.diffusion import DiffusionHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.policyflow import PolicyFlowHead
 
-HEADS: dict[str, type[PolicyHead]] = {head.family: head for head in (GaussianHead, FPOHead, PolicyFlowHead)}
+HEADS: dict[str, type[PolicyHead]] = {
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead)
+}
 
-__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "FPOHead", "PolicyFlowHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 

@@ -69,6 +69,8 @@ class PolicyHead(nn.Module, abc.ABC):
     family: ClassVar[str] = ""
     has_exact_kl: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
+    horizon_steps: int = 1  # actions per imitation target: imitation_loss takes [B, horizon_steps * A]
+    act_steps: int = 1  # actions per env step (action chunking): act_dim = act_steps * A
 
     def __init__(self, obs_dim: int, act_dim: int):
         super().__init__()
@@ -101,6 +103,10 @@ class PolicyHead(nn.Module, abc.ABC):
 
     def begin_update(self) -> None:
         """Called by the runner once before each update phase (e.g. to snapshot the rollout network)."""
+
+    def start_finetuning(self) -> None:
+        """Called once between offline pretraining and online fine-tuning (e.g. to freeze the early
+        denoising steps of a diffusion policy at their pretrained weights)."""
 
     def spec(self) -> dict[str, Any]:
         """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained."""

@@ -72,14 +72,11 @@ class OnPolicyRunner:
         self.obs: torch.Tensor | None = None
         self.global_step = 0
         self.iteration = 0
+        self.last_iteration_steps = 0
         self.wall_time = 0.0
         self.episode_returns: list[float] = []  # episodes finished in the latest rollout
         self.episode_lengths: list[int] = []
         self.recent_returns: deque[float] = deque(maxlen=20)  # the last 20 finished episodes
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.storage.num_steps * self.env.num_envs
 
     # ------------------------------------------------------------------ the loop
     def collect(self) -> None:
@@ -87,6 +84,7 @@ class OnPolicyRunner:
         storage, env, head, critic = self.storage, self.env, self.head, self.critic
         storage.reset()
         returns, lengths = [], []
+        env_steps = 0  # summed lazily: chunked envs report the env steps each agent step executed
         obs = self.obs
         with torch.no_grad():
             for _ in range(storage.num_steps):
@@ -97,13 +95,16 @@ class OnPolicyRunner:
                 if truncated.any():  # a time limit cut the episode: bootstrap from the true last obs
                     truncation_value = critic(info["final_obs"])
                 storage.add(obs, record, value, reward, terminated, truncated, truncation_value)
+                executed = info.get("env_steps")
+                env_steps = env_steps + (executed.sum() if executed is not None else env.num_envs)
                 if info["episode_return"].numel():
                     returns.append(info["episode_return"])
                     lengths.append(info["episode_length"])
                 obs = next_obs
             storage.compute_advantages(critic(obs), self.gamma, self.gae_lambda)
         self.obs = obs
-        self.global_step += self.steps_per_iteration
+        self.last_iteration_steps = int(env_steps)
+        self.global_step += self.last_iteration_steps
         self.episode_returns = torch.cat(returns).tolist() if returns else []
         self.episode_lengths = torch.cat(lengths).tolist() if lengths else []
         self.recent_returns.extend(self.episode_returns)
@@ -128,7 +129,7 @@ class OnPolicyRunner:
             self.iteration += 1
             metrics = {f"losses/{key}": value for key, value in stats.items() if not key.startswith("head/")}
             metrics.update({key: value for key, value in stats.items() if key.startswith("head/")})
-            metrics["charts/SPS"] = self.steps_per_iteration / elapsed
+            metrics["charts/SPS"] = self.last_iteration_steps / elapsed
             metrics["charts/collect_fraction"] = collect_time / elapsed
             if self.episode_returns:
                 metrics["charts/episodic_return"] = float(np.mean(self.episode_returns))
