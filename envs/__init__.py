@@ -12,7 +12,15 @@ This package never imports ``genpol``; the learning layer depends on it, not the
 
 from __future__ import annotations
 
-import difflib
+import os
+
+# Headless rendering by default (EGL, Mesa's software renderer on a bare machine). Read by MuJoCo,
+# gymnasium and dm_control when they first render or import; set MUJOCO_GL=glfw for a window.
+os.environ.setdefault("MUJOCO_GL", "egl")
+if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
+    os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+import difflib  # noqa: E402
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +31,7 @@ from envs.wrappers import (
     ActionRescale,
     EpisodeStats,
     ObservationNormalizer,
+    ObservationScaler,
     RewardScaler,
     RunningMeanStd,
     VideoRecorder,
@@ -30,7 +39,7 @@ from envs.wrappers import (
 
 __all__ = [
     "make", "make_backend", "known_ids", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
-    "ActionRescale", "EpisodeStats", "ObservationNormalizer", "RewardScaler", "RunningMeanStd",
+    "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
     "VideoRecorder",
 ]
 
@@ -118,6 +127,7 @@ def make(
     env_kwargs: dict[str, Any] | None = None,
     action_chunk: int = 1,
     action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    obs_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
 
@@ -141,7 +151,11 @@ def make(
             ``[chunk * A]`` vectors, rewards are summed, and ``info["env_steps"]`` counts env steps.
         action_bounds: ``(low, high)`` that the agent's [-1, 1] maps to, instead of the env's own
             bounds (e.g. an offline dataset's action range); same shape as the env's bounds.
+        obs_bounds: ``(low, high)`` mapped to [-1, 1] by a fixed ``ObservationScaler`` (an offline
+            dataset's observation range); exclusive with ``normalize_obs``.
     """
+    if obs_bounds is not None and normalize_obs:
+        raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
     env = make_backend(
         env_id, num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
         render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,
@@ -154,6 +168,8 @@ def make(
         env = VideoRecorder(env, video_dir, prefix=video_prefix)
     if normalize_obs:
         env = ObservationNormalizer(env, clip=obs_clip)
+    if obs_bounds is not None:
+        env = ObservationScaler(env, *obs_bounds)
     if normalize_reward:
         env = RewardScaler(env, gamma=gamma, clip=reward_clip)
     return env

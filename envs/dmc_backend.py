@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import difflib
-import os
 from typing import Any
 
 import numpy as np
@@ -21,8 +20,6 @@ import torch
 
 from envs.chunking import chunk_bounds
 from envs.core import EnvError, StepResult, VectorEnv
-
-os.environ.setdefault("MUJOCO_GL", "egl")  # dm_control picks its GL backend at import; default headless
 
 import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402

@@ -181,6 +181,41 @@ class ObservationNormalizer(VectorEnvWrapper):
         self.epsilon = float(state["epsilon"])
 
 
+class ObservationScaler(VectorEnvWrapper):
+    """Fixed per-dimension affine map to [-1, 1]: ``2 (obs - low) / (high - low + 1e-6) - 1``.
+
+    For policies pretrained on an offline dataset, whose observations were scaled with the
+    dataset's min and max (DPPO's normalization); ``info["final_obs"]`` is scaled the same way.
+    """
+
+    def __init__(self, env: VectorEnv, low: torch.Tensor, high: torch.Tensor):
+        super().__init__(env)
+        self.low = torch.as_tensor(low, dtype=torch.float32, device=self.device)
+        self.high = torch.as_tensor(high, dtype=torch.float32, device=self.device)
+        if self.low.shape != (self.obs_dim,) or self.high.shape != (self.obs_dim,):
+            raise ValueError(f"{self.env_id}: observation bounds of shape {list(self.low.shape)} do not fit "
+                             f"observations of size {self.obs_dim}")
+
+    def scale(self, obs: torch.Tensor) -> torch.Tensor:
+        return 2 * (obs - self.low) / (self.high - self.low + 1e-6) - 1
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.scale(self.env.reset(seed))
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        scaled = self.scale(obs)
+        info["final_obs"] = scaled if info["final_obs"] is obs else self.scale(info["final_obs"])
+        return scaled, reward, terminated, truncated, info
+
+    def own_state(self) -> dict[str, Any]:
+        return {"low": self.low.clone(), "high": self.high.clone()}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        self.low = state["low"].to(self.low)
+        self.high = state["high"].to(self.high)
+
+
 class RewardScaler(VectorEnvWrapper):
     """Divides rewards by the running std of the discounted return, then clips (as SB3's VecNormalize).
 

@@ -20,25 +20,36 @@ from genpol.updaters.trpo import TRPOUpdater
 
 def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | torch.device = "cpu",
              num_envs: int | None = None, training: bool = True, video_dir: Path | None = None,
-             video_prefix: str = "rollout") -> VectorEnv:
-    """The env stack of ``cfg``. Training envs scale rewards; evaluation envs return raw rewards."""
+             video_prefix: str = "rollout", stack: dict[str, Any] | None = None) -> VectorEnv:
+    """The env stack of ``cfg``. Training envs scale rewards; evaluation envs return raw rewards.
+
+    ``stack`` adds what the policy, not the env config, decides: ``action_chunk`` (a chunked head's
+    act_steps), and an offline dataset's ``obs_bounds`` / ``action_bounds`` (which replace running
+    observation normalization)."""
+    stack = dict(stack or {})
     return envs.make(
         cfg.full_id, num_envs=num_envs or cfg.num_envs, device=device, seed=seed,
-        normalize_obs=cfg.normalize_obs, normalize_reward=cfg.normalize_reward and training,
+        normalize_obs=cfg.normalize_obs and stack.get("obs_bounds") is None,
+        normalize_reward=cfg.normalize_reward and training,
         gamma=gamma, obs_clip=cfg.obs_clip, reward_clip=cfg.reward_clip,
         render_size=(cfg.render_width, cfg.render_height), video_dir=video_dir, video_prefix=video_prefix,
-        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs),
+        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), **stack,
     )
 
 
-def evaluation_env_factory(cfg: EnvConfig, train_env: VectorEnv, gamma: float,
-                           device: str | torch.device) -> Callable[[int, Path | None, str], VectorEnv]:
+def env_stack(policy_cfg: Any) -> dict[str, Any]:
+    """The env-stack settings a policy config implies (action chunks for chunked heads)."""
+    return {"action_chunk": getattr(policy_cfg, "act_steps", 1)}
+
+
+def evaluation_env_factory(cfg: EnvConfig, train_env: VectorEnv, gamma: float, device: str | torch.device,
+                           stack: dict[str, Any] | None = None) -> Callable[[int, Path | None, str], VectorEnv]:
     """``(num_envs, video_dir, prefix) -> env`` whose observation statistics are a frozen copy of
     ``train_env``'s at call time."""
 
     def factory(num_envs: int, video_dir: Path | None, prefix: str) -> VectorEnv:
         env = make_env(cfg, gamma=gamma, seed=None, device=device, num_envs=num_envs, training=False,
-                       video_dir=video_dir, video_prefix=prefix)
+                       video_dir=video_dir, video_prefix=prefix, stack=stack)
         source, target = train_env.find(ObservationNormalizer), env.find(ObservationNormalizer)
         if target is not None:
             target.load_own_state(source.own_state())

@@ -198,6 +198,69 @@ class PolicyFlowPolicyConfig(FlowPolicyConfig):
 
 
 @dataclass
+class DiffusionPolicyConfig(PolicyConfig):
+    """DPPO diffusion head (defaults: DPPO's Gym fine-tuning config, DDPM K = 20, K' = 10, chunks of 4)."""
+
+    family: str = "diffusion"
+    """Head family; selects the head class."""
+    act_steps: int = 4
+    """Actions executed per chunk (the env runs chunks of this length)."""
+    horizon_steps: int = 4
+    """Actions predicted per chunk (>= act_steps)."""
+    denoising_steps: int = 20
+    """K: DDPM steps (pretraining and, without DDIM, sampling)."""
+    ft_denoising_steps: int = 10
+    """K': the last denoising steps that are fine-tuned (K' = K from scratch)."""
+    use_ddim: bool = False
+    """Sample with DDIM."""
+    ddim_steps: int = 5
+    """DDIM sampling steps."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [512, 512, 512])
+    """Residual MLP widths of the denoiser (all equal)."""
+    activation: str = "mish"
+    """Activation of the denoiser."""
+    time_dim: int = 16
+    """Time-embedding size."""
+    min_sampling_std: float = 0.1
+    """Lower clip of each denoising step's std while sampling (exploration)."""
+    min_logprob_std: float = 0.1
+    """Lower clip of each denoising step's std in log-probabilities (stability)."""
+    randn_clip: float = 3.0
+    """Clip of the Gaussian noise of each step."""
+    denoised_clip: float = 1.0
+    """Clip of the predicted clean action x0."""
+    logprob_clamp: List[float] = field(default_factory=lambda: [-5.0, 2.0])
+    """Clamp of the per-element log-probabilities."""
+    gamma_denoising: float = 0.99
+    """Denoising discount of the per-step advantages."""
+    clip_base: float = 0.01
+    """PPO clip range at the noisiest fine-tuned step."""
+    clip_final: float = 0.01
+    """PPO clip range at the last denoising step."""
+    ddim_eta: float = 1.0
+    """DDIM's eta while sampling stochastically."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "mish"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
+        _require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
+                 self.horizon_steps)
+        sampled = self.ddim_steps if self.use_ddim else self.denoising_steps
+        _require(1 <= self.ft_denoising_steps <= sampled, "policy.ft_denoising_steps",
+                 f"in [1, {sampled}] (the sampling steps)", self.ft_denoising_steps)
+        _require(self.min_sampling_std >= 0 and self.min_logprob_std > 0, "policy.min_logprob_std",
+                 "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
+        _require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
+                 self.hidden_sizes)
+        _require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
+                 "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
+
+
+@dataclass
 class PPOConfig:
     """PPO-clip: rollout length, advantage estimation, and the minibatch epochs."""
 
@@ -371,6 +434,57 @@ class OnlinePipelineConfig:
 
 
 @dataclass
+class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
+    """Behaviour-cloning pretraining on ``dataset``, evaluation, then online fine-tuning, in one run."""
+
+    name: str = "offline_to_online"
+    """Pipeline name."""
+    pretrain_steps: int = 20000
+    """Behaviour-cloning gradient steps (0: skip pretraining)."""
+    pretrain_batch_size: int = 128
+    """Behaviour-cloning batch size."""
+    pretrain_lr: float = 1e-3
+    """AdamW learning rate of pretraining (cosine-decayed to pretrain_min_lr)."""
+    pretrain_min_lr: float = 1e-4
+    """Final learning rate of the cosine decay."""
+    pretrain_weight_decay: float = 1e-6
+    """AdamW weight decay."""
+    ema_decay: float = 0.995
+    """EMA decay of the pretrained weights (fine-tuning starts from the EMA)."""
+    ema_start: int = 1000
+    """Gradient step at which the EMA starts."""
+    ema_every: int = 5
+    """Gradient steps between EMA updates."""
+    pretrain_log_every: int = 200
+    """Gradient steps between pretraining logs (and the unit of pretrain_checkpoint_every)."""
+    pretrain_checkpoint_every: int = 10
+    """Pretraining checkpoints every this many logs."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(self.pretrain_steps >= 0, "pipeline.pretrain_steps", ">= 0", self.pretrain_steps)
+        _require(self.pretrain_batch_size >= 1, "pipeline.pretrain_batch_size", ">= 1", self.pretrain_batch_size)
+        _require(self.pretrain_lr > 0, "pipeline.pretrain_lr", "> 0", self.pretrain_lr)
+        _require(0.0 < self.ema_decay < 1.0, "pipeline.ema_decay", "in (0, 1)", self.ema_decay)
+        _require(self.pretrain_log_every >= 1, "pipeline.pretrain_log_every", ">= 1", self.pretrain_log_every)
+
+
+@dataclass
+class DatasetConfig:
+    """The offline dataset of ``pipeline=offline_to_online``."""
+
+    path: Optional[str] = None
+    """A D4RL HDF5 file (.hdf5/.h5), or a Minari dataset id such as mujoco/hopper/medium-v0."""
+    format: str = "auto"
+    """``auto`` (by the path's suffix), ``d4rl`` or ``minari``."""
+    minari_root: Optional[str] = None
+    """Root of local Minari datasets (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)."""
+
+    def __post_init__(self) -> None:
+        _require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)
+
+
+@dataclass
 class LoggerConfig:
     """Where progress goes."""
 
@@ -394,6 +508,8 @@ class TrainConfig:
     """Training pipeline (group ``pipeline``)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     """Logging (group ``logger``)."""
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    """Offline dataset (used by pipeline=offline_to_online)."""
     seed: int = 0
     """Seed of torch, the environments and minibatch shuffling."""
     total_steps: int = 1_000_000
@@ -408,6 +524,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
         _require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
+        if getattr(self.pipeline, "name", None) == "offline_to_online":
+            _require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
+                     self.dataset.path)
 
 
 @dataclass
@@ -434,11 +553,12 @@ class EvaluateConfig:
 
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
-                                   "policyflow": PolicyFlowPolicyConfig}
+                                   "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig}
-PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig}
+PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
+                                     "offline_to_online": OfflineToOnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
-                           *PIPELINE_SCHEMAS.values(), LoggerConfig, TrainConfig, EvaluateConfig]
+                           *PIPELINE_SCHEMAS.values(), DatasetConfig, LoggerConfig, TrainConfig, EvaluateConfig]
 
 
 def register_configs() -> None:

@@ -18,15 +18,35 @@ POLICY_FORMAT = 1
 
 def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: dict[str, Any],
                      max_episode_steps: int | None, render_size: tuple[int, int]) -> dict[str, Any]:
-    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env."""
+    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env stack."""
+    raw = _innermost(env)
+    rescale = env.find(envs.ActionRescale)
+    agent_bounds = None
+    if rescale is not None and rescale._custom_bounds:
+        agent_bounds = [(rescale._center - rescale._half_range).tolist(), (rescale._center + rescale._half_range).tolist()]
     return {
         "format": POLICY_FORMAT,
         "head": head.spec(),
         "env": {"id": env_id, "kwargs": dict(env_kwargs), "max_episode_steps": max_episode_steps,
-                "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim},
-        "obs_normalization": env.find(ObservationNormalizer) is not None,
-        "action_bounds": [_innermost(env).action_low.tolist(), _innermost(env).action_high.tolist()],
+                "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim,
+                "action_chunk": getattr(raw, "action_chunk", 1)},
+        "obs_normalization": observation_kind(env),
+        "action_bounds": [raw.action_low.tolist(), raw.action_high.tolist()],
+        "agent_action_bounds": agent_bounds,
     }
+
+
+def observation_kind(env: VectorEnv) -> str:
+    """``running`` (ObservationNormalizer), ``minmax`` (ObservationScaler) or ``none``."""
+    if env.find(ObservationNormalizer) is not None:
+        return "running"
+    return "minmax" if env.find(envs.ObservationScaler) is not None else "none"
+
+
+def observation_state(env: VectorEnv) -> dict[str, Any] | None:
+    """The observation normalization's state (statistics or fixed bounds), saved with the policy."""
+    layer = env.find(ObservationNormalizer) or env.find(envs.ObservationScaler)
+    return None if layer is None else layer.own_state()
 
 
 def _innermost(env: VectorEnv) -> VectorEnv:
@@ -74,16 +94,22 @@ class TrainedPolicy:
                  render: bool = False) -> VectorEnv:
         """The training env's stack for evaluation: raw rewards, observation statistics frozen."""
         env_spec = self.spec["env"]
+        kind = self.spec["obs_normalization"]
+        state = self.obs_statistics
+        agent_bounds = self.spec.get("agent_action_bounds")
         env = envs.make(
             env_spec["id"], num_envs=num_envs, device=device, seed=seed,
-            normalize_obs=self.spec["obs_normalization"], normalize_reward=False,
+            normalize_obs=kind == "running", normalize_reward=False,
+            obs_bounds=(state["low"], state["high"]) if kind == "minmax" else None,
+            action_bounds=None if agent_bounds is None else tuple(torch.tensor(b) for b in agent_bounds),
+            action_chunk=env_spec.get("action_chunk", 1),
             render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
             video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
             env_kwargs=env_spec["kwargs"],
         )
         normalizer = env.find(ObservationNormalizer)
         if normalizer is not None:
-            normalizer.load_own_state(self.obs_statistics)
+            normalizer.load_own_state(state)
             normalizer.frozen = True
         if env.obs_dim != env_spec["obs_dim"] or env.act_dim != env_spec["act_dim"]:
             raise CheckpointError(
@@ -106,15 +132,20 @@ class TrainedPolicy:
         obs = torch.as_tensor(np.asarray(raw_obs), dtype=torch.float32)
         single = obs.ndim == 1
         obs = obs.reshape(-1, obs.shape[-1])
-        if self.obs_statistics is not None:
-            stats = self.obs_statistics["stats"]
-            scaled = (obs.double() - stats["mean"]) / torch.sqrt(stats["var"] + self.obs_statistics["epsilon"])
-            obs = scaled.clamp(-self.obs_statistics["clip"], self.obs_statistics["clip"]).float()
+        kind, state = self.spec["obs_normalization"], self.obs_statistics
+        if kind == "running":
+            stats = state["stats"]
+            scaled = (obs.double() - stats["mean"]) / torch.sqrt(stats["var"] + state["epsilon"])
+            obs = scaled.clamp(-state["clip"], state["clip"]).float()
+        elif kind == "minmax":
+            obs = 2 * (obs - state["low"]) / (state["high"] - state["low"] + 1e-6) - 1
         action = self.act(obs, deterministic)
-        low, high = (torch.tensor(bound, dtype=torch.float32) for bound in self.spec["action_bounds"])
+        env_low, env_high = (torch.tensor(b, dtype=torch.float32) for b in self.spec["action_bounds"])
+        agent = self.spec.get("agent_action_bounds")
+        low, high = (env_low, env_high) if agent is None else (torch.tensor(b, dtype=torch.float32) for b in agent)
         finite = torch.isfinite(low) & torch.isfinite(high)
         scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
-        action = torch.where(finite, scaled, action)
+        action = torch.where(finite, torch.maximum(torch.minimum(scaled, env_high), env_low), action)
         return (action[0] if single else action).numpy()
 
 

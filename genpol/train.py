@@ -18,15 +18,17 @@ from omegaconf import DictConfig
 from envs import EnvError
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, TrainConfig, register_configs, validate
+from genpol.data.dataset import DatasetError
 
 register_configs()
 
 
 def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     """Dispatch to the configured pipeline; returns its summary."""
+    from genpol.runners.offline_to_online import train_offline_to_online
     from genpol.runners.online import train_online
 
-    pipelines = {"online": train_online}
+    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online}
     return pipelines[cfg.pipeline.name](cfg, run_dir)
 
 
@@ -35,7 +37,7 @@ def main(cfg: DictConfig) -> None:
     try:
         config = validate(cfg)
         summary = run_training(config, HydraConfig.get().runtime.output_dir)
-    except (ConfigError, EnvError, CheckpointError) as error:
+    except (ConfigError, EnvError, CheckpointError, DatasetError) as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(summary, indent=2))

@@ -23,16 +23,20 @@ class Evaluation(Callback):
         episodes: episodes per evaluation (one per env).
         every: iterations between evaluations; 0 evaluates only at the end.
         video_dir: where the final evaluation writes ``final-episode0.mp4`` (None: no video).
+        normalized_score: ``mean return -> score`` (e.g. D4RL's), logged as ``eval/normalized_score``.
     """
 
     def __init__(self, make_env: Callable[[int, Path | None, str], VectorEnv], episodes: int,
-                 every: int = 0, video_dir: str | Path | None = None):
+                 every: int = 0, video_dir: str | Path | None = None,
+                 normalized_score: Callable[[float], float] | None = None):
         self.make_env = make_env
         self.episodes = episodes
         self.every = every
         self.video_dir = None if video_dir is None else Path(video_dir)
         self.history: list[tuple[int, float]] = []  # (global_step, mean return)
         self.final_return: float | None = None
+        self.final_score: float | None = None
+        self.normalized_score = normalized_score
         self.video_path: Path | None = None
 
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[np.ndarray, Path | None]:
@@ -50,10 +54,14 @@ class Evaluation(Callback):
             returns, _ = self.evaluate(runner)
             self.history.append((runner.global_step, float(returns.mean())))
             metrics["eval/episodic_return"] = float(returns.mean())
+            if self.normalized_score is not None:
+                metrics["eval/normalized_score"] = float(self.normalized_score(float(returns.mean())))
 
     def on_train_end(self, runner: Any) -> None:
         returns, self.video_path = self.evaluate(runner, self.video_dir)
         self.final_return = float(returns.mean())
+        if self.normalized_score is not None:
+            self.final_score = float(self.normalized_score(self.final_return))
         if not self.history or self.history[-1][0] != runner.global_step:
             self.history.append((runner.global_step, self.final_return))
 

@@ -66,25 +66,31 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over env steps with SPS and the mean return of the last 20 episodes."""
+    """A tqdm bar over the runner's ``global_step`` (env steps, or gradient steps when pretraining)
+    showing SPS, the mean return of the last 20 episodes and the evaluation return when known."""
 
-    def __init__(self, total_steps: int):
+    def __init__(self, total_steps: int, description: str = "", unit: str = "step"):
         self.total_steps = total_steps
+        self.description = description
+        self.unit = unit
         self.bar: Any = None
 
     def on_train_start(self, runner: Any) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=self.total_steps, initial=min(runner.global_step, self.total_steps),
-                        unit="step", unit_scale=True, dynamic_ncols=True, desc=runner.env.env_id)
+        self.bar = tqdm(total=self.total_steps, initial=min(runner.global_step, self.total_steps), unit=self.unit,
+                        unit_scale=True, dynamic_ncols=True, desc=self.description)
 
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         self.bar.update(min(runner.global_step, self.total_steps) - self.bar.n)
-        postfix = {"SPS": f"{metrics['charts/SPS']:.0f}"}
-        if runner.recent_returns:
+        postfix = {}
+        if "charts/SPS" in metrics:
+            postfix["SPS"] = f"{metrics['charts/SPS']:.0f}"
+        if getattr(runner, "recent_returns", None):
             postfix["return"] = f"{np.mean(runner.recent_returns):.1f}"
-        if "eval/episodic_return" in metrics:
-            postfix["eval"] = f"{metrics['eval/episodic_return']:.1f}"
+        for key, label in (("eval/episodic_return", "eval"), ("pretrain/loss", "loss")):
+            if key in metrics:
+                postfix[label] = f"{metrics[key]:.4g}"
         self.bar.set_postfix(postfix, refresh=False)
 
     def on_train_end(self, runner: Any) -> None:

@@ -79,6 +79,7 @@ class Summary(Callback):
             "iterations": runner.iteration,
             "episodic_return_mean": float(np.mean(runner.recent_returns)) if runner.recent_returns else None,
             "eval_return_mean": self.evaluation.final_return,
+            "eval_normalized_score": self.evaluation.final_score,
             "eval_episodes": self.evaluation.episodes,
             "sps": runner.global_step / runner.wall_time if runner.wall_time > 0 else None,
             "train_time_s": runner.wall_time,

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from omegaconf import OmegaConf
 
-from genpol.build import evaluation_env_factory, make_critic, make_env, make_head, make_updater
+from envs import VectorEnv
+from genpol.build import env_stack, evaluation_env_factory, make_critic, make_env, make_head, make_updater
 from genpol.callbacks import (Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary,
                               TensorBoardLogger)
 from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state, remove_temporary
 from genpol.config import ConfigError, TrainConfig
+from genpol.heads.base import PolicyHead
 from genpol.policy import make_policy_spec
 from genpol.runners.onpolicy import OnPolicyRunner
 
@@ -60,27 +62,40 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         )
 
 
-def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
-    """Train (or resume) the run in ``run_dir``; return the summary."""
+def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
+    """Create the run directory, check a resumed config, set threads and the seed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     check_resume_config(run_dir, cfg)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
+    return run_dir
+
+
+def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir`` from scratch; return the summary."""
+    run_dir = prepare_run(cfg, run_dir)
+    stack = env_stack(cfg.policy)
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    return run_online(cfg, run_dir, env, head, stack)
+
+
+def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead, stack: dict[str, Any],
+               normalized_score: Callable[[float], float] | None = None,
+               extra_summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """On-policy training of ``head`` on ``env`` with the configured updater, resuming from
+    ``run_dir/checkpoints`` if it holds any; callbacks, checkpoints, evaluation and the summary."""
     device = torch.device(cfg.device)
     gamma = cfg.updater.gamma
-
-    env = make_env(cfg.env, gamma=gamma, seed=cfg.seed, device=device)
-    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(device)
     critic = make_critic(cfg.policy, env.obs_dim).to(device)
     updater = make_updater(cfg.updater, head, critic)
     policy_spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                                    (cfg.env.render_width, cfg.env.render_height))
-
     pipeline = cfg.pipeline
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
-    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, gamma, device), pipeline.eval_episodes,
-                            pipeline.eval_every, video_dir)
+    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, gamma, device, stack), pipeline.eval_episodes,
+                            pipeline.eval_every, video_dir, normalized_score)
     checkpointer = Checkpointer(run_dir / "checkpoints", policy_spec, pipeline.checkpoint_every,
                                 pipeline.keep_checkpoints)
     metrics_path = run_dir / "progress.jsonl"
@@ -88,10 +103,10 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     if cfg.logger.tensorboard:
         callbacks.append(TensorBoardLogger(run_dir / "tb"))
     if cfg.logger.progress_bar:
-        callbacks.append(ProgressBar(cfg.total_steps))
+        callbacks.append(ProgressBar(cfg.total_steps, env.env_id))
     summary = Summary(run_dir, metrics_path, evaluation, checkpointer,
                       {"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
-                       "seed": cfg.seed, "run_dir": str(run_dir)})
+                       "seed": cfg.seed, "run_dir": str(run_dir), **(extra_summary or {})})
     callbacks += [checkpointer, summary]
 
     runner = OnPolicyRunner(

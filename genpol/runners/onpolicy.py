@@ -14,9 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs import ObservationNormalizer, VectorEnv
+from envs import VectorEnv
 from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
+from genpol.policy import observation_state
 from genpol.storage import RolloutStorage
 
 
@@ -138,16 +139,9 @@ class OnPolicyRunner:
         self.callbacks.on_train_end(self)
 
     # ------------------------------------------------------------------ checkpoints
-    def obs_normalizer(self) -> ObservationNormalizer | None:
-        return self.env.find(ObservationNormalizer)
-
     def policy_weights(self) -> dict[str, Any]:
-        """What evaluation needs besides the spec: head weights and observation statistics."""
-        normalizer = self.obs_normalizer()
-        return {
-            "head": self.head.state_dict(),
-            "obs_normalizer": None if normalizer is None else normalizer.own_state(),
-        }
+        """What evaluation needs besides the spec: head weights and observation normalization."""
+        return {"head": self.head.state_dict(), "obs_normalizer": observation_state(self.env)}
 
     def training_state(self) -> dict[str, Any]:
         """Everything besides the policy that an exact resume needs."""

@@ -1,0 +1,35 @@
+"""D4RL normalized scores: 100 * (return - random) / (expert - random), with D4RL's reference returns.
+
+The references are D4RL's (``d4rl/infos.py``, the ``<env>-random-v0`` entries that every -v2 dataset
+reuses). genpol evaluates on gymnasium's -v5 envs: Hopper-v5 and HalfCheetah-v5 keep the v2
+observation layout and reward (Hopper scores 1.0 less per terminated episode, at most 0.03
+normalized points); Walker2d-v5 changes foot friction (use ``xml_file=walker2d.xml``) and Ant-v5
+changes observations, so their scores compare only approximately.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+D4RL_REFERENCE = {  # env: (random return, expert return)
+    "halfcheetah": (-280.178953, 12135.0),
+    "hopper": (-20.272305, 3234.3),
+    "walker2d": (1.629008, 4592.3),
+    "ant": (-325.6, 3879.7),
+}
+
+
+def d4rl_env_name(env_id: str) -> str | None:
+    """``"gym:Hopper-v5"`` or ``"hopper-medium-v2"`` -> ``"hopper"``; None if not a D4RL locomotion task."""
+    name = env_id.split(":")[-1].lower()
+    for env in D4RL_REFERENCE:
+        if name.startswith(env):
+            return env
+    return None
+
+
+def d4rl_normalized_score(env_name: str, returns: float | np.ndarray) -> float | np.ndarray:
+    if env_name not in D4RL_REFERENCE:
+        raise ValueError(f"no D4RL reference returns for '{env_name}'; known: {sorted(D4RL_REFERENCE)}")
+    low, high = D4RL_REFERENCE[env_name]
+    return 100.0 * (np.asarray(returns) - low) / (high - low)

@@ -1,0 +1,129 @@
+"""Pipeline ``offline_to_online``: pretrain a head by behaviour cloning on an offline dataset,
+evaluate it, then fine-tune it online with the configured updater; both phases in one run.
+
+Observations and actions are scaled to [-1, 1] with the dataset's min and max (DPPO's
+normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
+actions back to the dataset's action range, and both travel with the policy in its checkpoints.
+D4RL locomotion tasks report D4RL-normalized scores before and after fine-tuning.
+
+Run directory: ``pretrain/`` (checkpoints, progress, summary of phase 1), ``tb/pretrain`` and
+``tb`` (TensorBoard of each phase), and the online phase's usual files. Re-running resumes
+whichever phase was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from envs import VectorEnv
+from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
+from genpol.callbacks import Checkpointer, MetricsFile, ProgressBar, TensorBoardLogger
+from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state, remove_temporary
+from genpol.config import TrainConfig
+from genpol.data import OfflineDataset, d4rl_env_name, d4rl_normalized_score, load_dataset
+from genpol.heads.base import PolicyHead
+from genpol.policy import make_policy_spec, run_episodes
+from genpol.runners.bc import BCRunner
+from genpol.runners.online import prepare_run, run_online
+
+log = logging.getLogger(__name__)
+EVAL_SEED = 10_000
+
+
+def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
+    while hasattr(env, "env"):
+        env = env.env
+    return env.obs_dim, env.act_dim // chunk
+
+
+def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    run_dir = prepare_run(cfg, run_dir)
+    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root)
+    norm = dataset.normalization()
+    stack = env_stack(cfg.policy)
+    chunk = stack["action_chunk"]
+    stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
+    stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
+                              torch.tensor(np.tile(norm.action_max, chunk)))
+    probe = make_env(cfg.env, gamma=cfg.updater.gamma, seed=None, num_envs=1, training=False,
+                     stack={"action_chunk": chunk})
+    dataset.check_dims(*_inner_dims(probe, chunk), cfg.env.full_id)
+    probe.close()
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    score_name = d4rl_env_name(cfg.env.id)
+    normalized = partial(d4rl_normalized_score, score_name) if score_name else None
+
+    if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
+        pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
+    else:
+        pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)
+        head.start_finetuning()
+    extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
+             "pretrained": pretrained}
+    return run_online(cfg, run_dir, env, head, stack, normalized, extra)
+
+
+def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
+             stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
+    """Phase 1: behaviour cloning with EMA (resumable), then a deterministic evaluation."""
+    pipeline = cfg.pipeline
+    directory = run_dir / "pretrain"
+    obs, actions = dataset.chunks(head.horizon_steps, dataset.normalization())
+    spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
+                            (cfg.env.render_width, cfg.env.render_height))
+    callbacks = [MetricsFile(directory / "progress.jsonl")]
+    if cfg.logger.tensorboard:
+        callbacks.append(TensorBoardLogger(run_dir / "tb" / "pretrain"))
+    if cfg.logger.progress_bar:
+        callbacks.append(ProgressBar(pipeline.pretrain_steps, "pretrain (BC)", "grad step"))
+    callbacks.append(Checkpointer(directory / "checkpoints", spec, pipeline.pretrain_checkpoint_every,
+                                  pipeline.keep_checkpoints))
+    directory.mkdir(parents=True, exist_ok=True)
+    runner = BCRunner(
+        head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,
+        batch_size=pipeline.pretrain_batch_size, lr=pipeline.pretrain_lr, min_lr=pipeline.pretrain_min_lr,
+        weight_decay=pipeline.pretrain_weight_decay, ema_decay=pipeline.ema_decay, ema_start=pipeline.ema_start,
+        ema_every=pipeline.ema_every, log_every=pipeline.pretrain_log_every, seed=cfg.seed, callbacks=callbacks,
+        observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
+    )
+    remove_temporary(directory / "checkpoints")
+    existing = list_checkpoints(directory / "checkpoints")
+    if existing:
+        log.info("resuming pretraining from %s", existing[-1])
+        _, weights = load_policy_files(existing[-1], map_location=cfg.device)
+        runner.load(weights, load_training_state(existing[-1], map_location=cfg.device))
+    runner.run()
+
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
+    eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
+    try:
+        with torch.no_grad():
+            returns, _ = run_episodes(eval_env, lambda o: head.act(o, deterministic=True), EVAL_SEED)
+    finally:
+        eval_env.close()
+    rows = [json.loads(line) for line in (directory / "progress.jsonl").read_text().splitlines() if line.strip()]
+    summary = {"gradient_steps": runner.global_step, "transitions": len(dataset.rewards), "chunks": len(obs),
+               "final_loss": rows[-1]["pretrain/loss"] if rows else None, "wall_time_s": runner.wall_time,
+               "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
+               "dataset_return_mean": float(dataset.episode_returns().mean())}
+    if normalized is not None:
+        summary["normalized_score"] = float(normalized(float(returns.mean())))
+        summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
+    if cfg.logger.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(str(run_dir / "tb" / "pretrain")) as writer:
+            writer.add_scalar("pretrain/eval_return", summary["eval_return_mean"], runner.global_step)
+            if "normalized_score" in summary:
+                writer.add_scalar("pretrain/normalized_score", summary["normalized_score"], runner.global_step)
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("pretrained policy: %s", summary)
+    return summary
