@@ -247,3 +247,32 @@ def test_dm_control_time_limit_truncates():
         for step in range(1000):
             _, _, terminated, truncated, _ = env.step(torch.zeros(1, 1))
         assert truncated.item() and not terminated.item() and env.max_episode_steps == 1000
+
+
+@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "dmc:cartpole-balance", "genpol:MultiGoal"])
+def test_action_chunks_sum_rewards_and_stop_at_the_episode_end(env_id):
+    """A 6-step time limit and chunks of 4: the first agent step runs 4 env steps, the second only 2
+    (the episode ends inside the chunk, the rest of the chunk is dropped), with the same rewards and
+    final observation as stepping the unchunked env."""
+    plain = envs.make(env_id, num_envs=1, seed=3, max_episode_steps=6)
+    chunked = envs.make(env_id, num_envs=1, seed=3, max_episode_steps=6, action_chunk=4)
+    assert chunked.act_dim == 4 * plain.act_dim
+    assert torch.equal(chunked.action_low, plain.action_low.repeat(4))
+    plain.reset(), chunked.reset()
+    actions = torch.rand(8, plain.act_dim, generator=torch.Generator().manual_seed(0)) * 1.6 - 0.8
+    rewards, final = [], None
+    for t in range(6):
+        _, reward, terminated, truncated, info = plain.step(actions[t:t + 1])
+        rewards.append(reward.item())
+        final = info["final_obs"]
+    assert truncated.item()
+    _, reward1, term1, trunc1, info1 = chunked.step(actions[0:4].reshape(1, -1))
+    assert info1["env_steps"].tolist() == [4] and not (term1 | trunc1).item()
+    assert reward1.item() == pytest.approx(sum(rewards[:4]), rel=1e-5)
+    _, reward2, term2, trunc2, info2 = chunked.step(actions[4:8].reshape(1, -1))
+    assert info2["env_steps"].tolist() == [2] and trunc2.item() and not term2.item()
+    assert reward2.item() == pytest.approx(sum(rewards[4:6]), rel=1e-5)
+    assert torch.allclose(info2["final_obs"], final)
+    assert info2["episode_length"].tolist() == [6]  # episode statistics count env steps
+    assert info2["episode_return"].item() == pytest.approx(sum(rewards), rel=1e-5)
+    plain.close(), chunked.close()

@@ -1,0 +1,188 @@
+"""Offline data: D4RL and Minari round trips on generated files, bad files, chunks, scores, BC."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import envs
+from genpol.data import (DatasetError, Normalization, d4rl_normalized_score, load_d4rl, load_dataset,
+                         load_minari, write_d4rl, write_minari)
+from genpol.data.collect import main as collect_main
+
+from conftest import run_cli
+
+
+def tiny_d4rl(path, dtype=np.float32, rewards_2d=False, lengths=(5, 7, 4), ends=("term", "timeout", "cut")):
+    """Three episodes: one terminated, one timed out, one cut by the end of the file (no flag)."""
+    rng = np.random.default_rng(0)
+    obs, act, rew, term, timeout = [], [], [], [], []
+    for length, end in zip(lengths, ends):
+        obs.append(rng.standard_normal((length, 11)))
+        act.append(rng.uniform(-1, 1, (length, 3)))
+        rew.append(rng.standard_normal(length))
+        term.append(np.arange(length) == length - 1 if end == "term" else np.zeros(length, bool))
+        timeout.append(np.arange(length) == length - 1 if end == "timeout" else np.zeros(length, bool))
+    rewards = np.concatenate(rew)
+    write_d4rl(path, np.concatenate(obs), np.concatenate(act), rewards[:, None] if rewards_2d else rewards,
+               np.concatenate(term), np.concatenate(timeout), infos={"qpos": np.zeros((16, 6))},
+               metadata={"algorithm": "scripted"}, dtype=dtype)
+    return np.concatenate(obs), np.concatenate(act), rewards
+
+
+@pytest.mark.parametrize("dtype,rewards_2d", [(np.float32, False), (np.float64, True)], ids=["float32", "replay-float64"])
+def test_d4rl_round_trip_and_episode_split(tmp_path, dtype, rewards_2d):
+    path = tmp_path / "hopper_medium-v2.hdf5"
+    obs, act, rewards = tiny_d4rl(path, dtype, rewards_2d)
+    with h5py.File(path) as handle:  # the real format: flat root datasets plus nested groups
+        assert handle["observations"].dtype == dtype and "infos/qpos" in handle and "metadata/algorithm" in handle
+    data = load_d4rl(path)
+    assert data.env_name == "hopper" and data.observations.dtype == np.float32
+    np.testing.assert_allclose(data.observations, obs, rtol=1e-6)
+    np.testing.assert_allclose(data.rewards, rewards, rtol=1e-6)
+    assert data.episode_bounds() == [(0, 5), (5, 12), (12, 16)]  # the cut last episode still counts
+    assert data.terminals.sum() == 1 and data.timeouts.sum() == 1
+
+
+def test_minari_round_trip_and_reference_scores(tmp_path):
+    import gymnasium as gym
+    import minari
+
+    rng = np.random.default_rng(1)
+    episodes = [{"observations": rng.standard_normal((t + 1, 11)), "actions": rng.uniform(-1, 1, (t, 3)).astype(np.float32),
+                 "rewards": rng.standard_normal(t), "terminations": np.arange(t) == t - 1 if term else np.zeros(t, bool),
+                 "truncations": np.zeros(t, bool) if term else np.arange(t) == t - 1}
+                for t, term in ((5, True), (7, False))]
+    write_minari("genpol/hopper/tiny-v0", episodes, gym.spaces.Box(-np.inf, np.inf, (11,), np.float64),
+                 gym.spaces.Box(-1, 1, (3,), np.float32), root=tmp_path, ref_min_score=-20.272305, ref_max_score=3234.3)
+    data = load_minari("genpol/hopper/tiny-v0", root=tmp_path)
+    assert data.episode_bounds() == [(0, 5), (5, 12)] and data.env_name == "hopper"
+    np.testing.assert_allclose(data.observations[5:], episodes[1]["observations"][:-1], rtol=1e-6)
+    assert data.terminals[4] and data.timeouts[11] and not data.terminals[11]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+        minari_score = minari.get_normalized_score(minari.load_dataset("genpol/hopper/tiny-v0"), np.array([1617.0]))
+    assert 100 * minari_score[0] == pytest.approx(d4rl_normalized_score("hopper", 1617.0), rel=1e-6)
+    assert d4rl_normalized_score("hopper", 1617.0) == pytest.approx(50.3068, rel=1e-4)
+
+
+def test_collect_writes_real_rollouts_in_both_formats(tmp_path):
+    report = collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "300", "--num-envs", "2",
+                           "--d4rl", str(tmp_path / "hopper_random-v5.hdf5"), "--minari", "genpol/hopper/random-v0",
+                           "--minari-root", str(tmp_path / "minari")])
+    d4rl = load_d4rl(tmp_path / "hopper_random-v5.hdf5")
+    mini = load_minari("genpol/hopper/random-v0", root=tmp_path / "minari")
+    n = len(mini.rewards)
+    assert n == report["steps"] >= 300 and len(d4rl.rewards) >= n  # plus one cut episode in the D4RL file
+    np.testing.assert_array_equal(d4rl.observations[:n], mini.observations)
+    np.testing.assert_array_equal(d4rl.terminals[:n], mini.terminals)
+    assert mini.terminals.sum() > 0  # random Hopper falls: real terminations from the simulator
+    assert len(d4rl.episode_bounds()) == len(mini.episode_bounds()) + 1
+    # the stored transitions are the simulator's: replaying an episode's actions reproduces them
+    assert report["d4rl_normalized_score"] == pytest.approx(d4rl_normalized_score("hopper", report["return_mean"]))
+
+
+def test_bad_dataset_files_name_the_culprit(tmp_path):
+    with pytest.raises(DatasetError, match=r"no D4RL dataset file at .*missing.hdf5"):
+        load_d4rl(tmp_path / "missing.hdf5")
+    (tmp_path / "garbage.hdf5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(DatasetError, match=r"garbage.hdf5 is not a readable HDF5 file"):
+        load_d4rl(tmp_path / "garbage.hdf5")
+    with h5py.File(tmp_path / "nokeys.hdf5", "w") as handle:
+        handle["observations"] = np.zeros((3, 2))
+        handle["rewards"] = np.zeros(3)
+    with pytest.raises(DatasetError, match=r"lacks the D4RL key\(s\) \['actions', 'terminals'\]"):
+        load_d4rl(tmp_path / "nokeys.hdf5")
+    obs, act, rewards = tiny_d4rl(tmp_path / "nan.hdf5")
+    with h5py.File(tmp_path / "nan.hdf5", "r+") as handle:
+        data = handle["actions"][:]
+        data[9, 1] = np.nan
+        del handle["actions"]
+        handle["actions"] = data
+    with pytest.raises(DatasetError, match=r"'actions' holds NaN or inf values \(first at row 9\)"):
+        load_d4rl(tmp_path / "nan.hdf5")
+    tiny_d4rl(tmp_path / "good.hdf5")
+    with pytest.raises(DatasetError, match=r"observations/actions have 11/3 dims, but gym:HalfCheetah-v5 has 17/6"):
+        load_d4rl(tmp_path / "good.hdf5").check_dims(17, 6, "gym:HalfCheetah-v5")
+    with pytest.raises(DatasetError, match=r"no Minari dataset 'genpol/none/absent-v0' under"):
+        load_dataset("genpol/none/absent-v0", minari_root=tmp_path)
+
+
+def test_chunks_stay_inside_episodes_and_are_scaled(tmp_path):
+    tiny_d4rl(tmp_path / "d.hdf5")
+    data = load_d4rl(tmp_path / "d.hdf5")
+    norm = data.normalization()
+    obs, actions = data.chunks(4, norm)
+    assert obs.shape == ((5 - 3) + (7 - 3) + (4 - 3), 11) and actions.shape == (7, 12)  # no window crosses an end
+    assert obs.min() >= -1 and obs.max() <= 1 and actions.min() >= -1 and actions.max() <= 1
+    second_episode = Normalization.scale(data.actions[5:9], norm.action_min, norm.action_max).reshape(-1)
+    assert torch.allclose(actions[2], torch.as_tensor(second_episode, dtype=torch.float32))
+    with pytest.raises(DatasetError, match="no episode has 8 steps"):
+        data.chunks(8, norm)
+
+
+def expert_dataset(path, episodes=64):
+    """A scripted MultiGoal expert (go straight to the goal on the +x axis) rolled out in the env."""
+    env = envs.make("genpol:MultiGoal", num_envs=episodes, seed=0, rescale_actions=False,
+                    env_kwargs={"init_noise": 0.6})  # varied starts, so the expert's y-correction shows
+    expert = lambda obs: torch.stack([torch.ones(len(obs)), -obs[:, 1].clamp(-1, 1)], dim=1)  # noqa: E731
+    obs, parts = env.reset(), {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
+    active = torch.ones(episodes, dtype=torch.bool)
+    for _ in range(30):
+        action = expert(obs)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(parts, (obs, action, reward, terminated, truncated)):
+            parts[key].append(value[active])
+        active &= ~(terminated | truncated)
+        obs = next_obs
+        if not active.any():
+            break
+    # interleaved per step; regroup per episode is not needed for BC pairs with horizon 1
+    write_d4rl(path, *(torch.cat(parts[k]).numpy() for k in ("obs", "act", "rew")),
+               torch.cat(parts["term"]).numpy() | True, np.zeros(sum(len(p) for p in parts["term"]), bool))
+    return expert
+
+
+@pytest.mark.parametrize("head_name", ["gaussian", "diffusion"])
+def test_behaviour_cloning_reproduces_a_scripted_expert(tmp_path, head_name):
+    from genpol.heads import DiffusionHead, GaussianHead
+    from genpol.runners.bc import BCRunner
+
+    expert = expert_dataset(tmp_path / "expert.hdf5")
+    data = load_d4rl(tmp_path / "expert.hdf5")
+    norm = data.normalization()
+    obs, actions = data.chunks(1, norm)
+    torch.manual_seed(0)
+    head = (GaussianHead(2, 2, hidden_sizes=(64, 64), log_std_init=-1.0) if head_name == "gaussian" else
+            DiffusionHead(2, 2, denoising_steps=10, ft_denoising_steps=10, hidden_sizes=(64, 64, 64)))
+    runner = BCRunner(head, obs, actions, steps=1500, batch_size=128, lr=3e-3, min_lr=1e-4, ema_start=500,
+                      ema_every=1, log_every=500)
+    first = head.imitation_loss(obs, actions).item()
+    runner.run()
+    assert head.imitation_loss(obs, actions).item() < 0.5 * first  # the imitation loss falls
+    test_obs = torch.tensor([[0.0, 0.0], [1.5, 0.4], [3.0, -0.5], [2.0, 0.0]])
+    scaled_obs = torch.as_tensor(Normalization.scale(test_obs.numpy(), norm.obs_min, norm.obs_max), dtype=torch.float32)
+    with torch.no_grad():
+        predicted = head.act(scaled_obs, deterministic=True).numpy()
+    low, high = norm.action_min, norm.action_max
+    predicted = low + (predicted + 1) / 2 * (high - low + 1e-6)
+    assert np.abs(predicted - expert(test_obs).numpy()).max() < 0.15
+
+
+def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
+    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "400", "--num-envs", "2",
+                  "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])
+    run_cli("-m", "genpol.train", "env=hopper", "policy=diffusion", "pipeline=offline_to_online",
+            f"dataset.path={tmp_path / 'hopper_random-v5.hdf5'}", "policy.denoising_steps=4",
+            "policy.ft_denoising_steps=2", "policy.hidden_sizes=[32,32,32]", "pipeline.pretrain_steps=200",
+            "pipeline.pretrain_log_every=100", "pipeline.ema_start=50", "total_steps=512", "env.num_envs=2",
+            "updater.rollout_steps=32", "updater.epochs=1", "pipeline.eval_episodes=2", "pipeline.video=false",
+            "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    pretrained = summary["pretrained"]
+    assert pretrained["gradient_steps"] == 200 and np.isfinite(pretrained["normalized_score"])
+    assert np.isfinite(summary["eval_normalized_score"]) and summary["env_steps"] >= 512
+    assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
+    assert list((tmp_path / "run" / "tb" / "pretrain").glob("events.*"))

@@ -1,0 +1,141 @@
+"""DPPO's diffusion head against hand computations, diffusers, and its fine-tuning contract."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from diffusers import DDPMScheduler
+
+from genpol.heads import DiffusionHead
+
+
+def constant_denoiser(head: DiffusionHead, value: float) -> None:
+    """Make the trainable denoiser predict eps = ``value`` everywhere."""
+    with torch.no_grad():
+        for parameter in head.denoiser.parameters():
+            parameter.zero_()
+        head.denoiser.body.output[-1].bias.fill_(value)
+
+
+def cosine_alpha_bar(k: int, steps: int) -> float:
+    """The squaredcos_cap_v2 schedule written out (Nichol & Dhariwal 2021, s = 0.008)."""
+    def f(t):
+        return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+    alpha_bar = 1.0
+    for i in range(k + 1):
+        alpha_bar *= 1 - min(1 - f((i + 1) / steps) / f(i / steps), 0.999)
+    return alpha_bar
+
+
+def test_two_step_chain_log_probs_by_hand():
+    head = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=2, ft_denoising_steps=2, hidden_sizes=(8, 8, 8),
+                         min_logprob_std=0.1)
+    constant_denoiser(head, 0.3)
+    a0, a1 = cosine_alpha_bar(0, 2), cosine_alpha_bar(1, 2)
+    assert head.train_alphas_cumprod.tolist() == pytest.approx([a0, a1], rel=1e-5, abs=1e-7)
+    obs = torch.zeros(1, 2)
+    x2, x1, x0 = 0.7, -0.2, 0.4  # a chain: noise, after step t=1, after step t=0
+    chain = torch.tensor([[[x2], [x1], [x0]]])
+    log_probs, means = head.chain_log_probs(obs, chain)
+
+    def log_normal(x, mean, std):
+        return max(min(-0.5 * ((x - mean) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi), 2.0), -5.0)
+
+    # step t = 1: x0_hat from eps = 0.3, posterior mean and std (clipped below at 0.1)
+    beta1 = 1 - a1 / a0
+    x0_hat = max(min((x2 - math.sqrt(1 - a1) * 0.3) / math.sqrt(a1), 1.0), -1.0)
+    mean1 = math.sqrt(a0) * beta1 / (1 - a1) * x0_hat + math.sqrt(1 - beta1) * (1 - a0) / (1 - a1) * x2
+    std1 = max(math.sqrt(beta1 * (1 - a0) / (1 - a1)), 0.1)
+    # step t = 0: alpha_bar_prev = 1, so the mean is x0_hat and the variance 0 -> std 0.1
+    mean0 = max(min((x1 - math.sqrt(1 - a0) * 0.3) / math.sqrt(a0), 1.0), -1.0)
+    assert means[0, :, 0].tolist() == pytest.approx([mean1, mean0], rel=1e-5, abs=1e-6)
+    assert log_probs[0].tolist() == pytest.approx([log_normal(x1, mean1, std1), log_normal(x0, mean0, 0.1)],
+                                                  rel=1e-5)
+    # diffusers' own DDPM step agrees on the last step's mean (it adds no noise at t = 0)
+    scheduler = DDPMScheduler(num_train_timesteps=2, beta_schedule="squaredcos_cap_v2", clip_sample=True)
+    reference = scheduler.step(torch.tensor([[0.3]]), 0, torch.tensor([[x1]])).prev_sample
+    assert reference.item() == pytest.approx(mean0, rel=1e-5)
+
+
+def test_only_the_fine_tuned_steps_train():
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=3, act_dim=2, denoising_steps=6, ft_denoising_steps=2, hidden_sizes=(16, 16, 16))
+    head.start_finetuning()
+    obs = torch.randn(8, 3)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        for parameter in head.denoiser.parameters():  # small: large changes saturate the log-prob clamp
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    head.log_ratio(obs, record).log_ratio.sum().backward()
+    assert all(p.grad is None for p in head.frozen_denoiser.parameters())
+    assert not any(p.requires_grad for p in head.frozen_denoiser.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.denoiser.parameters())
+    # the early (frozen) steps did not change: the first stored state is the same sample as before
+    torch.manual_seed(1)
+    with torch.no_grad():
+        _, again = head.sample(obs)
+    assert torch.equal(again["chain"][:, 0], record["chain"][:, 0])
+    assert not torch.equal(again["chain"][:, -1], record["chain"][:, -1])
+
+
+def test_denoising_discount_and_interpolated_clip():
+    head = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=5, ft_denoising_steps=3, gamma_denoising=0.9,
+                         clip_base=0.001, clip_final=0.01, hidden_sizes=(8, 8, 8))
+    terms = head.log_ratio(torch.zeros(1, 2), head.sample(torch.zeros(1, 2))[1])
+    assert terms.log_ratio.shape == (1, 3)
+    assert terms.unit_weights.tolist() == pytest.approx([0.81, 0.9, 1.0])  # the final step weighs 1
+    middle = 0.001 + 0.009 * (math.exp(1.5) - 1) / (math.exp(3) - 1)
+    assert terms.unit_clip.tolist() == pytest.approx([0.001, middle, 0.01])
+
+
+def test_exact_kl_matches_torch_distributions():
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=3, act_dim=2, denoising_steps=4, ft_denoising_steps=4, hidden_sizes=(16, 16, 16))
+    obs = torch.randn(5, 3)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        for parameter in head.denoiser.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+        _, new_means = head.chain_log_probs(obs, record["chain"])
+    std = head.variance.sqrt().clamp(min=0.1)  # the log-prob std of each step
+    old = torch.distributions.Normal(record["mean"], std.view(1, -1, 1))
+    new = torch.distributions.Normal(new_means, std.view(1, -1, 1))
+    expected = torch.distributions.kl_divergence(old, new).mean(dim=(1, 2))
+    assert torch.allclose(head.kl(obs, record), expected, atol=1e-6)
+
+
+def test_sampling_respects_the_std_floor_and_the_clips():
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=2, act_dim=2, denoising_steps=10, ft_denoising_steps=10, hidden_sizes=(8, 8, 8),
+                         min_sampling_std=0.3)
+    constant_denoiser(head, 0.0)
+    with torch.no_grad():
+        actions, record = head.sample(torch.zeros(4000, 2))
+    assert actions.abs().max() <= 1.0  # the final sample is clipped to the action box
+    # with eps = 0 every step pulls towards x0_hat = x / sqrt(alpha_bar) clipped; the last step's spread
+    # near the end comes from the std floor of 0.3 (raw DDPM stds there are < 0.1)
+    last_noise = record["chain"][:, -2] - record["mean"][:, -2]  # before the final clip to [-1, 1]
+    assert last_noise.std().item() == pytest.approx(0.3, rel=0.1)
+    assert (last_noise.abs() <= 3 * 0.3 + 1e-6).all()  # noise clipped at 3 sigma
+
+
+def test_deterministic_ddim_uses_eta_zero():
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=2, act_dim=2, denoising_steps=20, use_ddim=True, ddim_steps=5, ft_denoising_steps=5,
+                         hidden_sizes=(8, 8, 8))
+    obs = torch.randn(3, 2)
+    assert torch.equal(head.act(obs), head.act(obs))
+    assert head.timesteps.tolist() == [16.0, 12.0, 8.0, 4.0, 0.0]
+
+
+def test_memory_per_stored_chain():
+    """The record holds K' + 1 chain states, K' means and K' log-probs per sample."""
+    head = DiffusionHead(obs_dim=11, act_dim=12, act_steps=4, horizon_steps=4, denoising_steps=20,
+                         ft_denoising_steps=10, hidden_sizes=(32, 32, 32))
+    with torch.no_grad():
+        _, record = head.sample(torch.zeros(2, 11))
+    floats = sum(value[0].numel() for value in record.values())
+    assert floats == 11 * 12 + 10 * 12 + 10  # 262 floats = 1048 bytes per sample
+    assert np.prod(record["chain"].shape[1:]) == 11 * 12
