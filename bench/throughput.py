@@ -86,8 +86,8 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
         runner.update()
         collect += middle - start
         update += time.perf_counter() - middle
-    env.close()
         steps += runner.last_iteration_steps
+    env.close()
     return steps / (collect + update), {"collect_s": collect, "update_s": update, "steps": steps,
                                         "collect_only_sps": steps / collect}
 

@@ -82,7 +82,7 @@ class OnPolicyRunner:
     # ------------------------------------------------------------------ the loop
     def collect(self) -> None:
         """Fill the rollout storage with ``rollout_steps`` steps of every env, then compute GAE."""
-        storage, env, head, critic = self.storage, self.env, self.head, self.critic
+        storage, env, critic = self.storage, self.env, self.critic
         storage.reset()
         returns, lengths = [], []
         env_steps = 0  # summed lazily: chunked envs report the env steps each agent step executed

@@ -1,0 +1,110 @@
+"""Structured configs: the schema of every Hydra group, one docstring per field.
+
+Hydra checks names and types against these dataclasses while composing, so ``updater.lrr=1`` or
+``updater.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
+``__post_init__``, which runs when ``validate`` turns the composed config into these objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, require
+from genpol.config.env import DatasetConfig, EnvConfig
+from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
+from genpol.config.policy import (DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
+                                  PolicyConfig, PolicyFlowPolicyConfig)
+from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
+
+__all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
+           "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "DiffusionPolicyConfig", "FlowPolicyConfig",
+           "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig", "ASPOConfig",
+           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "TrainConfig", "EvaluateConfig",
+           "ALL_SCHEMAS", "register_configs", "validate"]
+
+
+@dataclass
+class TrainConfig:
+    """Root of ``python -m genpol.train``."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Simulator and wrappers (group ``env``)."""
+    policy: Any = MISSING
+    """Policy head and critic (group ``policy``)."""
+    updater: Any = MISSING
+    """On-policy updater (group ``updater``)."""
+    pipeline: Any = MISSING
+    """Training pipeline (group ``pipeline``)."""
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Logging (group ``logger``)."""
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    """Offline dataset (used by pipeline=offline_to_online)."""
+    seed: int = 0
+    """Seed of torch, the environments and minibatch shuffling."""
+    total_steps: int = 1_000_000
+    """Environment steps to train for (summed over envs)."""
+    run_dir: str = "runs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
+    """Run directory; re-running with the same run_dir resumes from its latest checkpoint."""
+    device: str = "cpu"
+    """Torch device of networks and rollout tensors."""
+    torch_threads: int = 1
+    """torch intra-op threads; 1 is fastest for small MLPs next to a CPU simulator."""
+
+    def __post_init__(self) -> None:
+        require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
+        require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
+        if getattr(self.pipeline, "name", None) == "offline_to_online":
+            require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
+                     self.dataset.path)
+
+
+@dataclass
+class EvaluateConfig:
+    """Root of ``python -m genpol.evaluate``."""
+
+    run_dir: str = MISSING
+    """Run directory to evaluate (its latest checkpoint, unless checkpoint is set)."""
+    checkpoint: Optional[str] = None
+    """A specific checkpoint directory (default: the latest one in run_dir)."""
+    episodes: int = 10
+    """Episodes per mode (deterministic and stochastic)."""
+    video: bool = True
+    """Write mp4s of the deterministic and stochastic rollouts."""
+    video_dir: str = "videos"
+    """Videos go to <video_dir>/<run name>/."""
+    seed: int = 10000
+    """Reset seed of the first episode; episode i uses seed + i."""
+    device: str = "cpu"
+    """Torch device."""
+
+    def __post_init__(self) -> None:
+        require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
+
+
+POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
+                                   "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig}
+UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig}
+PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
+                                     "offline_to_online": OfflineToOnlinePipelineConfig}
+ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
+                           *PIPELINE_SCHEMAS.values(), DatasetConfig, LoggerConfig, TrainConfig, EvaluateConfig]
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each)."""
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(name="evaluate_schema", node=EvaluateConfig)
+    for group, schemas in (("policy", POLICY_SCHEMAS), ("updater", UPDATER_SCHEMAS),
+                           ("pipeline", PIPELINE_SCHEMAS)):
+        for name, schema in schemas.items():
+            store.store(group=group, name=f"schema_{name}", node=schema)
+
+
+def validate(cfg: DictConfig) -> Any:
+    """Turn a composed config into dataclass objects, running every ``__post_init__`` check."""
+    return OmegaConf.to_object(cfg)

@@ -1,0 +1,65 @@
+"""Schema of the ``env`` group and of the offline ``dataset``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from omegaconf import MISSING
+
+from genpol.config.base import ENV_BACKENDS, require
+
+
+@dataclass
+class EnvConfig:
+    """The simulator and its wrappers."""
+
+    backend: str = "gym"
+    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX) or ``genpol``."""
+    id: str = MISSING
+    """Task name inside the backend, e.g. ``HalfCheetah-v5``, ``cheetah-run``, ``CheetahRun``, ``MultiGoal``."""
+    num_envs: int = 8
+    """Parallel environment copies stepped together."""
+    normalize_obs: bool = True
+    """Running mean/variance observation normalization (saved with the policy, frozen at evaluation)."""
+    normalize_reward: bool = True
+    """Scale rewards by the running std of the discounted return (as SB3's VecNormalize)."""
+    obs_clip: float = 10.0
+    """Clip range of normalized observations."""
+    reward_clip: float = 10.0
+    """Clip range of scaled rewards."""
+    max_episode_steps: Optional[int] = None
+    """Override the task's time limit (None keeps the registered one)."""
+    render_width: int = 256
+    """Width of rendered video frames in pixels."""
+    render_height: int = 256
+    """Height of rendered video frames in pixels."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the backend (``gymnasium.make`` for ``gym``)."""
+
+    @property
+    def full_id(self) -> str:
+        return f"{self.backend}:{self.id}"
+
+    def __post_init__(self) -> None:
+        require(self.backend in ENV_BACKENDS, "env.backend", f"one of {ENV_BACKENDS}", self.backend)
+        require(self.num_envs >= 1, "env.num_envs", ">= 1", self.num_envs)
+        require(self.obs_clip > 0, "env.obs_clip", "> 0", self.obs_clip)
+        require(self.reward_clip > 0, "env.reward_clip", "> 0", self.reward_clip)
+        if self.max_episode_steps is not None:
+            require(self.max_episode_steps >= 1, "env.max_episode_steps", ">= 1 or null", self.max_episode_steps)
+
+
+@dataclass
+class DatasetConfig:
+    """The offline dataset of ``pipeline=offline_to_online``."""
+
+    path: Optional[str] = None
+    """A D4RL HDF5 file (.hdf5/.h5), or a Minari dataset id such as mujoco/hopper/medium-v0."""
+    format: str = "auto"
+    """``auto`` (by the path's suffix), ``d4rl`` or ``minari``."""
+    minari_root: Optional[str] = None
+    """Root of local Minari datasets (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)."""
+
+    def __post_init__(self) -> None:
+        require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)

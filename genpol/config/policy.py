@@ -1,0 +1,204 @@
+"""Schemas of the ``policy`` group: one per head family, each with its critic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, List
+
+from omegaconf import MISSING
+
+from genpol.config.base import ACTIVATION_NAMES, require
+
+
+def _check_network(key: str, sizes: List[int], activation: str) -> None:
+    require(len(sizes) >= 1 and all(w >= 1 for w in sizes), f"policy.{key}", "non-empty positive widths", sizes)
+    require(activation in ACTIVATION_NAMES, f"policy.{key.replace('hidden_sizes', 'activation')}",
+             f"one of {ACTIVATION_NAMES}", activation)
+
+
+@dataclass
+class PolicyConfig:
+    """Fields every policy group has: the head family and the critic. The other fields of a
+    subclass are the head's constructor arguments."""
+
+    family: str = MISSING
+    """Head family; selects the head class."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "tanh"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        _check_network("critic_hidden_sizes", self.critic_hidden_sizes, self.critic_activation)
+        if hasattr(self, "hidden_sizes"):
+            _check_network("hidden_sizes", self.hidden_sizes, self.activation)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        """The head's constructor arguments: every field but the family and the critic's."""
+        skip = {"family", "critic_hidden_sizes", "critic_activation"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+
+@dataclass
+class GaussianPolicyConfig(PolicyConfig):
+    """Diagonal Gaussian head (MLP mean, state-independent log-std) and its critic."""
+
+    family: str = "gaussian"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the mean network."""
+    activation: str = "tanh"
+    """Activation of the mean network."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of every action dimension."""
+    orthogonal_init: bool = True
+    """Orthogonal initialization (gain sqrt(2), output gain 0.01 for the mean)."""
+
+
+@dataclass
+class FlowPolicyConfig(PolicyConfig):
+    """Velocity network and ODE sampler shared by the flow heads."""
+
+    hidden_sizes: List[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    """Hidden layer widths of the velocity network."""
+    activation: str = "silu"
+    """Activation of the velocity network."""
+    time_embed_dim: int = 8
+    """Size of the sinusoidal time embedding."""
+    output_scale: float = 0.25
+    """Multiplies the velocity network's output."""
+    integration_steps: int = 10
+    """ODE steps from noise to action."""
+    integrator: str = "euler"
+    """``euler`` or ``midpoint``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
+                 "an even number >= 2", self.time_embed_dim)
+        require(self.output_scale > 0, "policy.output_scale", "> 0", self.output_scale)
+        require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        require(self.integrator in ("euler", "midpoint"), "policy.integrator", "euler or midpoint",
+                 self.integrator)
+
+
+@dataclass
+class FPOPolicyConfig(FlowPolicyConfig):
+    """FPO: flow policy with the flow-matching-loss ratio (defaults: FPO's playground settings)."""
+
+    family: str = "fpo"
+    """Head family; selects the head class."""
+    n_mc: int = 8
+    """(t, noise) pairs drawn per action."""
+    ratio_mode: str = "average"
+    """``average`` (FPO: one ratio from averaged losses) or ``per_sample`` (FPO++: one per pair)."""
+    t_sampling: str = "grid"
+    """``grid`` (t on the sampler's grid) or ``uniform``."""
+    loss_weighting: str = "eps"
+    """``eps`` (FPO's u_but_supervise_as_eps, weight t^2) or ``velocity`` (unweighted)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "silu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.n_mc >= 1, "policy.n_mc", ">= 1", self.n_mc)
+        require(self.ratio_mode in ("average", "per_sample"), "policy.ratio_mode", "average or per_sample",
+                 self.ratio_mode)
+        require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
+        require(self.loss_weighting in ("eps", "velocity"), "policy.loss_weighting", "eps or velocity",
+                 self.loss_weighting)
+
+
+@dataclass
+class PolicyFlowPolicyConfig(FlowPolicyConfig):
+    """PolicyFlow: flow prior plus learnable Gaussian noise, velocity-variation ratio, Brownian regularizer."""
+
+    family: str = "policyflow"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64, 64])
+    """Hidden layer widths of the velocity network."""
+    output_scale: float = 1.0
+    """Multiplies the velocity network's output."""
+    integrator: str = "midpoint"
+    """``euler`` or ``midpoint`` (PolicyFlow's)."""
+    log_std_init: float = 0.0
+    """Initial log std of the exploration noise (clamped to [-5, 2])."""
+    brownian_coef: float = 0.01
+    """Weight of the Brownian regularizer."""
+    brownian_beta: float = 1.0
+    """Temperature beta of the Brownian regularizer."""
+    degenerate_to_gaussian: bool = False
+    """x0 = 0: the policy becomes a Gaussian around a deterministic flow output (ablation)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "elu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
+
+
+@dataclass
+class DiffusionPolicyConfig(PolicyConfig):
+    """DPPO diffusion head (defaults: DPPO's Gym fine-tuning config, DDPM K = 20, K' = 10, chunks of 4)."""
+
+    family: str = "diffusion"
+    """Head family; selects the head class."""
+    act_steps: int = 4
+    """Actions executed per chunk (the env runs chunks of this length)."""
+    horizon_steps: int = 4
+    """Actions predicted per chunk (>= act_steps)."""
+    denoising_steps: int = 20
+    """K: DDPM steps (pretraining and, without DDIM, sampling)."""
+    ft_denoising_steps: int = 10
+    """K': the last denoising steps that are fine-tuned (K' = K from scratch)."""
+    use_ddim: bool = False
+    """Sample with DDIM."""
+    ddim_steps: int = 5
+    """DDIM sampling steps."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [512, 512, 512])
+    """Residual MLP widths of the denoiser (all equal)."""
+    activation: str = "mish"
+    """Activation of the denoiser."""
+    time_dim: int = 16
+    """Time-embedding size."""
+    min_sampling_std: float = 0.1
+    """Lower clip of each denoising step's std while sampling (exploration)."""
+    min_logprob_std: float = 0.1
+    """Lower clip of each denoising step's std in log-probabilities (stability)."""
+    randn_clip: float = 3.0
+    """Clip of the Gaussian noise of each step."""
+    denoised_clip: float = 1.0
+    """Clip of the predicted clean action x0."""
+    logprob_clamp: List[float] = field(default_factory=lambda: [-5.0, 2.0])
+    """Clamp of the per-element log-probabilities."""
+    gamma_denoising: float = 0.99
+    """Denoising discount of the per-step advantages."""
+    clip_base: float = 0.01
+    """PPO clip range at the noisiest fine-tuned step."""
+    clip_final: float = 0.01
+    """PPO clip range at the last denoising step."""
+    ddim_eta: float = 1.0
+    """DDIM's eta while sampling stochastically."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "mish"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
+        require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
+                 self.horizon_steps)
+        sampled = self.ddim_steps if self.use_ddim else self.denoising_steps
+        require(1 <= self.ft_denoising_steps <= sampled, "policy.ft_denoising_steps",
+                 f"in [1, {sampled}] (the sampling steps)", self.ft_denoising_steps)
+        require(self.min_sampling_std >= 0 and self.min_logprob_std > 0, "policy.min_logprob_std",
+                 "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
+        require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
+                 self.hidden_sizes)
+        require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
+                 "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
