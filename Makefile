@@ -27,7 +27,7 @@ $(VENV)/.stamp-installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e ".[test,playground]"
+	$(PY) -m pip install -q -e ".[test,playground,cluster]"
 	@touch $@
 
 setup: system-deps $(VENV)/.stamp-installed

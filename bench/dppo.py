@@ -62,8 +62,7 @@ def chain_memory(dataset: Path) -> dict:
 def throughput(dataset: Path, iterations: int) -> dict:
     from throughput import genpol_run
 
-    dppo_sps, dppo = genpol_run(["+experiment=dppo_hopper", f"dataset.path={dataset}", "pipeline=online",
-                                 "env.normalize_obs=true"], iterations)
+    dppo_sps, dppo = genpol_run(["+experiment=dppo_hopper", f"dataset.path={dataset}"], iterations)
     gauss_sps, gauss = genpol_run(["env=hopper", "env.num_envs=16", "updater.rollout_steps=64",
                                    "updater.minibatch_size=256", "updater.epochs=5"], iterations * 4)
     return {"dppo": {"sps": dppo_sps, **dppo}, "gaussian_ppo": {"sps": gauss_sps, **gauss},

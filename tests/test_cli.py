@@ -109,3 +109,23 @@ def test_tiny_ppo_run_on_other_backends(tmp_path, env_args):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 1024 and np.isfinite(summary["eval_return_mean"])
     assert summary["checkpoint"] is not None
+
+
+def test_cluster_launchers(tmp_path):
+    """launcher=slurm composes (submitit's SLURM launcher), and launcher=submitit_local runs a sweep
+    as separate processes through the same job packaging."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from genpol.api import CONFIG_DIR
+    from hydra import compose, initialize_config_dir
+
+    from genpol.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["launcher=slurm", "run_dir=/tmp/x"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.cpus_per_task == 4
+    run_cli("-m", "genpol.train", "--multirun", "launcher=submitit_local", "env=multigoal", "seed=0,1",
+            "total_steps=512", "updater.rollout_steps=32", "updater.epochs=1", "pipeline.video=false",
+            "pipeline.eval_episodes=2", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
+    seeds = sorted(json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1))
+    assert seeds == [0, 1]
