@@ -25,6 +25,9 @@ import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402
 
 KNOWN_TASKS = [f"{domain}-{task}" for domain, task in suite.ALL_TASKS]
+# Model fields that suite tasks randomize at reset (reacher's and finger's targets, fish's goal):
+# part of an episode's state, although they live in the model rather than in the data.
+RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "geom_size", "site_pos", "site_quat")
 
 
 class DMCVectorEnv(VectorEnv):
@@ -150,6 +153,7 @@ class DMCVectorEnv(VectorEnv):
             kind, keys, position, has_gauss, cached = env.task.random.get_state()
             states.append({
                 "mujoco": torch.from_numpy(buffer), "steps": int(steps), "env_step_count": int(env._step_count),
+                "model": {name: torch.from_numpy(getattr(model, name).copy()) for name in RANDOMIZED_MODEL_FIELDS},
                 "reset_next_step": bool(env._reset_next_step),
                 "random": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
                            "has_gauss": int(has_gauss), "cached": float(cached)},
@@ -161,6 +165,8 @@ class DMCVectorEnv(VectorEnv):
             raise EnvError(f"{self.env_id}: saved state holds {len(state['envs'])} envs, this env has {self.num_envs}")
         for i, (env, saved) in enumerate(zip(self._envs, state["envs"])):
             env.reset()
+            for name, value in saved["model"].items():  # targets that tasks draw into the model at reset
+                getattr(env.physics.model.ptr, name)[:] = value.numpy()
             spec = mujoco.mjtState.mjSTATE_INTEGRATION
             mujoco.mj_setState(env.physics.model.ptr, env.physics.data.ptr, saved["mujoco"].numpy(), spec)
             # dm_control's (legacy) step runs mj_step2 first and relies on the position-dependent

@@ -132,7 +132,9 @@ class GymVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ stepping
     def _to_torch(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(array)).to(device=self.device, dtype=dtype)
+        # always a copy: SyncVectorEnv (copy=False) overwrites its observation buffer in place at the
+        # next step, and a float32 array would otherwise be shared, not converted
+        return torch.tensor(np.asarray(array), dtype=dtype, device=self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         seed = self._seed if seed is None else seed
@@ -178,6 +180,7 @@ class GymVectorEnv(VectorEnv):
         env0 = self._envs.envs[0]
         if not self._renderer_ready:
             self._configure_renderer(env0.unwrapped)
+            self._renderer_ready = True
         frame = env0.render()
         return None if frame is None else np.ascontiguousarray(frame, dtype=np.uint8)
 
@@ -217,6 +220,13 @@ class GymVectorEnv(VectorEnv):
         self._seed = state["seed"]
 
 
+# Derived MjData arrays that envs read before their next mj_step: after mj_step they still describe
+# the pre-integration positions (Ant-v5 and Humanoid-v5 take their "before" x position from xpos and
+# xipos), so they are part of the state; recomputing them with mj_forward would change the rewards.
+DERIVED_FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "subtree_com", "cinert", "cvel", "cacc", "cfrc_ext",
+                  "cfrc_int", "qacc", "sensordata")
+
+
 def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
     while isinstance(env, gym.Wrapper):
         if isinstance(env, gym.wrappers.TimeLimit):
@@ -233,8 +243,9 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
     """The simulator state, time-limit counter and RNG state of one gymnasium env.
 
     MuJoCo envs save ``mjSTATE_INTEGRATION`` (positions, velocities, activations, warm-start, time,
-    controls), which continues bit-identically. Other envs save their numeric attributes (for
-    example Pendulum's ``state``), which covers gymnasium's classic-control tasks.
+    controls), which continues bit-identically. Envs with a ``state`` attribute (gymnasium's classic
+    control) save their numeric attributes. Others (Box2D) cannot be captured: their state is marked
+    inexact, and restoring it warns and leaves the env where it is.
     """
     unwrapped = env.unwrapped
     state: dict[str, Any] = {}
@@ -243,6 +254,9 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
         buffer = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
         mujoco.mj_getState(unwrapped.model, unwrapped.data, buffer, spec)
         state["mujoco"] = torch.from_numpy(buffer)
+        state["derived"] = {name: torch.from_numpy(getattr(unwrapped.data, name).copy()) for name in DERIVED_FIELDS}
+    elif not hasattr(unwrapped, "state"):
+        state["inexact"] = True
     else:
         attributes = {}
         for name, value in vars(unwrapped).items():
@@ -265,6 +279,11 @@ def _restore_env_state(env: gym.Env, state: dict[str, Any]) -> None:
             raise EnvError("saved env state is a MuJoCo state but the env is not a MuJoCo env")
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         mujoco.mj_setState(unwrapped.model, unwrapped.data, state["mujoco"].numpy(), spec)
+        for name, value in state["derived"].items():
+            getattr(unwrapped.data, name)[:] = value.numpy()
+    elif state.get("inexact"):
+        warnings.warn(f"{env.spec.id if env.spec else unwrapped}: this env's state cannot be saved; the resumed "
+                      "run continues its episodes from wherever the new env is", RuntimeWarning, stacklevel=2)
     else:
         for name, value in state["attributes"].items():
             setattr(unwrapped, name, value.numpy().copy() if isinstance(value, torch.Tensor) else value)

@@ -74,9 +74,15 @@ def save_checkpoint(
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     for name in [*files, MANIFEST]:
         _fsync(tmp / name)
-    if final.exists():  # the same step saved twice (e.g. a periodic and the final save)
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    for directory in (tmp / "policy", tmp / "training_state", tmp):
+        _fsync(directory)
+    if final.exists():  # the same step saved again: move the old copy aside, never delete it first
+        old = checkpoints_dir / f".old-{final.name}-{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
     _fsync(checkpoints_dir)
     if keep is not None:
         for old in list_checkpoints(checkpoints_dir)[:-keep]:
@@ -97,7 +103,7 @@ def remove_temporary(checkpoints_dir: str | Path) -> None:
     """Delete leftovers of checkpoints that a crash interrupted before their rename."""
     checkpoints_dir = Path(checkpoints_dir)
     if checkpoints_dir.is_dir():
-        for leftover in checkpoints_dir.glob(".tmp-*"):
+        for leftover in [*checkpoints_dir.glob(".tmp-*"), *checkpoints_dir.glob(".old-*")]:
             shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -159,3 +165,23 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not found:
         raise CheckpointError(f"no checkpoint in {path}: expected {path / 'checkpoints'}/{PREFIX}*")
     return found[-1]
+
+
+def load_latest(checkpoints_dir: str | Path, map_location: str | torch.device = "cpu"
+                ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """``(path, policy weights, training state)`` of the newest checkpoint that verifies, or None if
+    there is none. A damaged newer checkpoint is skipped with a warning naming it (and kept on
+    disk), so an earlier one resumes the run and nothing is lost."""
+    import warnings
+
+    damaged = []
+    for path in reversed(list_checkpoints(checkpoints_dir)):
+        try:
+            _, weights = load_policy_files(path, map_location=map_location)
+            return path, weights, load_training_state(path, map_location="cpu")
+        except CheckpointError as error:
+            damaged.append(str(error))
+            warnings.warn(f"skipping damaged checkpoint: {error}", RuntimeWarning, stacklevel=2)
+    if damaged:
+        raise CheckpointError("every checkpoint is damaged: " + "; ".join(damaged))
+    return None

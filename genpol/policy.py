@@ -129,24 +129,27 @@ class TrainedPolicy:
     @torch.no_grad()
     def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
         """Raw simulator ``obs [D]`` or ``[B, D]`` -> action in the env's bounds, same leading shape."""
-        obs = torch.as_tensor(np.asarray(raw_obs), dtype=torch.float32)
+        device = next(self.head.parameters()).device
+        obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
         single = obs.ndim == 1
         obs = obs.reshape(-1, obs.shape[-1])
         kind, state = self.spec["obs_normalization"], self.obs_statistics
         if kind == "running":
             stats = state["stats"]
-            scaled = (obs.double() - stats["mean"]) / torch.sqrt(stats["var"] + state["epsilon"])
+            scaled = (obs.double() - stats["mean"].to(device)) / torch.sqrt(stats["var"].to(device) + state["epsilon"])
             obs = scaled.clamp(-state["clip"], state["clip"]).float()
         elif kind == "minmax":
-            obs = 2 * (obs - state["low"]) / (state["high"] - state["low"] + 1e-6) - 1
+            low, high = state["low"].to(device), state["high"].to(device)
+            obs = 2 * (obs - low) / (high - low + 1e-6) - 1
         action = self.act(obs, deterministic)
-        env_low, env_high = (torch.tensor(b, dtype=torch.float32) for b in self.spec["action_bounds"])
+        env_low, env_high = (torch.tensor(b, dtype=torch.float32, device=device) for b in self.spec["action_bounds"])
         agent = self.spec.get("agent_action_bounds")
-        low, high = (env_low, env_high) if agent is None else (torch.tensor(b, dtype=torch.float32) for b in agent)
+        low, high = ((env_low, env_high) if agent is None else
+                     (torch.tensor(b, dtype=torch.float32, device=device) for b in agent))
         finite = torch.isfinite(low) & torch.isfinite(high)
         scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
         action = torch.where(finite, torch.maximum(torch.minimum(scaled, env_high), env_low), action)
-        return (action[0] if single else action).numpy()
+        return (action[0] if single else action).cpu().numpy()
 
 
 @torch.no_grad()

@@ -192,10 +192,11 @@ def test_reward_scaler_divides_by_running_return_std():
     raw.close(), scaled.close()
 
 
-@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "gym:Pendulum-v1", "dmc:cheetah-run", "dmc:cartpole-balance",
-                                    "playground:CartpoleBalance", "genpol:MultiGoal"])
+@pytest.mark.parametrize("env_id", ["gym:Hopper-v5", "gym:Ant-v5", "gym:Pendulum-v1", "dmc:cheetah-run",
+                                    "dmc:reacher-easy", "playground:CartpoleBalance", "genpol:MultiGoal"])
 def test_state_dict_continues_the_episode_exactly(env_id):
-    """Saving mid-episode and restoring into a fresh env reproduces the rest bit for bit."""
+    """Saving mid-episode and restoring into a fresh env reproduces the rest bit for bit (Ant's reward
+    reads derived body positions; reacher's target lives in the model, drawn at reset)."""
     env = envs.make(env_id, num_envs=4, seed=5, normalize_obs=True, normalize_reward=True)
     env.reset()
     rollout(env, 25, seed_actions=1)
@@ -276,3 +277,13 @@ def test_action_chunks_sum_rewards_and_stop_at_the_episode_end(env_id):
     assert info2["episode_length"].tolist() == [6]  # episode statistics count env steps
     assert info2["episode_return"].item() == pytest.approx(sum(rewards), rel=1e-5)
     plain.close(), chunked.close()
+
+
+def test_returned_observations_are_not_overwritten_by_the_next_step():
+    """gymnasium reuses its observation buffer; float32 observation spaces (Pendulum) must still
+    hand out tensors that the next step leaves alone."""
+    with envs.make_backend("gym:Pendulum-v1", num_envs=2, seed=0) as env:
+        first = env.reset()
+        kept = first.clone()
+        second = env.step(torch.ones(2, 1))[0]
+        assert torch.equal(first, kept) and first.data_ptr() != second.data_ptr()

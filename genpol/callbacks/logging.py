@@ -22,7 +22,8 @@ class TensorBoardLogger(Callback):
     def on_train_start(self, runner: Any) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        purge = runner.global_step if runner.global_step > 0 else None
+        # events up to the checkpoint's step were logged before it was written: purge only later ones
+        purge = runner.global_step + 1 if runner.global_step > 0 else None
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge)
 
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:

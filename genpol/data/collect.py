@@ -30,24 +30,34 @@ from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_sc
 def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 8, seed: int = 0,
                      deterministic: bool = False, env_kwargs: dict[str, Any] | None = None
                      ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray] | None, Any]:
-    """Roll out until ``steps`` transitions are in complete episodes.
+    """Roll out until ``steps`` transitions are in complete episodes, in the env the policy was
+    trained on (its gymnasium kwargs and time limit; ``env_kwargs`` adds to them).
 
     Returns ``(complete episodes, env 0's unfinished episode or None, the raw env)``; each episode has
     ``observations [T + 1, D]``, ``actions [T, A]``, ``rewards``, ``terminations``, ``truncations``.
     """
-    env = envs.make(env_id, num_envs=num_envs, seed=seed, rescale_actions=False, env_kwargs=env_kwargs)
-    if policy_path == "random":
+    policy = None
+    max_episode_steps = None
+    if policy_path != "random":
+        from genpol.policy import TrainedPolicy
+
+        policy = TrainedPolicy.load(policy_path)
+        spec = policy.spec["env"]
+        if policy.env_id != env_id:
+            raise ValueError(f"{policy_path} was trained on {policy.env_id}, not {env_id}")
+        if spec.get("action_chunk", 1) != 1:
+            raise ValueError(f"{policy_path} acts in chunks of {spec['action_chunk']} actions; collection records "
+                             "single actions, so use a policy with act_steps=1")
+        env_kwargs, max_episode_steps = {**spec["kwargs"], **(env_kwargs or {})}, spec["max_episode_steps"]
+    env = envs.make(env_id, num_envs=num_envs, seed=seed, rescale_actions=False, env_kwargs=env_kwargs,
+                    max_episode_steps=max_episode_steps)
+    if policy is None:
         generator = torch.Generator().manual_seed(seed)
         low, high = env.action_low, env.action_high
 
         def act(obs: torch.Tensor) -> torch.Tensor:
             return low + torch.rand(obs.shape[0], env.act_dim, generator=generator) * (high - low)
     else:
-        from genpol.policy import TrainedPolicy
-
-        policy = TrainedPolicy.load(policy_path)
-        if policy.env_id != env_id:
-            raise ValueError(f"{policy_path} was trained on {policy.env_id}, not {env_id}")
         torch.manual_seed(seed)
 
         def act(obs: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,8 @@ changes observations, so their scores compare only approximately.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 D4RL_REFERENCE = {  # env: (random return, expert return)
@@ -21,15 +23,26 @@ D4RL_REFERENCE = {  # env: (random return, expert return)
 
 def d4rl_env_name(env_id: str) -> str | None:
     """``"gym:Hopper-v5"`` or ``"hopper-medium-v2"`` -> ``"hopper"``; None if not a D4RL locomotion task."""
-    name = env_id.split(":")[-1].lower()
-    for env in D4RL_REFERENCE:
-        if name.startswith(env):
-            return env
-    return None
+    tokens = re.split(r"[^a-z0-9]+", env_id.split(":")[-1].lower())  # whole words: not antmaze -> ant
+    return next((env for env in D4RL_REFERENCE if env in tokens), None)
 
 
 def d4rl_normalized_score(env_name: str, returns: float | np.ndarray) -> float | np.ndarray:
     if env_name not in D4RL_REFERENCE:
         raise ValueError(f"no D4RL reference returns for '{env_name}'; known: {sorted(D4RL_REFERENCE)}")
-    low, high = D4RL_REFERENCE[env_name]
+    return normalized_score(D4RL_REFERENCE[env_name], returns)
+
+
+def reference_returns(metadata: dict, env_id: str) -> tuple[float, float] | None:
+    """``(random, expert)`` returns for normalized scores: a Minari dataset's own ``ref_min_score`` /
+    ``ref_max_score`` when it has them (never mixed with D4RL's), else D4RL's for the env's task."""
+    if metadata.get("ref_min_score") is not None and metadata.get("ref_max_score") is not None:
+        return float(metadata["ref_min_score"]), float(metadata["ref_max_score"])
+    name = d4rl_env_name(env_id)
+    return None if name is None else D4RL_REFERENCE[name]
+
+
+def normalized_score(references: tuple[float, float], returns: float | np.ndarray) -> float | np.ndarray:
+    """``100 * (returns - random) / (expert - random)``."""
+    low, high = references
     return 100.0 * (np.asarray(returns) - low) / (high - low)

@@ -47,6 +47,8 @@ class RatioTerms:
             or None.
         entropy: ``[B]`` differentiable entropy for the entropy bonus, or None if the head has none.
         aux_loss: scalar head regularizer, already weighted, added to the policy loss (or None).
+        kl: ``[B]`` closed-form KL(pi_old || pi_theta) computed with the same random draws as
+            ``log_ratio`` (heads whose ratio evaluates the network at random points), or None.
         diagnostics: detached scalars logged under ``head/<name>``.
     """
 
@@ -55,6 +57,7 @@ class RatioTerms:
     unit_clip: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 

@@ -144,15 +144,20 @@ class PolicyFlowHead(PolicyHead):
             log_ratio=(log_prob - record["log_prob"]).unsqueeze(-1),
             entropy=entropy.expand(obs.shape[0]),
             aux_loss=self.brownian_coef * brownian,
+            kl=self._kl(delta_v, record),
             diagnostics={"brownian": brownian.detach(), "std": log_std.detach().exp().mean(),
                          "delta_v": delta_v.detach().norm(dim=-1).mean()},
         )
 
-    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
-        _, _, v_new, v_old = self._velocity_change(obs, record)
-        delta_v = v_new - v_old
+    def _kl(self, delta_v: torch.Tensor, record: Record) -> torch.Tensor:
         return diagonal_gaussian_kl(torch.zeros_like(delta_v), record["log_std"], delta_v,
                                     self.clamped_log_std().expand_as(delta_v))
+
+    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
+        """KL at fresh random evaluation times; ``log_ratio`` also returns it at its own times
+        (``RatioTerms.kl``), which is what the updaters use."""
+        _, _, v_new, v_old = self._velocity_change(obs, record)
+        return self._kl(v_new - v_old, record)
 
     def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Conditional flow matching of the flow prior on expert actions (t ~ U[0, 1))."""

@@ -4,7 +4,8 @@ evaluate it, then fine-tune it online with the configured updater; both phases i
 Observations and actions are scaled to [-1, 1] with the dataset's min and max (DPPO's
 normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
 actions back to the dataset's action range, and both travel with the policy in its checkpoints.
-D4RL locomotion tasks report D4RL-normalized scores before and after fine-tuning.
+Normalized scores (before and after fine-tuning) use a Minari dataset's own reference returns, or
+D4RL's for the D4RL locomotion tasks.
 
 Run directory: ``pretrain/`` (checkpoints, progress, summary of phase 1), ``tb/pretrain`` and
 ``tb`` (TensorBoard of each phase), and the online phase's usual files. Re-running resumes
@@ -25,9 +26,9 @@ import torch
 from envs import VectorEnv
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Checkpointer, MetricsFile, ProgressBar, TensorBoardLogger
-from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state, remove_temporary
+from genpol.checkpoint import list_checkpoints, load_latest, remove_temporary
 from genpol.config import TrainConfig
-from genpol.data import OfflineDataset, d4rl_env_name, d4rl_normalized_score, load_dataset
+from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import PolicyHead
 from genpol.policy import make_policy_spec, run_episodes
 from genpol.runners.bc import BCRunner
@@ -58,8 +59,8 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     probe.close()
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
-    score_name = d4rl_env_name(cfg.env.id)
-    normalized = partial(d4rl_normalized_score, score_name) if score_name else None
+    references = reference_returns(dataset.metadata, cfg.env.id)
+    normalized = partial(normalized_score, references) if references else None
 
     if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
         pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
@@ -95,11 +96,10 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
         observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
     )
     remove_temporary(directory / "checkpoints")
-    existing = list_checkpoints(directory / "checkpoints")
-    if existing:
-        log.info("resuming pretraining from %s", existing[-1])
-        _, weights = load_policy_files(existing[-1], map_location=cfg.device)
-        runner.load(weights, load_training_state(existing[-1], map_location=cfg.device))
+    latest = load_latest(directory / "checkpoints", map_location=cfg.device)
+    if latest is not None:
+        log.info("resuming pretraining from %s", latest[0])
+        runner.load(latest[1], latest[2])
     runner.run()
 
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)

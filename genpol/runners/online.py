@@ -14,7 +14,7 @@ from envs import VectorEnv
 from genpol.build import env_stack, evaluation_env_factory, make_critic, make_env, make_head, make_updater
 from genpol.callbacks import (Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary,
                               TensorBoardLogger)
-from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state, remove_temporary
+from genpol.checkpoint import load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
 from genpol.heads.base import PolicyHead
 from genpol.policy import make_policy_spec
@@ -115,12 +115,10 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
         lr_schedule=cfg.updater.lr_schedule, callbacks=callbacks, compile_sampling=pipeline.compile_sampling,
     )
     remove_temporary(run_dir / "checkpoints")
-    existing = list_checkpoints(run_dir / "checkpoints")
-    if existing:
-        latest = existing[-1]
-        log.info("resuming from %s", latest)
-        _, weights = load_policy_files(latest, map_location=device)
-        runner.load(weights, load_training_state(latest, map_location=device))
+    latest = load_latest(run_dir / "checkpoints", map_location=device)
+    if latest is not None:
+        log.info("resuming from %s", latest[0])
+        runner.load(latest[1], latest[2])
     try:
         runner.run()
     finally:

@@ -59,7 +59,7 @@ class CompiledAdamStep:
                     raise ValueError("the optimizer holds a parameter outside the compiled modules")
                 self.entries.append((by_id[id(parameter)], parameter, index))
                 self.hyper.append((*group["betas"], group["eps"]))
-        self._lrs = torch.zeros(len(optimizer.param_groups))
+        self._lrs = torch.zeros(len(optimizer.param_groups), device=self.entries[0][1].device)
         self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False)
 
     def _state(self, parameter: nn.Parameter) -> dict[str, torch.Tensor]:

@@ -114,7 +114,7 @@ class MinibatchUpdater:
         named.update({f"head/{key}": value.detach() for key, value in terms.diagnostics.items()})
         if self.adaptive_lr is not None:
             with torch.no_grad():
-                named["kl"] = policy_kl(self.head, obs, record, terms.log_ratio)
+                named["kl"] = policy_kl(self.head, obs, record, terms)
         return out.total, named
 
     def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:

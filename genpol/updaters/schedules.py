@@ -6,16 +6,19 @@ from typing import Any
 
 import torch
 
-from genpol.heads.base import PolicyHead, Record
+from genpol.heads.base import PolicyHead, RatioTerms, Record
 from genpol.updaters.losses import estimated_kl
 
 
-def policy_kl(head: PolicyHead, obs: torch.Tensor, record: Record, log_ratio: torch.Tensor) -> torch.Tensor:
-    """Mean KL(pi_old || pi_theta) over the batch: the head's closed form where it has one, else the
-    sample estimate ``mean((r - 1) - log r)`` of its ``log_ratio [B, U]``."""
+def policy_kl(head: PolicyHead, obs: torch.Tensor, record: Record, terms: RatioTerms) -> torch.Tensor:
+    """Mean KL(pi_old || pi_theta) over the batch: the closed form that came with ``terms`` (same
+    random draws as the ratio), else the head's closed form, else the sample estimate
+    ``mean((r - 1) - log r)`` of ``terms.log_ratio [B, U]``."""
+    if terms.kl is not None:
+        return terms.kl.mean()
     if head.has_exact_kl:
         return head.kl(obs, record).mean()
-    return estimated_kl(log_ratio)
+    return estimated_kl(terms.log_ratio)
 
 
 class AdaptiveLR:

@@ -10,10 +10,16 @@ maximize  L(theta) = mean(A r)   subject to   mean KL(pi_old || pi_theta) <= del
    whose surrogate improves; if none does, the parameters stay as they were;
 6. then the critic trains on its own (Adam, minibatch MSE epochs).
 
-The KL is the head's closed form where it has one (Gaussian, DPPO's per-step Gaussians); other
-heads (flow, consistency) use the sample estimate mean((r - 1) - log r), whose Hessian at the old
-parameters is the empirical Fisher of the head's own log-ratio. That fallback is logged once.
-Follows sb3-contrib's TRPO, which the tests use as the oracle for the Gaussian head.
+The KL is the head's closed form where it has one (Gaussian, DPPO's per-step Gaussians,
+PolicyFlow's first-order model); other heads (FPO) use the sample estimate mean((r - 1) - log r),
+whose Hessian at the old parameters is the empirical Fisher of the head's own log-ratio. That
+fallback is logged once. A head's auxiliary loss (PolicyFlow's Brownian regularizer) is subtracted
+from the surrogate, so it shapes the step as it does under PPO.
+
+Follows sb3-contrib's TRPO (the tests' oracle for the Gaussian head) except in the KL's direction:
+genpol constrains KL(pi_old || pi_theta), as the TRPO paper and the sample estimate do, where
+sb3-contrib uses KL(pi_theta || pi_old). Both have the same curvature at the old parameters, so the
+step is the same; only the line search's accept test can differ near the boundary.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from genpol.heads.base import PolicyHead
 from genpol.storage import RolloutStorage
-from genpol.updaters.losses import normalize_advantages, ratio_diagnostics
+from genpol.updaters.losses import estimated_kl, normalize_advantages
 from genpol.updaters.minibatch import explained_variance
 from genpol.updaters.schedules import policy_kl
 
@@ -127,7 +133,9 @@ class TRPOUpdater:
             if terms.unit_weights is not None:
                 unit_advantages = unit_advantages * terms.unit_weights
             surrogate = (unit_advantages * terms.log_ratio.exp()).mean()
-            return surrogate, policy_kl(self.head, obs, record, terms.log_ratio), terms.log_ratio
+            if terms.aux_loss is not None:
+                surrogate = surrogate - terms.aux_loss
+            return surrogate, policy_kl(self.head, obs, record, terms), terms.log_ratio
 
         surrogate, kl, _ = surrogate_and_kl()
         grad_kl = flat_grad(kl, params, retain_graph=True, create_graph=True)
@@ -153,10 +161,9 @@ class TRPOUpdater:
             if not accepted:
                 vector_to_parameters(original, params)
                 new_surrogate, new_kl, log_ratio = surrogate_and_kl()
-        diagnostics = {key: float(value) for key, value in ratio_diagnostics(log_ratio, self.target_kl).items()}
-        diagnostics.pop("clipfrac")
         return {
-            **diagnostics,
+            "approx_kl": float(estimated_kl(log_ratio)),
+            "ratio_deviation": float((log_ratio.exp() - 1).abs().mean()),
             "policy": -float(new_surrogate),
             "kl": float(new_kl),
             "line_search_success": float(accepted),
