@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import torch
 from omegaconf import DictConfig
 
 from envs import VideoRecorder
@@ -26,6 +27,7 @@ register_configs()
 def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary; return the results."""
     run_dir = Path(cfg.run_dir)
+    torch.set_num_threads(cfg.torch_threads)
     policy = TrainedPolicy.load(cfg.checkpoint or run_dir, device=cfg.device)
     results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
                                "videos": []}

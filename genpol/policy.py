@@ -78,6 +78,8 @@ class TrainedPolicy:
         if spec.get("format") != POLICY_FORMAT:
             raise CheckpointError(f"{checkpoint}/policy/policy.json has format {spec.get('format')}, "
                                   f"this genpol reads format {POLICY_FORMAT}")
+        if isinstance(spec.get("obs_normalization"), bool):  # written before "running"/"minmax"/"none"
+            spec["obs_normalization"] = "running" if spec["obs_normalization"] else "none"
         head = head_from_spec(spec["head"]).to(device)
         try:
             head.load_state_dict(weights["head"])

@@ -129,3 +129,16 @@ def test_cluster_launchers(tmp_path):
             "pipeline.eval_episodes=2", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
     seeds = sorted(json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1))
     assert seeds == [0, 1]
+
+
+def test_evaluating_a_checkpoint_reproduces_the_runs_own_evaluation(tmp_path):
+    """The checkpoint carries everything evaluation needs: with running observation normalization,
+    `genpol.evaluate` on the saved policy gives the training run's final evaluation return exactly
+    (same reset seeds, same deterministic policy, frozen statistics)."""
+    run_cli("-m", "genpol.train", "env=pendulum", "env.num_envs=2", "total_steps=1024", "updater.rollout_steps=128",
+            "updater.epochs=2", "pipeline.eval_episodes=3", "pipeline.video=false", "logger.progress_bar=false",
+            f"run_dir={tmp_path / 'run'}")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'run'}", "episodes=3", "video=false")
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert report["deterministic_return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)

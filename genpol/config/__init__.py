@@ -80,9 +80,12 @@ class EvaluateConfig:
     """Reset seed of the first episode; episode i uses seed + i."""
     device: str = "cpu"
     """Torch device."""
+    torch_threads: int = 1
+    """torch intra-op threads; the training default (1) reproduces the run's own evaluation exactly."""
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
+        require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
 
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
