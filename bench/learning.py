@@ -10,6 +10,7 @@ Suites:
     mujoco     Gaussian PPO, +experiment=ppo_mujoco, Hopper-v5 and HalfCheetah-v5, 1M steps, 3 seeds
     updaters   Hopper-v5, PPO vs SPO vs TRPO (genpol), 1M steps, 3 seeds
     flows      HalfCheetah-v5, Gaussian (ppo_fast) vs FPO vs PolicyFlow with the same rollout settings
+    zoo        HalfCheetah-v5 with rl-baselines3-zoo's tuned PPO hyperparameters (the ANCHORS.md peer's)
     spo_deep   Hopper-v5, a 7-layer actor (256-256-128-128-64-64), PPO vs SPO, ratio deviation over training
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
@@ -51,6 +52,18 @@ SUITES: dict[str, dict[str, list[str]]] = {
         "halfcheetah-gaussian": ["+experiment=ppo_fast", "env=halfcheetah"],
         "halfcheetah-fpo": ["env=halfcheetah", "policy=fpo", *FLOW_ROLLOUT],
         "halfcheetah-policyflow": ["env=halfcheetah", "+experiment=policyflow", *FLOW_ROLLOUT],
+        "halfcheetah-fpo++": ["env=halfcheetah", "policy=fpo", "policy.ratio_mode=per_sample", "updater=aspo",
+                              *FLOW_ROLLOUT],
+    },
+    # genpol with rl-baselines3-zoo's tuned HalfCheetah PPO hyperparameters (the ANCHORS.md peer's)
+    "zoo": {
+        "halfcheetah-ppo-zoo-settings": [
+            "env=halfcheetah", "env.num_envs=1", "updater.rollout_steps=512", "updater.minibatch_size=64",
+            "updater.epochs=20", "updater.lr=2.0633e-05", "updater.gamma=0.98", "updater.gae_lambda=0.92",
+            "updater.clip_range=0.1", "updater.ent_coef=0.000401762", "updater.max_grad_norm=0.8",
+            "updater.vf_coef=0.58096", "updater.compile=true", "policy.log_std_init=-2", "policy.orthogonal_init=false",
+            "policy.activation=relu", "policy.hidden_sizes=[256,256]", "policy.critic_activation=relu",
+            "policy.critic_hidden_sizes=[256,256]"],
     },
     "spo_deep": {
         "hopper-ppo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo", DEEP_ACTOR],
