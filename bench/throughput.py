@@ -12,7 +12,8 @@ script and ratios are what to quote):
   (``+experiment=ppo_mujoco``: the same with 256-256 ReLU networks), as fractions of the raw
   simulator rate at 32 envs.
 
-Each training row runs ``--iterations`` rollouts (default 2) after one warm-up rollout.
+Each training row runs ``--iterations`` rollouts (default 2) after one warm-up rollout. The raw
+rates are measured at the start and again at the end; the higher one is the ceiling used.
 Writes ``bench/results/throughput.json`` and prints a table.
 
     python bench/throughput.py [--iterations 2]
@@ -109,8 +110,13 @@ def main() -> None:
     rows["genpol PPO, SB3 defaults, compiled"] = {"sps": sps, **detail}
     for name, experiment in (("genpol ppo_fast, 32 envs", "ppo_fast"), ("genpol ppo_mujoco, 32 envs", "ppo_mujoco")):
         sps, detail = genpol_run([f"+experiment={experiment}", "env=halfcheetah"], 4 * args.iterations)
-        rows[name] = {"sps": sps, **detail, "fraction_of_raw_x32": sps / rows["raw simulator x32"]["sps"]}
+        rows[name] = {"sps": sps, **detail}
 
+    # the machine is noisy: measure the ceiling again at the end and keep the higher (conservative) rate
+    rows["raw simulator x32"]["sps"] = max(rows["raw simulator x32"]["sps"], raw_simulator(32, 1000))
+    rows["raw simulator x8"]["sps"] = max(rows["raw simulator x8"]["sps"], raw_simulator(8))
+    for name in ("genpol ppo_fast, 32 envs", "genpol ppo_mujoco, 32 envs"):
+        rows[name]["fraction_of_raw_x32"] = rows[name]["sps"] / rows["raw simulator x32"]["sps"]
     sb3 = rows["SB3 PPO, defaults, 8 envs"]["sps"]
     for name, row in rows.items():
         if name.startswith("genpol"):
