@@ -33,7 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 COMMON = ["pipeline.video=false", "pipeline.eval_episodes=5", "pipeline.eval_every=0", "logger.progress_bar=false",
           "pipeline.checkpoint_every=50"]
-DEEP_ACTOR = "policy.hidden_sizes=[256,256,128,128,64,64]"
+SPO_SETTING = ["env.num_envs=8", "updater.rollout_steps=256", "updater.minibatch_size=512", "updater.epochs=10",
+               "updater.lr=3e-4", "updater.lr_schedule=linear", "updater.clip_range=0.2", "updater.clip_range_vf=0.2",
+               "updater.compile=true", "policy.hidden_sizes=[256,256,128,128,64,64]", "policy.activation=tanh",
+               "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
 
 FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512", "updater.compile=true",
                 "pipeline.compile_sampling=true"]
@@ -65,9 +68,11 @@ SUITES: dict[str, dict[str, list[str]]] = {
             "policy.activation=relu", "policy.hidden_sizes=[256,256]", "policy.critic_activation=relu",
             "policy.critic_hidden_sizes=[256,256]"],
     },
+    # SPO's MuJoCo setting (its mujoco/main.py): 8 envs x 256 steps, 4 minibatches, 10 epochs, lr 3e-4
+    # decaying linearly, eps 0.2 with value clipping, tanh networks, and the deep 7-layer actor
     "spo_deep": {
-        "hopper-ppo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=ppo", DEEP_ACTOR],
-        "hopper-spo-7layer": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo", DEEP_ACTOR],
+        "hopper-ppo-7layer": ["env=hopper", "updater=ppo", *SPO_SETTING],
+        "hopper-spo-7layer": ["env=hopper", "updater=spo", *SPO_SETTING],
     },
 }
 
