@@ -45,11 +45,17 @@ SUITES: dict[str, dict[str, list[str]]] = {
     "mujoco": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
         "halfcheetah-ppo": ["+experiment=default", "pipeline.eval_every=0"],
+        # the same minibatches and epochs over longer per-env windows (8 envs x 256 steps)
+        "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
         "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo"],
         "hopper-trpo": ["+experiment=trpo_mujoco", "env=hopper"],
+        # sb3-contrib's TRPO rollout (2 envs x 1024 steps, 64-64 tanh), as in bench/trpo_vs_sb3.py
+        "hopper-trpo-sb3rollout": ["env=hopper", "updater=trpo", "env.num_envs=2", "updater.rollout_steps=1024",
+                                   "updater.cg_iterations=25", "updater.critic_epochs=20",
+                                   "updater.critic_minibatch_size=128"],
     },
     "flows": {
         "halfcheetah-gaussian": ["+experiment=ppo_fast", "env=halfcheetah"],
@@ -57,6 +63,13 @@ SUITES: dict[str, dict[str, list[str]]] = {
         "halfcheetah-policyflow": ["env=halfcheetah", "+experiment=policyflow", *FLOW_ROLLOUT],
         "halfcheetah-fpo++": ["env=halfcheetah", "policy=fpo", "policy.ratio_mode=per_sample", "updater=aspo",
                               *FLOW_ROLLOUT],
+        # FPO's own trust region (clip 0.05): the recommended +experiment=fpo, and FPO++ with ASPO at 0.05
+        "halfcheetah-fpo-clip0.05": ["env=halfcheetah", "+experiment=fpo"],
+        "halfcheetah-fpo++-clip0.05": ["env=halfcheetah", "+experiment=fpo", "policy.ratio_mode=per_sample",
+                                       "updater=aspo", "updater.clip_range=0.05", "updater.spo_clip_range=0.05"],
+        "hopper-gaussian": ["+experiment=ppo_fast", "env=hopper"],
+        "hopper-fpo-clip0.05": ["env=hopper", "+experiment=fpo"],
+        "hopper-policyflow": ["env=hopper", "+experiment=policyflow", *FLOW_ROLLOUT],
     },
     # genpol with rl-baselines3-zoo's tuned HalfCheetah PPO hyperparameters (the ANCHORS.md peer's)
     "zoo": {
@@ -75,6 +88,10 @@ SUITES: dict[str, dict[str, list[str]]] = {
         "hopper-spo-7layer": ["env=hopper", "updater=spo", *SPO_SETTING],
     },
 }
+
+
+def job_dir(job: str, steps: int, seed: int) -> Path:
+    return ROOT / "bench" / "runs" / "learning" / f"{job}-{steps // 1000}k-s{seed}"
 
 
 def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int) -> dict:
@@ -132,7 +149,7 @@ def main() -> None:
     for job, overrides in SUITES[args.suite].items():
         if args.jobs and job not in args.jobs:
             continue
-        dirs = [ROOT / "bench" / "runs" / "learning" / f"{job}-{args.steps // 1000}k-s{seed}" for seed in args.seeds]
+        dirs = [job_dir(job, args.steps, seed) for seed in args.seeds]
         summaries = [run_job(d, overrides, seed, args.steps) for d, seed in zip(dirs, args.seeds)]
         runs[job] = dirs
         finals = [s["eval_return_mean"] for s in summaries]
@@ -146,8 +163,12 @@ def main() -> None:
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
     RESULTS.mkdir(exist_ok=True)
+    results_path = RESULTS / f"learning_{args.suite}.json"
+    if args.jobs and results_path.exists():  # a partial re-run keeps the suite's other jobs
+        table = {**json.loads(results_path.read_text())["jobs"], **table}
+        runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
     out = {"suite": args.suite, "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": table}
-    (RESULTS / f"learning_{args.suite}.json").write_text(json.dumps(out, indent=2))
+    results_path.write_text(json.dumps(out, indent=2))
     plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
     print(f"\n{'job':28s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
     for job, row in table.items():

@@ -1,4 +1,4 @@
-"""MultiGoal multimodality: Gaussian vs FPO vs PolicyFlow with the same budget.
+"""MultiGoal multimodality: Gaussian vs FPO vs FPO++ vs PolicyFlow with the same budget.
 
 Each head trains for ``--steps`` env steps (16 envs x 128-step rollouts), then 100 stochastic
 episodes are rolled out. Reported per head: goals reached (of 4), episodes per goal, the angular
@@ -25,6 +25,7 @@ COMMON = ["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_
 HEADS = {
     "gaussian": ("gaussian", ["updater.minibatch_size=256"]),
     "fpo": ("fpo", ["updater.minibatch_size=256"]),
+    "fpo++": ("fpo", ["updater.minibatch_size=256", "policy.ratio_mode=per_sample", "updater=aspo"]),
     "policyflow": ("policyflow", ["+experiment=policyflow"]),
 }
 

@@ -3,6 +3,7 @@
 import ast
 import inspect
 import textwrap
+from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -31,6 +32,19 @@ def test_default_config_composes_and_validates():
     cfg = validate(compose_config(["run_dir=/tmp/x"]))
     assert cfg.env.full_id == "gym:HalfCheetah-v5" and cfg.policy.family == "gaussian"
     assert cfg.updater.name == "ppo" and cfg.updater.minibatch_size == 64
+
+
+EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "configs" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_bundle_composes_and_validates(experiment):
+    """The README and bench scripts point users at these bundles: each must compose into a valid config."""
+    extra = ["dataset.path=data/hopper_medium-v5.hdf5"] if experiment == "dppo_hopper" else []  # it names no default
+    cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
+    assert cfg.total_steps > 0
+    if experiment == "fpo":
+        assert cfg.policy.family == "fpo" and cfg.updater.clip_range == 0.05
 
 
 @pytest.mark.parametrize("override,message", [
