@@ -140,3 +140,23 @@ def test_resuming_with_a_different_config_is_refused(tmp_path):
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=5"])))  # allowed
     with pytest.raises(ConfigError, match=r"updater.lr: 0.0003 -> 0.001"):
         check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.lr=1e-3"])))
+
+
+def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_default(tmp_path):
+    """A field genpol added later is absent from an old run's config.yaml: at its default the run
+    computes what it always did and resumes; set to anything else, it is a changed run."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.config import validate
+    from genpol.runners.online import check_resume_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del saved["dataset"]["format"], saved["updater"]["adam_eps"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    with pytest.raises(ConfigError, match=r"updater.adam_eps: None -> 0.001"):
+        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.adam_eps=1e-3"])))

@@ -3,6 +3,7 @@ train with the on-policy runner, and leave checkpoints, logs, a video, a curve a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,9 @@ RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pip
                      "pipeline.checkpoint_every", "pipeline.keep_checkpoints")
 
 
+_NO_DEFAULT = object()
+
+
 def run_name(run_dir: Path) -> str:
     """The name videos are filed under: the run directory's name (with its parent's for sweep jobs,
     whose directories are numbered 0, 1, ...)."""
@@ -43,6 +47,26 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: tree}
 
 
+def _schema_default(cfg: Any, key: str) -> Any:
+    """The dataclass default of a dotted config key (``dataset.format``), or a sentinel if it has none.
+
+    A key missing from a saved config but at its default is a field added to genpol after the run
+    started: the run computed exactly what the default computes, so it may resume."""
+    *parents, name = key.split(".")
+    node = cfg
+    for parent in parents:
+        node = getattr(node, parent, None)
+    if not dataclasses.is_dataclass(node):
+        return _NO_DEFAULT
+    for schema_field in dataclasses.fields(node):
+        if schema_field.name == name:
+            if schema_field.default is not dataclasses.MISSING:
+                return schema_field.default
+            if schema_field.default_factory is not dataclasses.MISSING:
+                return schema_field.default_factory()
+    return _NO_DEFAULT
+
+
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     """Write ``config.yaml`` on a first start; on a resume, refuse a config that changes the run."""
     path = run_dir / "config.yaml"
@@ -53,7 +77,8 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     saved = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
     now = _flatten(current)
     changed = sorted(key for key in set(saved) | set(now)
-                     if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES))
+                     if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES)
+                     and not (key not in saved and now[key] == _schema_default(cfg, key)))
     if changed:
         details = ", ".join(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
         raise ConfigError(
