@@ -47,6 +47,8 @@ SUITES: dict[str, dict[str, list[str]]] = {
         "halfcheetah-ppo": ["+experiment=default", "pipeline.eval_every=0"],
         # the same minibatches and epochs over longer per-env windows (8 envs x 256 steps)
         "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256"],
+        # the same with an initial std of 1 instead of e^-2
+        "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
