@@ -43,16 +43,17 @@ FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatc
 # Jobs with the same name are the same run (shared across suites): keep their overrides identical.
 SUITES: dict[str, dict[str, list[str]]] = {
     "mujoco": {
-        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
+        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
         "halfcheetah-ppo": ["+experiment=default", "pipeline.eval_every=0"],
         # the same minibatches and epochs over longer per-env windows (8 envs x 256 steps)
-        "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256"],
-        # the same with an initial std of 1 instead of e^-2
+        "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256",
+                             "policy.log_std_init=-2"],
+        # the same with an initial std of 1 instead of e^-2: ppo_mujoco's default since this run
         "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     },
     "updaters": {
-        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper"],
-        "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo"],
+        "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
+        "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo", "policy.log_std_init=-2"],
         "hopper-trpo": ["+experiment=trpo_mujoco", "env=hopper"],
         # sb3-contrib's TRPO rollout (2 envs x 1024 steps, 64-64 tanh), as in bench/trpo_vs_sb3.py
         "hopper-trpo-sb3rollout": ["env=hopper", "updater=trpo", "env.num_envs=2", "updater.rollout_steps=1024",
