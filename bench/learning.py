@@ -50,6 +50,7 @@ SUITES: dict[str, dict[str, list[str]]] = {
                              "policy.log_std_init=-2"],
         # the same with an initial std of 1 instead of e^-2: ppo_mujoco's default since this run
         "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
+        "halfcheetah-ppo-std1": ["+experiment=default", "pipeline.eval_every=0", "policy.log_std_init=0"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
