@@ -71,6 +71,25 @@ def test_fpo_ratio_by_hand():
     assert head.log_ratio(obs, record).log_ratio[0].tolist() == pytest.approx([3.0, -3.0])
 
 
+def test_fpo_brownian_regularizer_by_hand():
+    """FPO with genpol's Brownian term, constant fields v_theta = 0.25 c_new, snapshot 0.25 c_old,
+    evaluated at FPO's own flow-matching points x_t = (1 - t) noise + t a."""
+    head = FPOHead(obs_dim=2, act_dim=1, hidden_sizes=(4,), n_mc=2, brownian_coef=0.5, brownian_beta=2.0)
+    constant_velocity(head.velocity, [2.0])
+    head.begin_update()  # snapshot: v_old = 0.5
+    constant_velocity(head.velocity, [4.0])  # v_new = 1.0
+    obs, action = torch.zeros(1, 2), torch.tensor([[0.3]])
+    t, noise = torch.tensor([[0.5, 0.9]]), torch.tensor([[[-1.0], [0.4]]])
+    record = {"action": action, "t": t, "noise": noise, "cfm_loss": torch.zeros(1, 2)}
+    terms = head.log_ratio(obs, record)
+    x_t = [0.5 * -1.0 + 0.5 * 0.3, 0.1 * 0.4 + 0.9 * 0.3]  # -0.35, 0.31
+    per_pair = [((1 - tt) * 1.0 - 2.0 * (x - tt * 0.5)) ** 2 for tt, x in zip((0.5, 0.9), x_t)]
+    assert terms.diagnostics["brownian"].item() == pytest.approx(sum(per_pair) / 2)
+    assert terms.aux_loss.item() == pytest.approx(0.5 * sum(per_pair) / 2)
+    head.brownian_coef = 0.0  # FPO's recipe: no term, no snapshot forward
+    assert head.log_ratio(obs, record).aux_loss is None
+
+
 def test_fpo_weightings_and_imitation():
     head = FPOHead(obs_dim=2, act_dim=1, hidden_sizes=(4,), n_mc=1)
     constant_velocity(head.velocity, [0.0])
@@ -114,9 +133,13 @@ def test_policyflow_ratio_and_brownian_by_hand():
     assert head.kl(obs, record).item() == pytest.approx(kl, abs=1e-6)
 
 
-def test_policyflow_snapshot_is_refreshed_and_never_trained():
+@pytest.mark.parametrize("make_head", [
+    lambda: PolicyFlowHead(obs_dim=3, act_dim=2, hidden_sizes=(8,)),
+    lambda: FPOHead(obs_dim=3, act_dim=2, hidden_sizes=(8,), brownian_coef=0.1),
+], ids=["policyflow", "fpo-brownian"])
+def test_flow_snapshot_is_refreshed_and_never_trained(make_head):
     torch.manual_seed(0)
-    head = PolicyFlowHead(obs_dim=3, act_dim=2, hidden_sizes=(8,))
+    head = make_head()
     assert not any(p is q for p in head.parameters() for q in head.snapshot.parameters())
     assert "snapshot" not in "".join(head.state_dict())
     obs = torch.randn(16, 3)

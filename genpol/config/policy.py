@@ -96,6 +96,11 @@ class FPOPolicyConfig(FlowPolicyConfig):
     """``grid`` (t on the sampler's grid) or ``uniform``."""
     loss_weighting: str = "eps"
     """``eps`` (FPO's u_but_supervise_as_eps, weight t^2) or ``velocity`` (unweighted)."""
+    brownian_coef: float = 0.0
+    """Weight of PolicyFlow's Brownian regularizer on FPO's velocity field (0: off, as in FPO; it
+    counters mode collapse, e.g. 0.05 on MultiGoal)."""
+    brownian_beta: float = 1.0
+    """Temperature beta of the Brownian regularizer."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the value network."""
     critic_activation: str = "silu"
@@ -107,6 +112,7 @@ class FPOPolicyConfig(FlowPolicyConfig):
         require(self.ratio_mode in ("average", "per_sample"), "policy.ratio_mode", "average or per_sample",
                  self.ratio_mode)
         require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
+        require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
         require(self.loss_weighting in ("eps", "velocity"), "policy.loss_weighting", "eps or velocity",
                  self.loss_weighting)
 

@@ -11,6 +11,7 @@ converts.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Sequence
 
 import torch
@@ -79,25 +80,86 @@ def solver_grid(steps: int, method: str, device: torch.device | str = "cpu") -> 
     return grid
 
 
-def flow_matching_loss(velocity_net: VelocityNetwork, obs: torch.Tensor, actions: torch.Tensor,
-                       t: torch.Tensor, noise: torch.Tensor, weighting: str = "velocity") -> torch.Tensor:
-    """Per-sample conditional flow-matching loss, mean over action dims.
+def velocity_at_interpolants(velocity_net: VelocityNetwork, obs: torch.Tensor, actions: torch.Tensor,
+                             t: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evaluate the network on the paths from ``noise`` to ``actions``.
 
     Args:
         obs: ``[B, D]``; actions: ``[B, A]``; t: ``[B, N]``; noise: ``[B, N, A]`` (N samples per action).
-        weighting: ``velocity`` - ||v - (a - noise)||^2; ``eps`` - the same times t^2, which is the
-            error of the noise predicted from v (FPO's default ``u_but_supervise_as_eps``; zero at t = 0).
 
     Returns:
-        ``[B, N]``.
+        ``x_t [B, N, A]`` = (1 - t) noise + t action, and ``v_theta(x_t, t, s) [B, N, A]``.
     """
     batch, samples = t.shape
     x_t = (1 - t).unsqueeze(-1) * noise + t.unsqueeze(-1) * actions.unsqueeze(1)
     flat_obs = obs.unsqueeze(1).expand(batch, samples, obs.shape[-1]).reshape(batch * samples, -1)
     predicted = velocity_net(flat_obs, x_t.reshape(batch * samples, -1), t.reshape(-1)).view_as(noise)
+    return x_t, predicted
+
+
+def flow_matching_error(predicted: torch.Tensor, actions: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,
+                        weighting: str = "velocity") -> torch.Tensor:
+    """Per-sample conditional flow-matching loss of ``predicted [B, N, A]``, mean over action dims: ``[B, N]``.
+
+    ``velocity`` - ||v - (a - noise)||^2; ``eps`` - the same times t^2, which is the error of the noise
+    predicted from v (FPO's default ``u_but_supervise_as_eps``; zero at t = 0).
+    """
     loss = (predicted - (actions.unsqueeze(1) - noise)).square().mean(dim=-1)
     if weighting == "eps":
         loss = t.square() * loss
     elif weighting != "velocity":
         raise ValueError(f"unknown flow-matching weighting '{weighting}'; choose velocity or eps")
     return loss
+
+
+def flow_matching_loss(velocity_net: VelocityNetwork, obs: torch.Tensor, actions: torch.Tensor,
+                       t: torch.Tensor, noise: torch.Tensor, weighting: str = "velocity") -> torch.Tensor:
+    """Per-sample conditional flow-matching loss ``[B, N]``; shapes as in ``velocity_at_interpolants``,
+    weighting as in ``flow_matching_error``."""
+    _, predicted = velocity_at_interpolants(velocity_net, obs, actions, t, noise)
+    return flow_matching_error(predicted, actions, t, noise, weighting)
+
+
+def brownian_regularizer(v_new: torch.Tensor, v_old: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
+                         beta: float = 1.0) -> torch.Tensor:
+    """PolicyFlow's Brownian regularizer (ALGORITHMS.md 5.3), a scalar:
+
+        MSE((1 - t) v_theta(x_t), beta (x_t - t v_snapshot(x_t))).
+
+    ``x_t - t v_old`` is the snapshot's one-step estimate of the source x0; the fixed point is the
+    expanding field v = beta x / (1 - t + beta t), whose positive divergence raises the entropy of
+    the push-forward and so counters mode collapse. ``v_new, v_old, x_t``: ``[..., A]``; ``t``: the
+    matching ``[...]``. ``v_old`` must come from the frozen snapshot (no gradient).
+    """
+    t = t.unsqueeze(-1)
+    return ((1 - t) * v_new - beta * (x_t - t * v_old)).square().mean()
+
+
+class VelocitySnapshot:
+    """Mixin for flow heads with a ``velocity`` network: a frozen copy of it, taken by ``begin_update``
+    (which the runner calls at the start of every update), so that the copy is the rollout policy's.
+
+    The snapshot is a plain attribute, not a submodule: it is no parameter, is not trained and is not
+    saved (loading weights refreshes it). Call ``init_snapshot()`` after creating ``self.velocity``.
+    """
+
+    velocity: VelocityNetwork
+
+    def init_snapshot(self) -> None:
+        snapshot = copy.deepcopy(self.velocity)
+        for parameter in snapshot.parameters():
+            parameter.requires_grad_(False)
+        self.__dict__["snapshot"] = snapshot
+        # loaded weights are the rollout policy's: the snapshot follows them
+        self.register_load_state_dict_post_hook(lambda module, _: module.begin_update())
+
+    def begin_update(self) -> None:
+        """Copy the current (rollout) velocity network into the frozen snapshot, in place."""
+        with torch.no_grad():
+            for target, source in zip(self.snapshot.parameters(), self.velocity.parameters()):
+                target.copy_(source)
+
+    def _apply(self, fn, recurse=True):  # keep the unregistered snapshot on the head's device
+        super()._apply(fn, recurse)
+        self.__dict__["snapshot"] = self.snapshot._apply(fn, recurse)
+        return self

@@ -13,6 +13,12 @@ The stored observations are the normalized ones of collection time, so the obser
 is in effect frozen during the update and log r is exactly 0 at its start (the reference code
 re-normalizes before the update, a known source of a spurious initial ratio).
 There is no closed-form KL or entropy: TRPO and the adaptive learning rate use the sample estimate.
+
+Mode collapse. FPO has no entropy control, and on a multimodal task its flow collapses onto one mode
+(ALGORITHMS.md 4.5; bench/multigoal.py: 1 of 4 MultiGoal goals). ``brownian_coef`` > 0 adds
+PolicyFlow's Brownian regularizer (flow_core.brownian_regularizer) on FPO's own velocity field, at
+the flow-matching points x_t that the ratio already evaluates, against a frozen snapshot of the
+rollout network. It is off by default (FPO's recipe); genpol's extension, measured in bench/multigoal.py.
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ from typing import Sequence
 import torch
 
 from genpol.heads.base import PolicyHead, RatioTerms, Record
-from genpol.heads.flow_core import VelocityNetwork, flow_matching_loss, integrate
+from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_error,
+                                   flow_matching_loss, integrate, velocity_at_interpolants)
 
 LOG_RATIO_CLAMP = 3.0  # FPO's gridworld and FPO++ clamp each loss difference to [-3, 3]
 
 
-class FPOHead(PolicyHead):
+class FPOHead(VelocitySnapshot, PolicyHead):
     """Flow Policy Optimization head.
 
     Args:
@@ -41,6 +48,7 @@ class FPOHead(PolicyHead):
             ``discretize_t_for_training``), or ``uniform`` on [0, 1).
         loss_weighting: ``eps`` (FPO's ``u_but_supervise_as_eps``: the velocity error times t^2, i.e. the
             error of the implied noise prediction) or ``velocity`` (unweighted).
+        brownian_coef, brownian_beta: weight and temperature of the Brownian regularizer (0: off, FPO).
     """
 
     family = "fpo"
@@ -50,7 +58,8 @@ class FPOHead(PolicyHead):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (32, 32, 32, 32),
                  activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 0.25,
                  integration_steps: int = 10, integrator: str = "euler", n_mc: int = 8,
-                 ratio_mode: str = "average", t_sampling: str = "grid", loss_weighting: str = "eps"):
+                 ratio_mode: str = "average", t_sampling: str = "grid", loss_weighting: str = "eps",
+                 brownian_coef: float = 0.0, brownian_beta: float = 1.0):
         super().__init__(obs_dim, act_dim)
         if ratio_mode not in ("average", "per_sample"):
             raise ValueError(f"FPO ratio_mode must be 'average' or 'per_sample', got '{ratio_mode}'")
@@ -60,6 +69,7 @@ class FPOHead(PolicyHead):
             "hidden_sizes": list(hidden_sizes), "activation": activation, "time_embed_dim": time_embed_dim,
             "output_scale": output_scale, "integration_steps": integration_steps, "integrator": integrator,
             "n_mc": n_mc, "ratio_mode": ratio_mode, "t_sampling": t_sampling, "loss_weighting": loss_weighting,
+            "brownian_coef": brownian_coef, "brownian_beta": brownian_beta,
         }
         self.velocity = VelocityNetwork(obs_dim, act_dim, hidden_sizes, activation, time_embed_dim, output_scale)
         self.integration_steps = integration_steps
@@ -68,6 +78,9 @@ class FPOHead(PolicyHead):
         self.ratio_mode = ratio_mode
         self.t_sampling = t_sampling
         self.loss_weighting = loss_weighting
+        self.brownian_coef = brownian_coef
+        self.brownian_beta = brownian_beta
+        self.init_snapshot()
 
     def generate(self, obs: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
         """Push ``x0 [B, A]`` through the flow conditioned on ``obs [B, D]``: the action ``[B, A]``."""
@@ -92,13 +105,21 @@ class FPOHead(PolicyHead):
         return self.generate(obs, x0 if deterministic else torch.randn_like(x0))
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
-        loss = flow_matching_loss(self.velocity, obs, record["action"], record["t"], record["noise"],
-                                  self.loss_weighting)
+        action, t, noise = record["action"], record["t"], record["noise"]
+        x_t, v_new = velocity_at_interpolants(self.velocity, obs, action, t, noise)
+        loss = flow_matching_error(v_new, action, t, noise, self.loss_weighting)
         if self.ratio_mode == "average":
             log_ratio = (record["cfm_loss"].mean(dim=1) - loss.mean(dim=1)).unsqueeze(-1)
         else:
             log_ratio = (record["cfm_loss"] - loss).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return RatioTerms(log_ratio=log_ratio, diagnostics={"cfm_loss": loss.detach().mean()})
+        diagnostics = {"cfm_loss": loss.detach().mean()}
+        aux_loss = None
+        if self.brownian_coef > 0:
+            with torch.no_grad():
+                _, v_old = velocity_at_interpolants(self.snapshot, obs, action, t, noise)
+            brownian = brownian_regularizer(v_new, v_old, x_t, t, self.brownian_beta)
+            aux_loss, diagnostics["brownian"] = self.brownian_coef * brownian, brownian.detach()
+        return RatioTerms(log_ratio=log_ratio, aux_loss=aux_loss, diagnostics=diagnostics)
 
     def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Conditional flow matching on expert actions, t ~ U[0, 1), unweighted."""

@@ -24,7 +24,6 @@ x0 = 0, which makes x1 a deterministic function of s: Gaussian PPO as a built-in
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Sequence
 
@@ -32,13 +31,14 @@ import torch
 from torch import nn
 
 from genpol.heads.base import PolicyHead, RatioTerms, Record
-from genpol.heads.flow_core import VelocityNetwork, flow_matching_loss, integrate, solver_grid
+from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_loss,
+                                   integrate, solver_grid)
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 
 
-class PolicyFlowHead(PolicyHead):
+class PolicyFlowHead(VelocitySnapshot, PolicyHead):
     """PolicyFlow head. See the module docstring.
 
     Args:
@@ -74,28 +74,7 @@ class PolicyFlowHead(PolicyHead):
         self.brownian_beta = brownian_beta
         self.degenerate_to_gaussian = degenerate_to_gaussian
         self.register_buffer("time_grid", solver_grid(integration_steps, integrator), persistent=False)
-        # The snapshot is a plain attribute, not a submodule: it is no parameter, is not trained,
-        # and is not saved (begin_update rebuilds it before it is used).
-        self.__dict__["snapshot"] = self._frozen_copy()
-        # loaded weights are the rollout policy's: the snapshot follows them
-        self.register_load_state_dict_post_hook(lambda module, _: module.begin_update())
-
-    def _frozen_copy(self) -> VelocityNetwork:
-        snapshot = copy.deepcopy(self.velocity)
-        for parameter in snapshot.parameters():
-            parameter.requires_grad_(False)
-        return snapshot
-
-    def begin_update(self) -> None:
-        """Copy the current (rollout) velocity network into the frozen snapshot, in place."""
-        with torch.no_grad():
-            for target, source in zip(self.snapshot.parameters(), self.velocity.parameters()):
-                target.copy_(source)
-
-    def _apply(self, fn, recurse=True):  # keep the unregistered snapshot on the head's device
-        super()._apply(fn, recurse)
-        self.__dict__["snapshot"] = self.snapshot._apply(fn, recurse)
-        return self
+        self.init_snapshot()
 
     def clamped_log_std(self) -> torch.Tensor:
         return self.log_std.clamp(*LOG_STD_BOUNDS)
@@ -138,8 +117,7 @@ class PolicyFlowHead(PolicyHead):
         log_std = self.clamped_log_std().expand_as(delta_v)
         log_prob = diagonal_gaussian_log_prob(record["delta"], delta_v, log_std)
         entropy = (self.clamped_log_std() + 0.5 + 0.5 * math.log(2 * math.pi)).sum()
-        brownian = ((1 - t).unsqueeze(-1) * v_new - self.brownian_beta * (x_t - t.unsqueeze(-1) * v_old)
-                    ).square().mean()
+        brownian = brownian_regularizer(v_new, v_old, x_t, t, self.brownian_beta)
         return RatioTerms(
             log_ratio=(log_prob - record["log_prob"]).unsqueeze(-1),
             entropy=entropy.expand(obs.shape[0]),
