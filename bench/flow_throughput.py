@@ -1,0 +1,86 @@
+"""Training throughput of the flow heads against Gaussian PPO on HalfCheetah-v5, side by side.
+
+Every row runs the same loop: 32 envs x 64-step rollouts, minibatches of 512, 10 epochs, compiled
+update and compiled sampling (``pipeline.compile_sampling``), and the same critic (256-256 SiLU, the
+flow heads' default), so that the rows differ only in the policy head:
+
+* Gaussian: one MLP call per action; the ratio is one log-density;
+* FPO: 10 Euler steps per action, plus N_mc = 8 flow-matching losses per action at sampling time and
+  8 per sample in every minibatch (``ratio_mode`` average; FPO++'s per-sample mode costs the same);
+* PolicyFlow: 10 midpoint steps (20 network calls) per action; one velocity change per sample in the
+  minibatch, plus the snapshot's forward.
+
+The machine's speed drifts by up to 2x over a minute, so the three heads run in interleaved rounds
+(Gaussian, FPO, PolicyFlow, Gaussian, ...) and each flow head is quoted as the median over rounds of
+its rate divided by the mean of the two Gaussian rates measured around it. ``gaussian (ppo_fast)`` is genpol's fast Gaussian configuration with its own
+64-64 tanh critic, for reference. Writes ``bench/results/flow_throughput.json``.
+
+    python bench/flow_throughput.py [--iterations 3] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+RESULTS = ROOT / "bench" / "results"
+
+LOOP = ["env=halfcheetah", "env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512",
+        "updater.epochs=10", "updater.compile=true", "pipeline.compile_sampling=true"]
+SAME_CRITIC = ["policy.critic_hidden_sizes=[256,256]", "policy.critic_activation=silu"]
+ROWS = {
+    "gaussian": ["policy=gaussian", *SAME_CRITIC],
+    "fpo": ["policy=fpo"],
+    "policyflow": ["policy=policyflow"],
+    "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
+}
+
+
+def main() -> None:
+    from throughput import genpol_run
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=3, help="timed rollouts per row")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    def measure(name: str) -> dict:
+        overrides = ROWS[name] if name.startswith("gaussian (") else [*LOOP, *ROWS[name]]
+        sps, detail = genpol_run(overrides, args.iterations)
+        print(f"{name:24s} {sps:8.0f} env-steps/s  (collect {detail['collect_s']:.2f} s, "
+              f"update {detail['update_s']:.2f} s)", flush=True)
+        return {"sps": sps, **detail}
+
+    rounds: list[dict[str, dict]] = []
+    gaussian_before = measure("gaussian")
+    for _ in range(args.rounds):
+        row = {"gaussian_before": gaussian_before, "fpo": measure("fpo"), "policyflow": measure("policyflow")}
+        row["gaussian_after"] = gaussian_before = measure("gaussian")
+        adjacent = (row["gaussian_before"]["sps"] + row["gaussian_after"]["sps"]) / 2
+        for name in ("fpo", "policyflow"):
+            row[name]["fraction_of_gaussian"] = row[name]["sps"] / adjacent
+        rounds.append(row)
+    summary = {name: statistics.median(r[name]["fraction_of_gaussian"] for r in rounds)
+               for name in ("fpo", "policyflow")}
+    reference = measure("gaussian (ppo_fast)")
+    for name, fraction in summary.items():
+        print(f"{name:24s} {fraction:.2f} of Gaussian PPO (median over {args.rounds} rounds; same loop and critic)")
+    RESULTS.mkdir(exist_ok=True)
+    out = {"benchmark": "flow_throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
+           "loop": LOOP, "date": time.strftime("%Y-%m-%d %H:%M"), "fraction_of_gaussian": summary,
+           "rounds": rounds, "gaussian_ppo_fast": reference}
+    (RESULTS / "flow_throughput.json").write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / 'flow_throughput.json'}")
+
+
+if __name__ == "__main__":
+    main()
