@@ -4,6 +4,8 @@ Rows, all in this one process, one after another (the machine is noisy, so peers
 script and ratios are what to quote):
 
 * raw simulator: gymnasium ``SyncVectorEnv`` x8 stepping random actions (the ceiling);
+* genpol's env stack alone at 32 envs (``envs.make``: the same SyncVectorEnv without gymnasium's
+  passive env checker and the per-env info merge, plus tensor conversion), random actions;
 * SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
 * genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
 * the same with ``updater.compile=true`` (the minibatch step as one compiled function);
@@ -45,6 +47,20 @@ def raw_simulator(num_envs: int, steps: int = 2000) -> float:
         envs.step(actions[t])
     elapsed = time.perf_counter() - start
     envs.close()
+    return steps * num_envs / elapsed
+
+
+def genpol_env_stack(num_envs: int, steps: int = 1000) -> float:
+    import envs
+
+    env = envs.make("gym:HalfCheetah-v5", num_envs=num_envs, seed=0)
+    env.reset(seed=0)
+    actions = torch.rand(steps, num_envs, env.act_dim, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    start = time.perf_counter()
+    for t in range(steps):
+        env.step(actions[t])
+    elapsed = time.perf_counter() - start
+    env.close()
     return steps * num_envs / elapsed
 
 
@@ -104,6 +120,7 @@ def main() -> None:
     rows: dict[str, dict] = {}
     rows["raw simulator x8"] = {"sps": raw_simulator(8)}
     rows["raw simulator x32"] = {"sps": raw_simulator(32, 1000)}
+    rows["genpol env stack x32, random actions"] = {"sps": genpol_env_stack(32)}
     rows["SB3 PPO, defaults, 8 envs"] = {"sps": sb3_default(args.iterations)}
     sps, detail = genpol_run(sb3_settings, args.iterations)
     rows["genpol PPO, SB3 defaults, 8 envs"] = {"sps": sps, **detail}
@@ -121,7 +138,7 @@ def main() -> None:
     rows["raw simulator x8"]["sps"] = max(rows["raw simulator x8"]["sps"], raw_simulator(8))
     sb3 = rows["SB3 PPO, defaults, 8 envs"]["sps"]
     for name, row in rows.items():
-        if name.startswith("genpol"):
+        if name.startswith("genpol") and "env stack" not in name:
             row["ratio_to_sb3"] = row["sps"] / sb3
 
     print(f"\n{'row':40s} {'env-steps/s':>12s}  notes")

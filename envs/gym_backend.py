@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import warnings
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -104,6 +104,7 @@ class GymVectorEnv(VectorEnv):
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
                     env = gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                env = DiscardInfo(env)
                 return ActionChunking(env, action_chunk) if action_chunk > 1 else env
 
             return make
@@ -225,6 +226,24 @@ class GymVectorEnv(VectorEnv):
 # xipos), so they are part of the state; recomputing them with mj_forward would change the rewards.
 DERIVED_FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "subtree_com", "cinert", "cvel", "cacc", "cfrc_ext",
                   "cfrc_int", "qacc", "sensordata")
+
+
+class DiscardInfo(gym.Wrapper):
+    """Returns an empty info dict from ``step`` and ``reset``.
+
+    The vector-env protocol never exposes a gymnasium env's own info (HalfCheetah's reward terms,
+    positions, ...), but ``SyncVectorEnv`` merges every key of every env into arrays at every step:
+    profiled at 8 % of a 32-env HalfCheetah step. (``ActionChunking`` sits above this wrapper, so
+    its ``env_steps`` survives; the final observations come from the vector env, not the info.)
+    """
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        return obs, reward, terminated, truncated, {}
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, _ = self.env.reset(**kwargs)
+        return obs, {}
 
 
 def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
