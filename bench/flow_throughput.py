@@ -38,8 +38,8 @@ LOOP = ["env=halfcheetah", "env.num_envs=32", "updater.rollout_steps=64", "updat
 SAME_CRITIC = ["policy.critic_hidden_sizes=[256,256]", "policy.critic_activation=silu"]
 ROWS = {
     "gaussian": ["policy=gaussian", *SAME_CRITIC],
-    "fpo": ["policy=fpo"],
-    "policyflow": ["policy=policyflow"],
+    "fpo": ["policy=fpo", *SAME_CRITIC],  # FPO's default critic already is this one
+    "policyflow": ["policy=policyflow", *SAME_CRITIC],  # PolicyFlow's default uses ELU
     "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
 }
 

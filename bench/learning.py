@@ -51,6 +51,8 @@ SUITES: dict[str, dict[str, list[str]]] = {
         # the same with an initial std of 1 instead of the zoo's e^-2 (Hopper: better; HalfCheetah: far worse)
         "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
         "halfcheetah-ppo-std1": ["+experiment=default", "pipeline.eval_every=0", "policy.log_std_init=0"],
+        # lr 3e-4 instead of ppo_mujoco's 1e-4: at 300k steps (1 seed) 3777 vs 3227 (2e-4: 3572)
+        "halfcheetah-ppo-lr3e-4": ["+experiment=default", "pipeline.eval_every=0", "updater.lr=3e-4"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],

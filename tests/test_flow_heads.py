@@ -158,6 +158,12 @@ def test_flow_snapshot_is_refreshed_and_never_trained(make_head):
     assert not all(torch.equal(a, b) for a, b in zip(head.velocity.parameters(), head.snapshot.parameters()))
     head.begin_update()  # refreshed: equal to the trained network again
     assert all(torch.equal(a, b) for a, b in zip(head.velocity.parameters(), head.snapshot.parameters()))
+    # loading weights refreshes it too, and it follows the head's dtype/device moves
+    fresh = make_head()
+    fresh.load_state_dict(head.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(head.velocity.parameters(), fresh.snapshot.parameters()))
+    fresh.double()
+    assert all(p.dtype == torch.float64 for p in fresh.snapshot.parameters())
 
 
 def test_policyflow_degenerate_mode_is_a_gaussian_around_a_deterministic_flow():

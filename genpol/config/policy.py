@@ -98,7 +98,7 @@ class FPOPolicyConfig(FlowPolicyConfig):
     """``eps`` (FPO's u_but_supervise_as_eps, weight t^2) or ``velocity`` (unweighted)."""
     brownian_coef: float = 0.0
     """Weight of PolicyFlow's Brownian regularizer on FPO's velocity field (0: off, as in FPO; it
-    counters mode collapse, e.g. 0.05 on MultiGoal)."""
+    counters mode collapse; 0.1 with FPO++'s per-sample ratio and ASPO keeps 3-4 MultiGoal goals)."""
     brownian_beta: float = 1.0
     """Temperature beta of the Brownian regularizer."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
@@ -113,6 +113,7 @@ class FPOPolicyConfig(FlowPolicyConfig):
                  self.ratio_mode)
         require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
         require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
+        require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
         require(self.loss_weighting in ("eps", "velocity"), "policy.loss_weighting", "eps or velocity",
                  self.loss_weighting)
 
@@ -145,6 +146,7 @@ class PolicyFlowPolicyConfig(FlowPolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
+        require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
 
 
 @dataclass

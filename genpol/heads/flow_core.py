@@ -1,4 +1,5 @@
-"""What the flow heads share: a conditional velocity network, ODE integrators, flow-matching losses.
+"""What the flow heads share: a conditional velocity network, ODE integrators, flow-matching losses,
+the frozen snapshot of the rollout network and the Brownian regularizer that uses it.
 
 Convention (rectified flow, as PolicyFlow and the FPO++ paper): t runs from 0 to 1,
 
