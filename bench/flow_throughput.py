@@ -13,7 +13,8 @@ flow heads' default), so that the rows differ only in the policy head:
 The machine's speed drifts by up to 2x over a minute, so the three heads run in interleaved rounds
 (Gaussian, FPO, PolicyFlow, Gaussian, ...) and each flow head is quoted as the median over rounds of
 its rate divided by the mean of the two Gaussian rates measured around it. ``gaussian (ppo_fast)``
-is genpol's fast Gaussian configuration with its own 64-64 tanh critic, for reference. Writes ``bench/results/flow_throughput.json``.
+is genpol's fast Gaussian configuration with its own 64-64 tanh critic, for reference.
+Writes ``bench/results/flow_throughput.json``.
 
     python bench/flow_throughput.py [--iterations 3] [--rounds 3]
 """
