@@ -38,9 +38,9 @@ LOOP = ["env=halfcheetah", "env.num_envs=32", "updater.rollout_steps=64", "updat
         "updater.epochs=10", "updater.compile=true", "pipeline.compile_sampling=true"]
 SAME_CRITIC = ["policy.critic_hidden_sizes=[256,256]", "policy.critic_activation=silu"]
 ROWS = {
-    "gaussian": ["policy=gaussian", *SAME_CRITIC],
-    "fpo": ["policy=fpo", *SAME_CRITIC],  # FPO's default critic already is this one
-    "policyflow": ["policy=policyflow", *SAME_CRITIC],  # PolicyFlow's default uses ELU
+    "gaussian": [*LOOP, "policy=gaussian", *SAME_CRITIC],
+    "fpo": [*LOOP, "policy=fpo", *SAME_CRITIC],  # FPO's default critic already is this one
+    "policyflow": [*LOOP, "policy=policyflow", *SAME_CRITIC],  # PolicyFlow's default uses ELU
     "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
 }
 
@@ -55,8 +55,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     def measure(name: str) -> dict:
-        overrides = ROWS[name] if name.startswith("gaussian (") else [*LOOP, *ROWS[name]]
-        sps, detail = genpol_run(overrides, args.iterations)
+        sps, detail = genpol_run(ROWS[name], args.iterations)
         print(f"{name:24s} {sps:8.0f} env-steps/s  (collect {detail['collect_s']:.2f} s, "
               f"update {detail['update_s']:.2f} s)", flush=True)
         return {"sps": sps, **detail}
