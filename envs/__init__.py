@@ -86,15 +86,9 @@ def known_ids() -> list[str]:
             "playground:CartpoleBalance", "genpol:MultiGoal"]
 
 
-def make_backend(
-    env_id: str,
-    num_envs: int = 1,
-    device: str | torch.device = "cpu",
-    seed: int | None = None,
-    **kwargs: Any,
-) -> VectorEnv:
-    """The raw backend for ``"<prefix>:<name>"``, without wrappers."""
-    prefix, sep, name = env_id.partition(":")
+def backend_prefix(env_id: str) -> str:
+    """The backend prefix of ``env_id``; an ``EnvError`` with the known prefixes if there is none."""
+    prefix, sep, _ = env_id.partition(":")
     if not sep or prefix not in BACKENDS:
         guess = difflib.get_close_matches(env_id, known_ids(), n=1, cutoff=0.5)
         if not guess and not sep:
@@ -104,6 +98,19 @@ def make_backend(
             f"unknown env id '{env_id}': ids take a backend prefix, one of "
             f"{', '.join(p + ':' for p in BACKENDS)}.{hint}"
         )
+    return prefix
+
+
+def make_backend(
+    env_id: str,
+    num_envs: int = 1,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
+    """The raw backend for ``"<prefix>:<name>"``, without wrappers."""
+    prefix = backend_prefix(env_id)
+    name = env_id.partition(":")[2]
     return BACKENDS[prefix](name, num_envs=num_envs, device=device, seed=seed, **kwargs)
 
 
@@ -128,6 +135,7 @@ def make(
     action_chunk: int = 1,
     action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     obs_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+    workers: int = 1,
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
 
@@ -153,14 +161,25 @@ def make(
             bounds (e.g. an offline dataset's action range); same shape as the env's bounds.
         obs_bounds: ``(low, high)`` mapped to [-1, 1] by a fixed ``ObservationScaler`` (an offline
             dataset's observation range); exclusive with ``normalize_obs``.
+        workers: simulator processes (``envs.subproc``); above 1 the ``gym:``/``dmc:`` envs are
+            split over that many worker processes, which pays on machines with spare cores. The
+            wrappers stay in this process. Scripts must then create envs under
+            ``if __name__ == "__main__":`` (workers start with ``spawn``).
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
-    env = make_backend(
-        env_id, num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
+    backend_kwargs: dict[str, Any] = dict(
+        num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
         render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,
         **({"action_chunk": action_chunk} if action_chunk != 1 else {}),
     )
+    if workers == 1:
+        env = make_backend(env_id, **backend_kwargs)
+    else:
+        from envs.subproc import SubprocVectorEnv
+
+        backend_prefix(env_id)  # an unknown prefix fails here, with the suggestions, not in a worker
+        env = SubprocVectorEnv(env_id, workers=workers, **backend_kwargs)
     if rescale_actions:
         env = ActionRescale(env, bounds=action_bounds)
     env = EpisodeStats(env)

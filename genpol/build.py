@@ -25,10 +25,13 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
 
     ``stack`` adds what the policy, not the env config, decides: ``action_chunk`` (a chunked head's
     act_steps), and an offline dataset's ``obs_bounds`` / ``action_bounds`` (which replace running
-    observation normalization)."""
+    observation normalization). Only training envs use ``cfg.workers``: evaluation envs live for a
+    few episodes, shorter than a worker process takes to start (~2 s)."""
     stack = dict(stack or {})
+    num_envs = num_envs or cfg.num_envs
     return envs.make(
-        cfg.full_id, num_envs=num_envs or cfg.num_envs, device=device, seed=seed,
+        cfg.full_id, num_envs=num_envs, device=device, seed=seed,
+        workers=min(cfg.workers, num_envs) if training else 1,
         normalize_obs=cfg.normalize_obs and stack.get("obs_bounds") is None,
         normalize_reward=cfg.normalize_reward and training,
         gamma=gamma, obs_clip=cfg.obs_clip, reward_clip=cfg.reward_clip,

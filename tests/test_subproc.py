@@ -1,0 +1,118 @@
+"""Env worker processes (``envs.subproc``): the same results as one process, state that moves
+between worker counts, and clear errors."""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from envs import EnvError
+from envs.subproc import SubprocVectorEnv
+from genpol.api import compose_config, train
+from genpol.checkpoint import list_checkpoints, load_policy_files
+from genpol.config import ConfigError, validate
+
+
+def random_actions(steps, num_envs, act_dim, seed=0):
+    return torch.rand(steps, num_envs, act_dim, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def assert_same_steps(env_a, env_b, actions):
+    for action in actions:
+        a, b = env_a.step(action), env_b.step(action)
+        for x, y in zip(a[:4], b[:4]):
+            assert torch.equal(x, y)
+        assert a[4].keys() == b[4].keys()
+        for key in a[4]:
+            assert torch.equal(a[4][key], b[4][key]), key
+
+
+@pytest.mark.parametrize("env_id,num_envs,workers", [
+    pytest.param("gym:HalfCheetah-v5", 5, 2, id="gym-halfcheetah"),
+    pytest.param("dmc:cartpole-balance", 3, 3, id="dmc-cartpole",  # two worker processes, on 2 cores
+                 marks=pytest.mark.filterwarnings("ignore:.*env workers on:RuntimeWarning")),
+])
+def test_workers_step_exactly_like_one_process(env_id, num_envs, workers):
+    """Uneven slices, seeds seed + i, time-limit truncation with final observations, wrappers."""
+    kwargs = dict(num_envs=num_envs, seed=3, max_episode_steps=7, normalize_obs=True, normalize_reward=True)
+    with envs.make(env_id, **kwargs) as single, envs.make(env_id, workers=workers, **kwargs) as split:
+        assert torch.equal(single.reset(), split.reset())
+        assert (single.obs_dim, single.act_dim) == (split.obs_dim, split.act_dim)
+        assert torch.equal(single.action_low, split.action_low) and single.max_episode_steps == split.max_episode_steps
+        assert_same_steps(single, split, random_actions(20, num_envs, single.act_dim))
+
+
+def test_action_chunks_report_env_steps_through_workers():
+    kwargs = dict(num_envs=4, seed=0, max_episode_steps=5, action_chunk=3)
+    with envs.make("gym:Hopper-v5", **kwargs) as single, envs.make("gym:Hopper-v5", workers=2, **kwargs) as split:
+        single.reset(), split.reset()
+        actions = random_actions(6, 4, single.act_dim)
+        assert_same_steps(single, split, actions)
+
+
+def test_state_moves_between_worker_counts():
+    """A state saved with 2 workers restores into 1 process and vice versa, mid-episode."""
+    kwargs = dict(num_envs=5, max_episode_steps=9)
+    actions = random_actions(12, 5, 6, seed=1)
+    with envs.make_backend("gym:HalfCheetah-v5", seed=0, **kwargs) as single, \
+            SubprocVectorEnv("gym:HalfCheetah-v5", workers=2, seed=0, **kwargs) as split:
+        unstarted = split.state_dict()  # before the first reset: the pending seed is saved
+        assert unstarted["seed"] == 0 and len(unstarted["envs"]) == 5
+        single.reset(), split.reset()
+        for action in actions[:4]:
+            single.step(action), split.step(action)
+        from_single, from_split = single.state_dict(), split.state_dict()
+        assert from_single.keys() == from_split.keys()
+        single.load_state_dict(from_split)
+        split.load_state_dict(from_single)
+        assert_same_steps(single, split, actions[4:])
+        with pytest.raises(EnvError, match="holds 4 envs"):
+            split.load_state_dict({**from_single, "envs": from_single["envs"][:4]})
+
+
+def test_render_comes_from_worker_zero():
+    with envs.make("gym:HalfCheetah-v5", num_envs=2, workers=2, seed=0, render=True, render_size=(64, 48)) as env:
+        env.reset()
+        frame = env.render()
+    assert frame.shape == (48, 64, 3) and frame.dtype == np.uint8 and frame.std() > 5
+
+
+def test_errors_name_the_culprit():
+    with pytest.raises(EnvError, match="unknown gymnasium id 'gym:HalfCheetah-v9'. Did you mean gym:HalfCheetah-v5"):  # raised inside a worker
+        envs.make("gym:HalfCheetah-v9", num_envs=2, workers=2)
+    with pytest.raises(EnvError, match="unknown env id 'gmy:Hopper-v5'"):
+        envs.make("gmy:Hopper-v5", num_envs=2, workers=2)
+    with pytest.raises(EnvError, match="workers > 1 needs a CPU backend"):
+        envs.make("genpol:MultiGoal", num_envs=2, workers=2)
+    with pytest.raises(EnvError, match=r"workers must be in \[2, num_envs=2\]"):
+        SubprocVectorEnv("gym:Hopper-v5", num_envs=2, workers=3)
+    with envs.make("gym:Hopper-v5", num_envs=2, workers=2, seed=0) as env:
+        env.reset()
+        with pytest.raises(EnvError, match=r"expects actions of shape \[num_envs, act_dim\] = \[2, 3\]"):
+            env.step(torch.zeros(2, 4))
+        os.kill(env.find(SubprocVectorEnv)._processes[0].pid, signal.SIGKILL)
+        with pytest.raises(EnvError, match="env worker 1 exited unexpectedly"):
+            env.step(torch.zeros(2, 3))
+    with pytest.raises(ConfigError, match=r"env.workers must be in \[1, num_envs=2\], got 3"):
+        validate(compose_config(["run_dir=/tmp/x", "env.num_envs=2", "env.workers=3"]))
+    with pytest.raises(ConfigError, match="env.workers must be 1 unless env.backend is gym or dmc"):
+        validate(compose_config(["run_dir=/tmp/x", "env=multigoal", "env.workers=2"]))
+
+
+def test_training_with_workers_gives_the_same_parameters(tmp_path):
+    """The runner cannot tell: PPO on Pendulum with 2 env workers ends with the same weights as
+    with one process, bit for bit."""
+    overrides = ["env.num_envs=4", "updater.rollout_steps=32", "updater.minibatch_size=64", "updater.epochs=2",
+                 "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"]
+
+    def final_weights(name, workers):
+        train("gym:Pendulum-v1", total_steps=256, run_dir=tmp_path / name, overrides=[*overrides, f"env.workers={workers}"])
+        return load_policy_files(list_checkpoints(tmp_path / name / "checkpoints")[-1])[1]
+
+    one, two = final_weights("one", 1), final_weights("two", 2)
+    for key, value in one["head"].items():
+        assert torch.equal(value, two["head"][key]), key
+    assert torch.equal(one["obs_normalizer"]["stats"]["mean"], two["obs_normalizer"]["stats"]["mean"])
