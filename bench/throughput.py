@@ -5,14 +5,16 @@ script and ratios are what to quote):
 
 * raw simulator: gymnasium ``SyncVectorEnv`` x8 stepping random actions (the ceiling);
 * genpol's env stack alone at 32 envs (``envs.make``: the same SyncVectorEnv without gymnasium's
-  passive env checker and the per-env info merge, plus tensor conversion), random actions;
+  passive env checker and the per-env info merge, plus tensor conversion), random actions, in one
+  process and split over 2 processes (``env.workers=2``, ``envs.subproc``);
 * SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
 * genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
-* the same with ``updater.compile=true`` (the minibatch step as one compiled function);
-* genpol's fast configuration (``+experiment=ppo_fast``: 32 envs x 64 steps, minibatch 512, 64-64
-  networks, compiled steps, normalization on) and the recommended learning configuration
-  (``+experiment=ppo_mujoco``: the same with 256-256 ReLU networks), as fractions of the raw
-  simulator rate at 32 envs.
+* the same with ``updater.compile=true`` (the minibatch step as one compiled function), in one
+  process and with 2 env workers;
+* genpol's fast configuration (``+experiment=ppo_fast``: 32 envs x 64 steps in 2 env processes,
+  minibatch 512, 64-64 networks, compiled steps, normalization on), the same in one env process,
+  and the recommended learning configuration (``+experiment=ppo_mujoco``: ppo_fast with 256-256
+  ReLU networks), as fractions of the raw single-process simulator rate at 32 envs.
 
 Each training row runs ``--iterations`` rollouts (default 2) after one warm-up rollout. The raw
 rows report the highest rate measured; each fraction of the raw rate divides by the raw x32 rate
@@ -55,10 +57,10 @@ def raw_simulator(num_envs: int, steps: int = 2000) -> float:
     return rate
 
 
-def genpol_env_stack(num_envs: int, steps: int = 1000) -> float:
+def genpol_env_stack(num_envs: int, steps: int = 1000, workers: int = 1) -> float:
     import envs
 
-    env = envs.make("gym:HalfCheetah-v5", num_envs=num_envs, seed=0)
+    env = envs.make("gym:HalfCheetah-v5", num_envs=num_envs, seed=0, workers=workers)
     env.reset(seed=0)
     actions = torch.rand(steps, num_envs, env.act_dim, generator=torch.Generator().manual_seed(0)) * 2 - 1
     rate = steps_per_second(env.step, actions)
@@ -123,32 +125,38 @@ def main() -> None:
     rows["raw simulator x8"] = {"sps": raw_simulator(8)}
     rows["raw simulator x32"] = {"sps": raw_simulator(32, 1000)}
     rows["genpol env stack x32, random actions"] = {"sps": genpol_env_stack(32)}
+    rows["genpol env stack x32, 2 env workers"] = {"sps": genpol_env_stack(32, workers=2)}
     rows["SB3 PPO, defaults, 8 envs"] = {"sps": sb3_default(args.iterations)}
     sps, detail = genpol_run(sb3_settings, args.iterations)
     rows["genpol PPO, SB3 defaults, 8 envs"] = {"sps": sps, **detail}
     sps, detail = genpol_run([*sb3_settings, "updater.compile=true"], args.iterations)
     rows["genpol PPO, SB3 defaults, compiled"] = {"sps": sps, **detail}
+    sps, detail = genpol_run([*sb3_settings, "updater.compile=true", "env.workers=2"], args.iterations)
+    rows["genpol PPO, SB3 defaults, compiled, 2 env workers"] = {"sps": sps, **detail}
     # The machine's speed drifts by up to 2x over minutes, so each fraction of the raw rate divides by
     # the raw rate measured right before and right after that row (their mean), not by one from minutes away.
-    for name, experiment in (("genpol ppo_fast, 32 envs", "ppo_fast"), ("genpol ppo_mujoco, 32 envs", "ppo_mujoco")):
+    for name, overrides in (("genpol ppo_fast, 32 envs, 2 env workers", ["+experiment=ppo_fast"]),
+                            ("genpol ppo_fast, 32 envs, 1 env process", ["+experiment=ppo_fast", "env.workers=1"]),
+                            ("genpol ppo_mujoco, 32 envs, 2 env workers", ["+experiment=ppo_mujoco"])):
         before = raw_simulator(32, 1000)
-        sps, detail = genpol_run([f"+experiment={experiment}", "env=halfcheetah"], 4 * args.iterations)
+        sps, detail = genpol_run([*overrides, "env=halfcheetah"], 4 * args.iterations)
         after = raw_simulator(32, 1000)
         rows[name] = {"sps": sps, **detail, "raw_x32_adjacent": (before + after) / 2,
                       "fraction_of_raw_x32": sps / ((before + after) / 2)}
         rows["raw simulator x32"]["sps"] = max(rows["raw simulator x32"]["sps"], before, after)
-        stack = rows["genpol env stack x32, random actions"]
-        stack["sps"] = max(stack["sps"], genpol_env_stack(32))
+        for workers, stack in ((1, rows["genpol env stack x32, random actions"]),
+                               (2, rows["genpol env stack x32, 2 env workers"])):
+            stack["sps"] = max(stack["sps"], genpol_env_stack(32, workers=workers))
     rows["raw simulator x8"]["sps"] = max(rows["raw simulator x8"]["sps"], raw_simulator(8))
     sb3 = rows["SB3 PPO, defaults, 8 envs"]["sps"]
     for name, row in rows.items():
         if name.startswith("genpol") and "env stack" not in name:
             row["ratio_to_sb3"] = row["sps"] / sb3
 
-    print(f"\n{'row':40s} {'env-steps/s':>12s}  notes")
+    print(f"\n{'row':52s} {'env-steps/s':>12s}  notes")
     for name, row in rows.items():
         notes = ", ".join(f"{k}={v:.2f}" for k, v in row.items() if k in ("ratio_to_sb3", "fraction_of_raw_x32"))
-        print(f"{name:40s} {row['sps']:12.0f}  {notes}")
+        print(f"{name:52s} {row['sps']:12.0f}  {notes}")
     RESULTS.mkdir(exist_ok=True)
     out = {"benchmark": "throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
