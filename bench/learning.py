@@ -38,23 +38,35 @@ SPO_SETTING = ["env.num_envs=8", "updater.rollout_steps=256", "updater.minibatch
                "updater.compile=true", "policy.hidden_sizes=[256,256,128,128,64,64]", "policy.activation=tanh",
                "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
 
+DEFAULT = ["+experiment=default", "pipeline.eval_every=0"]
+# experiment=default until 2026-11-30 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
+OLD_DEFAULT = [*DEFAULT, "updater.lr_schedule=constant"]
 FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512", "updater.compile=true",
                 "pipeline.compile_sampling=true"]
 # Jobs with the same name are the same run (shared across suites): keep their overrides identical.
 SUITES: dict[str, dict[str, list[str]]] = {
     "mujoco": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
-        "halfcheetah-ppo": ["+experiment=default", "pipeline.eval_every=0"],
+        # experiment=default: lr 5e-4 decaying linearly, no orthogonal init (median 6088)
+        "halfcheetah-ppo": DEFAULT,
+        # the previous default: constant lr 1e-4 with orthogonal init (median 5483)
+        "halfcheetah-ppo-lr1e-4": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=true"],
         # the same minibatches and epochs over longer per-env windows (8 envs x 256 steps)
         "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256",
                              "policy.log_std_init=-2"],
         # the same with an initial std of 1 instead of the zoo's e^-2 (Hopper: better; HalfCheetah: far worse)
         "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
-        "halfcheetah-ppo-std1": ["+experiment=default", "pipeline.eval_every=0", "policy.log_std_init=0"],
+        "halfcheetah-ppo-std1": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=true",
+                                 "policy.log_std_init=0"],
         # lr 3e-4 instead of ppo_mujoco's 1e-4: at 300k steps (1 seed) 3777 vs 3227 (2e-4: 3572)
-        "halfcheetah-ppo-lr3e-4": ["+experiment=default", "pipeline.eval_every=0", "updater.lr=3e-4"],
+        "halfcheetah-ppo-lr3e-4": [*OLD_DEFAULT, "updater.lr=3e-4", "policy.orthogonal_init=true"],
         # without orthogonal init, as the zoo's HalfCheetah entry: at 300k steps (1 seed) 3724 vs 3227
-        "halfcheetah-ppo-noortho": ["+experiment=default", "pipeline.eval_every=0", "policy.orthogonal_init=false"],
+        "halfcheetah-ppo-noortho": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=false"],
+        # ... and other peak lrs of the linear decay that the new default uses (5e-4)
+        **{f"halfcheetah-ppo-noortho-lin{lr}": [*DEFAULT, f"updater.lr={lr}"] for lr in ("3e-4", "1e-3", "2e-3")},
+        # the new default with 20 epochs, or minibatches of 256
+        "halfcheetah-ppo-noortho-lin5e-4-ep20": [*DEFAULT, "updater.epochs=20"],
+        "halfcheetah-ppo-noortho-lin5e-4-mb256": [*DEFAULT, "updater.minibatch_size=256"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
@@ -178,10 +190,10 @@ def main() -> None:
     out = {"suite": args.suite, "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": table}
     results_path.write_text(json.dumps(out, indent=2))
     plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
-    print(f"\n{'job':28s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
+    print(f"\n{'job':40s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
     for job, row in table.items():
         per_seed = ", ".join(f"{v:.0f}" for v in row["final_returns"])
-        print(f"{job:28s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}")
+        print(f"{job:40s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}")
 
 
 if __name__ == "__main__":
