@@ -161,10 +161,10 @@ def make(
             bounds (e.g. an offline dataset's action range); same shape as the env's bounds.
         obs_bounds: ``(low, high)`` mapped to [-1, 1] by a fixed ``ObservationScaler`` (an offline
             dataset's observation range); exclusive with ``normalize_obs``.
-        workers: simulator processes (``envs.subproc``); above 1 the ``gym:``/``dmc:`` envs are
-            split over that many worker processes, which pays on machines with spare cores. The
-            wrappers stay in this process. Scripts must then create envs under
-            ``if __name__ == "__main__":`` (workers start with ``spawn``).
+        workers: simulator processes, this one included (``envs.subproc``); above 1 the
+            ``gym:``/``dmc:`` envs are split into that many slices stepped at the same time, which
+            pays on machines with spare cores. The wrappers stay in this process. Scripts must
+            then create envs under ``if __name__ == "__main__":`` (workers start with ``spawn``).
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
@@ -178,7 +178,6 @@ def make(
     else:
         from envs.subproc import SubprocVectorEnv
 
-        backend_prefix(env_id)  # an unknown prefix fails here, with the suggestions, not in a worker
         env = SubprocVectorEnv(env_id, workers=workers, **backend_kwargs)
     if rescale_actions:
         env = ActionRescale(env, bounds=action_bounds)

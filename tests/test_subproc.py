@@ -98,7 +98,7 @@ def test_errors_name_the_culprit():
             env.step(torch.zeros(2, 3))
     with pytest.raises(ConfigError, match=r"env.workers must be in \[1, num_envs=2\], got 3"):
         validate(compose_config(["run_dir=/tmp/x", "env.num_envs=2", "env.workers=3"]))
-    with pytest.raises(ConfigError, match="env.workers must be 1 unless env.backend is gym or dmc"):
+    with pytest.raises(ConfigError, match=r"env.workers must be 1 unless env.backend is one of \('gym', 'dmc'\)"):
         validate(compose_config(["run_dir=/tmp/x", "env=multigoal", "env.workers=2"]))
 
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import MISSING
 
+from envs.subproc import SPLITTABLE_BACKENDS
 from genpol.config.base import ENV_BACKENDS, require
 
 
@@ -21,8 +22,8 @@ class EnvConfig:
     num_envs: int = 8
     """Parallel environment copies stepped together."""
     workers: int = 1
-    """Simulator processes (gym and dmc backends): above 1 the envs are split over that many worker
-    processes that step in parallel, for machines with spare cores. Results are identical to 1."""
+    """Simulator processes, this one included (gym and dmc backends): above 1 the envs are split into
+    that many slices that step in parallel, for machines with spare cores. Results equal those of 1."""
     normalize_obs: bool = True
     """Running mean/variance observation normalization (saved with the policy, frozen at evaluation)."""
     normalize_reward: bool = True
@@ -48,8 +49,8 @@ class EnvConfig:
         require(self.backend in ENV_BACKENDS, "env.backend", f"one of {ENV_BACKENDS}", self.backend)
         require(self.num_envs >= 1, "env.num_envs", ">= 1", self.num_envs)
         require(1 <= self.workers <= self.num_envs, "env.workers", f"in [1, num_envs={self.num_envs}]", self.workers)
-        require(self.workers == 1 or self.backend in ("gym", "dmc"), "env.workers",
-                "1 unless env.backend is gym or dmc", self.workers)
+        require(self.workers == 1 or self.backend in SPLITTABLE_BACKENDS, "env.workers",
+                f"1 unless env.backend is one of {SPLITTABLE_BACKENDS}", self.workers)
         require(self.obs_clip > 0, "env.obs_clip", "> 0", self.obs_clip)
         require(self.reward_clip > 0, "env.reward_clip", "> 0", self.reward_clip)
         if self.max_episode_steps is not None:
