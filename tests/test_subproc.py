@@ -116,3 +116,14 @@ def test_training_with_workers_gives_the_same_parameters(tmp_path):
     for key, value in one["head"].items():
         assert torch.equal(value, two["head"][key]), key
     assert torch.equal(one["obs_normalizer"]["stats"]["mean"], two["obs_normalizer"]["stats"]["mean"])
+
+
+def test_an_exception_in_a_worker_comes_back_and_the_worker_keeps_serving():
+    with SubprocVectorEnv("gym:Hopper-v5", num_envs=2, workers=2, seed=0) as env:
+        env.reset()
+        state = env.state_dict()
+        state["envs"][1]["mujoco"] = torch.zeros(3, dtype=torch.float64)  # env 1 lives in worker 1
+        with pytest.raises(RuntimeError, match="(?s)env worker 1 failed:.*Traceback"):
+            env.load_state_dict(state)
+        obs = env.step(torch.zeros(2, 3))[0]
+    assert obs.shape == (2, 11) and torch.isfinite(obs).all()
