@@ -67,6 +67,9 @@ SUITES: dict[str, dict[str, list[str]]] = {
         # the new default with 20 epochs, or minibatches of 256
         "halfcheetah-ppo-noortho-lin5e-4-ep20": [*DEFAULT, "updater.epochs=20"],
         "halfcheetah-ppo-noortho-lin5e-4-mb256": [*DEFAULT, "updater.minibatch_size=256"],
+        # the new default with PPO's usual clip 0.2, or 64 envs (4096-step rollouts); seed 0 only, both below it
+        "halfcheetah-ppo-clip0.2": [*DEFAULT, "updater.clip_range=0.2"],
+        "halfcheetah-ppo-64envs": [*DEFAULT, "env.num_envs=64"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
