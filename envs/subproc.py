@@ -165,7 +165,7 @@ class SubprocVectorEnv(VectorEnv):
         self._slices = [(sum(sizes[:w]), size) for w, size in enumerate(sizes)]
         self._local = envs.make_backend(env_id, num_envs=sizes[0], device="cpu", seed=None, render=render, **kwargs)
         for name in METADATA:
-            setattr(self, name, getattr(self._local, name, 1 if name == "action_chunk" else None))
+            setattr(self, name, getattr(self._local, name))
         self.action_low, self.action_high = self.action_low.to(self.device), self.action_high.to(self.device)
         self._buffers = self._allocate()
 
