@@ -83,8 +83,9 @@ def sb3_default(iterations: int) -> float:
 
 
 def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
+    from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
-    from genpol.build import env_stack, make_critic, make_env, make_head, make_updater
+    from genpol.build import env_stack, make_env, make_head
     from genpol.config import validate
     from genpol.runners.onpolicy import OnPolicyRunner
 
@@ -92,23 +93,20 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
     torch.manual_seed(0)
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
-    critic = make_critic(cfg.policy, env.obs_dim).to(cfg.device)
+    algorithm = make_algorithm(cfg, head, env)
     per_iteration = cfg.updater.rollout_steps * cfg.env.num_envs
-    runner = OnPolicyRunner(env, head, critic, make_updater(cfg.updater, head, critic),
-                            rollout_steps=cfg.updater.rollout_steps, gamma=cfg.updater.gamma,
-                            gae_lambda=cfg.updater.gae_lambda, total_steps=per_iteration,
-                            compile_sampling=cfg.pipeline.compile_sampling)
+    runner = OnPolicyRunner(env, algorithm, total_steps=per_iteration)
     runner.run()  # warm-up iteration
     collect = update = 0.0
     steps = 0
     for _ in range(iterations):
         start = time.perf_counter()
-        runner.collect()
+        iteration_steps = runner.collect()
         middle = time.perf_counter()
-        runner.update()
+        algorithm.update()
         collect += middle - start
         update += time.perf_counter() - middle
-        steps += runner.last_iteration_steps
+        steps += iteration_steps
     env.close()
     return steps / (collect + update), {"collect_s": collect, "update_s": update, "steps": steps,
                                         "collect_only_sps": steps / collect}

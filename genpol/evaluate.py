@@ -19,7 +19,7 @@ from envs import VideoRecorder
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
 from genpol.policy import TrainedPolicy, run_episodes
-from genpol.runners.online import run_name
+from genpol.runners.scaffold import run_name
 
 register_configs()
 

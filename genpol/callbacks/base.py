@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import logging
+from typing import Any, ClassVar, Sequence
+
+log = logging.getLogger("genpol")
+
+
+def failure_hint(error: BaseException) -> str:
+    """One line: the error and, where the cause is known, how to fix it."""
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    lowered = text.lower()
+    if "pygame" in lowered:
+        return f"{text} (fix: pip install \"gymnasium[classic_control]\")"
+    if any(word in lowered for word in ("egl", "osmesa", "glfw", "mujoco_gl", "opengl", "gladloadgl")):
+        return (f"{text} (fix: set MUJOCO_GL=egl or osmesa and install libegl1 libegl-mesa0 libgl1-mesa-dri "
+                "or libosmesa6, as make setup does)")
+    if "ffmpeg" in lowered:
+        return f"{text} (fix: pip install imageio-ffmpeg)"
+    return text
 
 
 class Callback:
     """Hooks the runner calls. ``metrics`` maps TensorBoard names to floats; a callback may add
-    entries (evaluation results) for the callbacks after it."""
+    entries (evaluation results) for the callbacks after it.
+
+    At the end of training, callbacks with ``end_first`` (the checkpointer) run before the others
+    and their errors propagate; an error in any other callback's ``on_train_end`` (an evaluation
+    that cannot render, a plot, the summary) costs that callback's artifact alone: it is logged as
+    a one-line warning and listed in ``CallbackList.failures``.
+    """
+
+    end_first: ClassVar[bool] = False
 
     def on_train_start(self, runner: Any) -> None:
         """Before the first iteration (also after a resume)."""
@@ -31,6 +56,7 @@ class CallbackList(Callback):
 
     def __init__(self, callbacks: Sequence[Callback]):
         self.callbacks = list(callbacks)
+        self.failures: dict[str, str] = {}  # callback class name -> one-line cause, at the end of training
 
     def on_train_start(self, runner: Any) -> None:
         for callback in self.callbacks:
@@ -42,7 +68,18 @@ class CallbackList(Callback):
 
     def on_train_end(self, runner: Any) -> None:
         for callback in self.callbacks:
-            callback.on_train_end(runner)
+            if callback.end_first:
+                callback.on_train_end(runner)
+        for callback in self.callbacks:
+            if callback.end_first:
+                continue
+            try:
+                callback.on_train_end(runner)
+            except Exception as error:  # noqa: BLE001 - the weights are saved; lose this artifact only
+                cause = failure_hint(error)
+                self.failures[type(callback).__name__] = cause
+                log.warning("%s failed at the end of training, the checkpoint is saved: %s",
+                            type(callback).__name__, cause)
 
     def state_dict(self) -> dict[str, Any]:
         return {type(callback).__name__: callback.state_dict() for callback in self.callbacks}

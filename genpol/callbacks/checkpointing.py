@@ -13,7 +13,11 @@ class Checkpointer(Callback):
     """Saves every ``every`` iterations (0: only at the end), keeping the ``keep`` newest.
 
     Put it after the callbacks whose state it must capture (evaluation history, metrics file).
+    At the end of training it saves before every other callback (``end_first``): the final
+    evaluation and its video come after the weights are safe.
     """
+
+    end_first = True
 
     def __init__(self, checkpoints_dir: str | Path, policy_spec: dict[str, Any], every: int, keep: int):
         self.checkpoints_dir = Path(checkpoints_dir)

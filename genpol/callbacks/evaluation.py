@@ -8,7 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from envs import VectorEnv, VideoRecorder
-from genpol.callbacks.base import Callback
+from genpol.callbacks.base import Callback, failure_hint, log
 from genpol.policy import run_episodes
 
 EVAL_SEED = 10_000  # reset seeds 10000, 10001, ...: disjoint from training seeds, as in ANCHORS.md
@@ -38,6 +38,7 @@ class Evaluation(Callback):
         self.final_score: float | None = None
         self.normalized_score = normalized_score
         self.video_path: Path | None = None
+        self.video_error: str | None = None  # why the final video is missing, if it failed
 
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[np.ndarray, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
@@ -58,7 +59,14 @@ class Evaluation(Callback):
                 metrics["eval/normalized_score"] = float(self.normalized_score(float(returns.mean())))
 
     def on_train_end(self, runner: Any) -> None:
-        returns, self.video_path = self.evaluate(runner, self.video_dir)
+        try:
+            returns, self.video_path = self.evaluate(runner, self.video_dir)
+        except Exception as error:  # noqa: BLE001 - rendering is optional: keep the return without it
+            if self.video_dir is None:
+                raise
+            self.video_error = failure_hint(error)
+            log.warning("the final evaluation's video failed, evaluating without it: %s", self.video_error)
+            returns, self.video_path = self.evaluate(runner, None)
         self.final_return = float(returns.mean())
         if self.normalized_score is not None:
             self.final_score = float(self.normalized_score(self.final_return))

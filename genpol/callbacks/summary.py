@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from genpol.callbacks.base import Callback
+from genpol.callbacks.base import Callback, failure_hint, log
 from genpol.callbacks.checkpointing import Checkpointer
 from genpol.callbacks.evaluation import Evaluation
 from genpol.callbacks.logging import read_metrics
@@ -45,6 +45,8 @@ class Summary(Callback):
     """Writes the run's headline numbers and its learning curve when training ends.
 
     Place it after the ``Checkpointer`` so that the final checkpoint exists when it writes.
+    ``missing`` maps each artifact lost to a failure at the end of training (the final video, the
+    evaluation, the learning curve) to its one-line cause; the weights are never among them.
 
     ``episodic_return_mean`` is the mean return of the last 20 training episodes (raw rewards);
     ``eval_return_mean`` is the final deterministic evaluation's mean; ``sps`` counts env steps per
@@ -52,7 +54,7 @@ class Summary(Callback):
     (evaluation, checkpoints and resumes included).
     """
 
-    def __init__(self, run_dir: str | Path, metrics_path: Path, evaluation: Evaluation,
+    def __init__(self, run_dir: str | Path, metrics_path: Path, evaluation: Evaluation | None,
                  checkpointer: Checkpointer, extra: dict[str, Any]):
         self.run_dir = Path(run_dir)
         self.metrics_path = metrics_path
@@ -70,24 +72,35 @@ class Summary(Callback):
         self._start = time.perf_counter()
 
     def on_train_end(self, runner: Any) -> None:
-        curve = plot_learning_curve(self.metrics_path, self.run_dir / "learning_curve.png",
-                                    f"{runner.env.env_id} - {self.extra.get('policy', '')}/{self.extra.get('updater', '')}")
-        video = self.evaluation.video_path
+        missing = dict(getattr(runner.callbacks, "failures", {}))  # artifacts lost to earlier failures
+        evaluation = self.evaluation
+        if evaluation is not None and evaluation.video_error:
+            missing["video"] = evaluation.video_error
+        curve: Path | None = None
+        try:
+            curve = plot_learning_curve(self.metrics_path, self.run_dir / "learning_curve.png",
+                                        f"{runner.env.env_id} - {self.extra.get('policy', '')}/"
+                                        f"{self.extra.get('updater', '')}")
+        except Exception as error:  # noqa: BLE001 - a plot is not worth the summary
+            missing["learning_curve"] = failure_hint(error)
+            log.warning("the learning curve failed: %s", missing["learning_curve"])
+        video = evaluation.video_path if evaluation is not None else None
         self.summary = {
             **self.extra,
             "env_steps": runner.global_step,
             "iterations": runner.iteration,
             "episodic_return_mean": float(np.mean(runner.recent_returns)) if runner.recent_returns else None,
-            "eval_return_mean": self.evaluation.final_return,
-            "eval_normalized_score": self.evaluation.final_score,
-            "eval_episodes": self.evaluation.episodes,
+            "eval_return_mean": evaluation.final_return if evaluation is not None else None,
+            "eval_normalized_score": evaluation.final_score if evaluation is not None else None,
+            "eval_episodes": evaluation.episodes if evaluation is not None else 0,
             "sps": runner.global_step / runner.wall_time if runner.wall_time > 0 else None,
             "train_time_s": runner.wall_time,
             "wall_time_s": self.elapsed(),
             "checkpoint": str(self.checkpointer.last_path) if self.checkpointer.last_path else None,
             "video": str(video) if video else None,
-            "learning_curve": str(curve),
+            "learning_curve": str(curve) if curve else None,
             "tensorboard": str(self.run_dir / "tb"),
+            "missing": missing,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
 

@@ -17,11 +17,24 @@ updater. The contract, tested for every head: right after ``sample``, before any
 
 Heads that have a closed-form KL set ``has_exact_kl`` and implement ``kl``; TRPO and the adaptive
 learning rate otherwise use the sample estimate ``mean((r - 1) - log r)``.
+
+Off-policy learners need other things of a head. Each head declares them in ``capabilities`` (a
+set of ``Capability``), and a run refuses, when it is built, a learner that needs one its head
+lacks (``check_capabilities``):
+
+* ``ON_POLICY_RATIO``: ``sample`` records and ``log_ratio`` (PPO, SPO, ASPO, TRPO);
+* ``IMITATION``: ``imitation_loss`` (BC pretraining, EXPO's base policy);
+* ``REPARAMETERIZED``: ``rsample(obs)``, actions differentiable in the parameters (Q-gradient actors);
+* ``LOG_PROB``: ``rsample_log_prob(obs)``, a reparameterized action together with the exact
+  log-density of that action as the env receives it (SAC's entropy term);
+* ``CANDIDATES``: ``candidates(obs, n)``, n independent actions per state in one batched call
+  (argmax-Q over candidates).
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,6 +46,26 @@ Record = dict[str, torch.Tensor]
 
 class HeadCapabilityError(TypeError):
     """A head was asked for something its family does not define (e.g. an exact KL)."""
+
+
+class Capability(str, enum.Enum):
+    """What a learner may need of a head (see the module docstring)."""
+
+    ON_POLICY_RATIO = "on-policy log-ratio"
+    IMITATION = "imitation loss"
+    REPARAMETERIZED = "reparameterized sampling"
+    LOG_PROB = "log-prob of its own samples"
+    CANDIDATES = "batched candidates"
+
+
+def check_capabilities(head: "PolicyHead | type[PolicyHead]", learner: str, needed: "set[Capability] | frozenset[Capability]") -> None:
+    """Raise ``HeadCapabilityError`` naming head, learner and every missing capability."""
+    missing = [capability for capability in Capability if capability in needed and capability not in head.capabilities]
+    if missing:
+        names = ", ".join(capability.value for capability in missing)
+        raise HeadCapabilityError(
+            f"the {head.family} head cannot be trained by {learner}: it lacks {names}"
+        )
 
 
 @dataclass
@@ -70,6 +103,8 @@ class PolicyHead(nn.Module, abc.ABC):
     """
 
     family: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION,
+                                                               Capability.CANDIDATES})
     has_exact_kl: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
     horizon_steps: int = 1  # actions per imitation target: imitation_loss takes [B, horizon_steps * A]
@@ -103,6 +138,21 @@ class PolicyHead(nn.Module, abc.ABC):
             f"the {self.family or type(self).__name__} head has no closed-form KL; "
             "use the sample estimate mean((r - 1) - log r) of its log_ratio"
         )
+
+    def rsample(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs [B, D]`` -> ``action [B, A]`` differentiable in the parameters (``REPARAMETERIZED``)."""
+        raise HeadCapabilityError(f"the {self.family} head has no {Capability.REPARAMETERIZED.value}")
+
+    def rsample_log_prob(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [B, D]`` -> ``(action [B, A], log_prob [B])``, both differentiable (``LOG_PROB``)."""
+        raise HeadCapabilityError(f"the {self.family} head has no {Capability.LOG_PROB.value}")
+
+    def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
+        """``obs [B, D]`` -> ``actions [B, n, A]``: n independent stochastic actions per state, drawn
+        in one batched call (``CANDIDATES``). Candidate j of state b is row ``b * n + j`` of one
+        ``act`` call on the repeated observations."""
+        repeated = obs.repeat_interleave(num_candidates, dim=0)
+        return self.act(repeated, deterministic=False).reshape(obs.shape[0], num_candidates, -1)
 
     def begin_update(self) -> None:
         """Called by the runner once before each update phase (e.g. to snapshot the rollout network)."""

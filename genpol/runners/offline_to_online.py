@@ -1,5 +1,7 @@
 """Pipeline ``offline_to_online``: pretrain a head by behaviour cloning on an offline dataset,
-evaluate it, then fine-tune it online with the configured updater; both phases in one run.
+evaluate it, then fine-tune it online with the configured learner; both phases in one run, each on
+the shared run scaffold. An off-policy learner also mixes the dataset's transitions into its
+batches online when ``updater.offline_ratio`` > 0 (RLPD's symmetric sampling).
 
 Observations and actions are scaled to [-1, 1] with the dataset's min and max (DPPO's
 normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
@@ -24,15 +26,16 @@ import numpy as np
 import torch
 
 from envs import VectorEnv
+from genpol.algorithms import is_off_policy
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
-from genpol.callbacks import Checkpointer, MetricsFile, ProgressBar, TensorBoardLogger
-from genpol.checkpoint import list_checkpoints, load_latest, remove_temporary
+from genpol.checkpoint import list_checkpoints
 from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
-from genpol.heads.base import PolicyHead
+from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.policy import make_policy_spec, run_episodes
 from genpol.runners.bc import BCRunner
-from genpol.runners.online import prepare_run, run_online
+from genpol.runners.online import off_policy_env_settings, run_online
+from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
@@ -48,7 +51,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     run_dir = prepare_run(cfg, run_dir)
     dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root)
     norm = dataset.normalization()
-    stack = env_stack(cfg.policy)
+    stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     chunk = stack["action_chunk"]
     stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
     stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
@@ -59,6 +62,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     probe.close()
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    check_capabilities(head, "behaviour-cloning pretraining", {Capability.IMITATION})
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
 
@@ -69,7 +73,13 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
         head.start_finetuning()
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
-    return run_online(cfg, run_dir, env, head, stack, normalized, extra)
+    offline = None
+    if is_off_policy(cfg.updater.name) and cfg.updater.offline_ratio > 0:
+        from genpol.runners.offpolicy import dataset_transitions
+
+        offline = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
+                                      action_scale=(norm.action_min, norm.action_max))
+    return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline)
 
 
 def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
@@ -80,27 +90,19 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     obs, actions = dataset.chunks(head.horizon_steps, dataset.normalization())
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
-    callbacks = [MetricsFile(directory / "progress.jsonl")]
-    if cfg.logger.tensorboard:
-        callbacks.append(TensorBoardLogger(run_dir / "tb" / "pretrain"))
-    if cfg.logger.progress_bar:
-        callbacks.append(ProgressBar(pipeline.pretrain_steps, "pretrain (BC)", "grad step"))
-    callbacks.append(Checkpointer(directory / "checkpoints", spec, pipeline.pretrain_checkpoint_every,
-                                  pipeline.keep_checkpoints))
-    directory.mkdir(parents=True, exist_ok=True)
+    phase = Phase(directory=directory, tensorboard_dir=run_dir / "tb" / "pretrain" if cfg.logger.tensorboard else None,
+                  total=pipeline.pretrain_steps if cfg.logger.progress_bar else None, label="pretrain (BC)",
+                  unit="grad step", checkpoint_every=pipeline.pretrain_checkpoint_every,
+                  keep_checkpoints=pipeline.keep_checkpoints, policy_spec=spec)
     runner = BCRunner(
         head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,
         batch_size=pipeline.pretrain_batch_size, lr=pipeline.pretrain_lr, min_lr=pipeline.pretrain_min_lr,
         weight_decay=pipeline.pretrain_weight_decay, ema_decay=pipeline.ema_decay, ema_start=pipeline.ema_start,
-        ema_every=pipeline.ema_every, log_every=pipeline.pretrain_log_every, seed=cfg.seed, callbacks=callbacks,
+        ema_every=pipeline.ema_every, log_every=pipeline.pretrain_log_every, seed=cfg.seed,
+        callbacks=phase_callbacks(phase).callbacks,
         observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
     )
-    remove_temporary(directory / "checkpoints")
-    latest = load_latest(directory / "checkpoints", map_location=cfg.device)
-    if latest is not None:
-        log.info("resuming pretraining from %s", latest[0])
-        runner.load(latest[1], latest[2])
-    runner.run()
+    run_phase(runner, phase, cfg.device)
 
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")

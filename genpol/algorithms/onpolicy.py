@@ -1,0 +1,104 @@
+"""On-policy learning: the PPO family (PPO, SPO, ASPO on minibatch epochs) and TRPO.
+
+``OnPolicyAlgorithm`` owns the value critic, the updater (its loss, optimizer and learning-rate
+rule), the rollout storage and the minibatch-shuffling generator. The runner drives it:
+
+    action = algorithm.act(obs)                       # samples and remembers the head's record
+    algorithm.process_env_step(obs, reward, ...)      # stores the step (x rollout_steps)
+    algorithm.compute_returns(last_obs)               # GAE
+    stats = algorithm.update()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol.algorithms.base import Algorithm
+from genpol.heads.base import Capability, PolicyHead, Record
+from genpol.storage import RolloutStorage
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """A policy-gradient learner over head records and log-ratios.
+
+    Args:
+        head: the policy head.
+        critic: ``V(s)``, ``obs [B, D] -> [B]``.
+        updater: ``MinibatchUpdater`` or ``TRPOUpdater`` (``update(storage, generator) -> dict``,
+            ``set_lr_scale``, ``state_dict``).
+        rollout_steps, num_envs, obs_dim: the rollout's shape.
+        gamma, gae_lambda: advantage estimation.
+        seed: seed of minibatch shuffling (the generator is ``seed + 1``).
+        lr_schedule: ``"constant"``, ``"linear"`` (decay to 0 over training) or ``"adaptive"``
+            (handled inside the updater).
+        compile_sampling: run ``head.sample`` through ``torch.compile``. Flow heads call their
+            network 10-20 times per action; compiled, FPO's sampling for 32 envs measured 3.1 -> 1.4 ms
+            per step on a 2-core CPU. A Gaussian head gets slower (one small MLP), so it is off by default.
+    """
+
+    needs = frozenset({Capability.ON_POLICY_RATIO})
+
+    def __init__(self, head: PolicyHead, critic: nn.Module, updater: Any, *, name: str, rollout_steps: int,
+                 num_envs: int, obs_dim: int, gamma: float, gae_lambda: float, seed: int = 0,
+                 lr_schedule: str = "constant", compile_sampling: bool = False):
+        self.name = name  # type: ignore[misc]  # per instance: "ppo", "spo", "aspo" or "trpo"
+        super().__init__(head)
+        self.critic = critic
+        self.updater = updater
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.lr_schedule = lr_schedule
+        self.device = next(critic.parameters()).device
+        self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
+        self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
+        self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
+        self._pending: tuple[Record, torch.Tensor] | None = None  # (record, V(obs)) of the last act
+
+    @property
+    def rollout_steps(self) -> int:
+        return self.storage.num_steps
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        action, record = self.sample(obs)
+        self._pending = (record, self.critic(obs))
+        return action
+
+    @torch.no_grad()
+    def process_env_step(self, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
+                         truncated: torch.Tensor, info: dict[str, Any]) -> None:
+        """Store the step taken from ``obs [N, D]`` by the last ``act``. Where a time limit cut an
+        episode, the critic's value of the true final observation is its bootstrap."""
+        if self._pending is None:
+            raise RuntimeError("process_env_step() without a preceding act()")
+        record, value = self._pending
+        self._pending = None
+        truncation_value = self.critic(info["final_obs"]) if truncated.any() else None
+        self.storage.add(obs, record, value, reward, terminated, truncated, truncation_value)
+
+    @torch.no_grad()
+    def compute_returns(self, last_obs: torch.Tensor) -> None:
+        """GAE over the filled rollout, bootstrapping from ``V(last_obs [N, D])``."""
+        self.storage.compute_advantages(self.critic(last_obs), self.gamma, self.gae_lambda)
+
+    def set_progress(self, fraction: float) -> None:
+        if self.lr_schedule == "linear":
+            self.updater.set_lr_scale(max(1.0 - fraction, 0.0))
+
+    def update(self) -> dict[str, float]:
+        """Update on the rollout; the storage starts over at the next ``act``."""
+        self.head.begin_update()
+        stats = self.updater.update(self.storage, self.shuffle_generator)
+        self.storage.reset()
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"critic": self.critic.state_dict(), "updater": self.updater.state_dict(),
+                "shuffle_rng": self.shuffle_generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.updater.load_state_dict(state["updater"])
+        self.shuffle_generator.set_state(state["shuffle_rng"])

@@ -1,0 +1,136 @@
+"""What every env-stepping runner shares: counters, episode statistics, the callback calls and
+the checkpoint halves (``policy_weights`` / ``training_state``). The loops themselves live in
+``onpolicy.py`` and ``offpolicy.py`` and read top to bottom."""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections import deque
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from envs import VectorEnv
+from genpol.algorithms.base import Algorithm
+from genpol.callbacks.base import Callback, CallbackList
+from genpol.heads.base import PolicyHead
+from genpol.policy import observation_state
+
+
+class EnvRunner(abc.ABC):
+    """Trains ``algorithm`` on ``env`` for ``total_steps`` env steps.
+
+    Args:
+        env: a vector env (with its wrappers).
+        algorithm: the learning method; it owns critics, optimizers and storage.
+        total_steps: env steps to train for (an iteration may overshoot it).
+        seed: seed of the first env reset (torch's global seed is the caller's business: it also
+            decides the networks' initial weights).
+        callbacks: called after every iteration and at the start and end of training.
+    """
+
+    def __init__(self, env: VectorEnv, algorithm: Algorithm, total_steps: int, seed: int = 0,
+                 callbacks: Sequence[Callback] = ()):
+        self.env = env
+        self.algorithm = algorithm
+        self.total_steps = total_steps
+        self.seed = seed
+        self.callbacks = CallbackList(callbacks)
+        self.obs: torch.Tensor | None = None
+        self.global_step = 0
+        self.iteration = 0
+        self.wall_time = 0.0
+        self.episode_returns: list[float] = []  # episodes finished in the latest iteration
+        self.episode_lengths: list[int] = []
+        self.recent_returns: deque[float] = deque(maxlen=20)  # the last 20 finished episodes
+        self._returns: list[torch.Tensor] = []
+        self._lengths: list[torch.Tensor] = []
+
+    @property
+    def head(self) -> PolicyHead:
+        """The head evaluation acts with."""
+        return self.algorithm.acting_head()
+
+    # ------------------------------------------------------------------ the loop
+    @abc.abstractmethod
+    def iterate(self) -> dict[str, float]:
+        """One iteration (collect and learn); returns its metrics and advances ``global_step``."""
+
+    def track_episodes(self, info: dict[str, Any]) -> None:
+        """Keep the statistics of episodes that ended at this step (kept as tensors until
+        ``close_episodes``: one ``tolist`` per iteration, not per step)."""
+        if info["episode_return"].numel():
+            self._returns.append(info["episode_return"])
+            self._lengths.append(info["episode_length"])
+
+    def close_episodes(self) -> None:
+        self.episode_returns = torch.cat(self._returns).tolist() if self._returns else []
+        self.episode_lengths = torch.cat(self._lengths).tolist() if self._lengths else []
+        self._returns, self._lengths = [], []
+        self.recent_returns.extend(self.episode_returns)
+
+    def run(self) -> None:
+        if self.obs is None:
+            self.obs = self.env.reset(seed=self.seed)
+        self.callbacks.on_train_start(self)
+        while self.global_step < self.total_steps:
+            start = time.perf_counter()
+            steps_before = self.global_step
+            metrics = self.iterate()
+            elapsed = time.perf_counter() - start
+            self.wall_time += elapsed
+            self.iteration += 1
+            self.close_episodes()
+            metrics["charts/SPS"] = (self.global_step - steps_before) / elapsed
+            if self.episode_returns:
+                metrics["charts/episodic_return"] = float(np.mean(self.episode_returns))
+                metrics["charts/episodic_length"] = float(np.mean(self.episode_lengths))
+            self.callbacks.on_iteration_end(self, metrics)
+        self.callbacks.on_train_end(self)
+
+    # ------------------------------------------------------------------ checkpoints
+    def policy_weights(self) -> dict[str, Any]:
+        """What evaluation needs besides the spec: head weights, observation normalization, and
+        whatever else the algorithm acts through."""
+        weights = {"head": self.head.state_dict(), "obs_normalizer": observation_state(self.env)}
+        extra = self.algorithm.policy_state()
+        if extra:
+            weights["algorithm"] = extra
+        return weights
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything besides the policy that an exact resume needs."""
+        return {
+            "head": self.algorithm.head.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "env": self.env.state_dict(),
+            "obs": self.obs,
+            "global_step": self.global_step,
+            "iteration": self.iteration,
+            "wall_time": self.wall_time,
+            "recent_returns": list(self.recent_returns),
+            "torch_rng": torch.get_rng_state(),
+            "callbacks": self.callbacks.state_dict(),
+        }
+
+    def load(self, policy_weights: dict[str, Any], training_state: dict[str, Any]) -> None:
+        """Restore from a checkpoint written by ``policy_weights`` / ``training_state``."""
+        # checkpoints before the Algorithm layer kept the learner's state at the top level
+        algorithm_state = training_state.get("algorithm") or {
+            "critic": training_state["critic"], "updater": training_state["updater"],
+            "shuffle_rng": training_state["shuffle_rng"]}
+        self.algorithm.head.load_state_dict(training_state.get("head", policy_weights["head"]))
+        self.algorithm.load_state_dict(algorithm_state)
+        self.env.load_state_dict(training_state["env"])
+        self.obs = training_state["obs"].to(self.algorithm_device())
+        self.global_step = int(training_state["global_step"])
+        self.iteration = int(training_state["iteration"])
+        self.wall_time = float(training_state["wall_time"])
+        self.recent_returns.extend(training_state["recent_returns"])
+        torch.set_rng_state(training_state["torch_rng"])
+        self.callbacks.load_state_dict(training_state["callbacks"])
+
+    def algorithm_device(self) -> torch.device:
+        return next(self.algorithm.head.parameters()).device
