@@ -12,6 +12,9 @@ Suites:
     flows      HalfCheetah-v5, Gaussian (ppo_fast) vs FPO vs PolicyFlow with the same rollout settings
     zoo        HalfCheetah-v5 with rl-baselines3-zoo's tuned PPO hyperparameters (the ANCHORS.md peer's)
     spo_deep   Hopper-v5, a 7-layer actor (256-256-128-128-64-64), PPO vs SPO, ratio deviation over training
+    sac        SAC (+experiment=sac: SB3's defaults as the zoo runs MuJoCo) on HalfCheetah-v5 and Hopper-v5
+    rlpd       Hopper-v5, RLPD vs the same learner without data, CPU-sized (see RLPD_CPU), with a "medium"
+               dataset made by bench/make_hopper_medium.sh; D4RL-normalized evaluation every 5k steps
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
 
@@ -37,6 +40,17 @@ SPO_SETTING = ["env.num_envs=8", "updater.rollout_steps=256", "updater.minibatch
                "updater.lr=3e-4", "updater.lr_schedule=linear", "updater.clip_range=0.2", "updater.clip_range_vf=0.2",
                "updater.compile=true", "policy.hidden_sizes=[256,256,128,128,64,64]", "policy.activation=tanh",
                "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
+
+# RLPD's recipe sized for a 2-core CPU: UTD 20 -> 2 and batch 256 -> 128 (10 LayerNorm critics,
+# subset-min 2, RLPD's batching, entropy and actor settings kept); both jobs use exactly these settings
+RLPD_CPU = ["+experiment=rlpd", "env=hopper", "updater.utd=2", "updater.batch_size=128",
+            "dataset.path=data/hopper_medium-v5.hdf5"]
+# evaluation every 5 iterations of 1000 env steps, for the learning curve (off-policy suites)
+SUITE_COMMON = {
+    "sac": [item for item in COMMON if not item.startswith("pipeline.eval_every")] + ["pipeline.eval_every=25"],
+    "rlpd": [item for item in COMMON if not item.startswith(("pipeline.eval_every", "pipeline.checkpoint_every"))]
+            + ["pipeline.eval_every=5", "pipeline.checkpoint_every=5"],
+}
 
 DEFAULT = ["+experiment=default", "pipeline.eval_every=0"]
 # experiment=default until 2026-11-30 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
@@ -113,15 +127,21 @@ SUITES: dict[str, dict[str, list[str]]] = {
 }
 
 
+SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
+                 "hopper-sac": ["+experiment=sac", "env=hopper"]}
+SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
+                  "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "updater.offline_ratio=0"]}
+
+
 def job_dir(job: str, steps: int, seed: int) -> Path:
     return ROOT / "bench" / "runs" / "learning" / f"{job}-{steps // 1000}k-s{seed}"
 
 
-def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int) -> dict:
+def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int, common: list[str] = COMMON) -> dict:
     summary_path = run_dir / "summary.json"
     if summary_path.exists() and json.loads(summary_path.read_text())["env_steps"] >= steps:
         return json.loads(summary_path.read_text())
-    command = [sys.executable, "-m", "genpol.train", *overrides, *COMMON, f"seed={seed}", f"total_steps={steps}",
+    command = [sys.executable, "-m", "genpol.train", *overrides, *common, f"seed={seed}", f"total_steps={steps}",
                f"run_dir={run_dir}"]
     print("$", " ".join(command[1:]), flush=True)
     start = time.time()
@@ -173,7 +193,8 @@ def main() -> None:
         if args.jobs and job not in args.jobs:
             continue
         dirs = [job_dir(job, args.steps, seed) for seed in args.seeds]
-        summaries = [run_job(d, overrides, seed, args.steps) for d, seed in zip(dirs, args.seeds)]
+        common = SUITE_COMMON.get(args.suite, COMMON)
+        summaries = [run_job(d, overrides, seed, args.steps, common) for d, seed in zip(dirs, args.seeds)]
         runs[job] = dirs
         finals = [s["eval_return_mean"] for s in summaries]
         table[job] = {
@@ -182,6 +203,14 @@ def main() -> None:
             "sps_median": statistics.median(s["sps"] for s in summaries),
             "wall_time_s": [s["wall_time_s"] for s in summaries],
         }
+        if args.suite in ("sac", "rlpd"):
+            table[job]["eval_curves"] = [curves(d, "eval/episodic_return") for d in dirs]
+        if args.suite == "rlpd":
+            from genpol.data import d4rl_normalized_score
+
+            table[job]["d4rl_normalized_at"] = [
+                {step: float(d4rl_normalized_score("hopper", value)) for step, value in curve
+                 if step in (10_000, 25_000, 50_000)} for curve in table[job]["eval_curves"]]
         if args.suite == "spo_deep":
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)

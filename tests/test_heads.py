@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, head_from_spec
+from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -17,6 +17,8 @@ HEAD_FACTORIES = {
     "fpo": lambda: FPOHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), n_mc=4),
     "fpo-per-sample": lambda: FPOHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), n_mc=4, ratio_mode="per_sample",
                                       t_sampling="uniform"),
+    "tanh-gaussian": lambda: TanhGaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32)),
+    "tanh-gaussian-rlpd": lambda: TanhGaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), log_prob_epsilon=0.0, init="xavier_uniform"),
     "policyflow": lambda: PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16)),
     "policyflow-degenerate": lambda: PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), degenerate_to_gaussian=True),
     "diffusion-ddpm": lambda: DiffusionHead(OBS_DIM, ACT_DIM, denoising_steps=6, ft_denoising_steps=3,

@@ -16,14 +16,15 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
+from genpol.config.offpolicy import SACConfig
 from genpol.config.policy import (DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
-                                  PolicyConfig, PolicyFlowPolicyConfig)
+                                  PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "DiffusionPolicyConfig", "FlowPolicyConfig",
            "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig", "ASPOConfig",
-           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "TrainConfig", "EvaluateConfig",
+           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "TanhGaussianPolicyConfig", "TrainConfig", "EvaluateConfig",
            "ALL_SCHEMAS", "register_configs", "validate"]
 
 
@@ -36,7 +37,7 @@ class TrainConfig:
     policy: Any = MISSING
     """Policy head and critic (group ``policy``)."""
     updater: Any = MISSING
-    """On-policy updater (group ``updater``)."""
+    """Learner (group ``updater``): on-policy ppo, spo, aspo, trpo; off-policy sac (RLPD: +experiment=rlpd)."""
     pipeline: Any = MISSING
     """Training pipeline (group ``pipeline``)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -89,8 +90,10 @@ class EvaluateConfig:
 
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
-                                   "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig}
-UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig}
+                                   "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
+                                   "tanh_gaussian": TanhGaussianPolicyConfig}
+UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
+                                    "sac": SACConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
@@ -109,5 +112,11 @@ def register_configs() -> None:
 
 
 def validate(cfg: DictConfig) -> Any:
-    """Turn a composed config into dataclass objects, running every ``__post_init__`` check."""
-    return OmegaConf.to_object(cfg)
+    """Turn a composed config into dataclass objects, running every ``__post_init__`` check, and
+    check that the policy head has every capability the learner needs."""
+    config = OmegaConf.to_object(cfg)
+    if isinstance(config, TrainConfig):
+        from genpol.algorithms import check_learner
+
+        check_learner(config)
+    return config

@@ -210,3 +210,31 @@ class DiffusionPolicyConfig(PolicyConfig):
                  self.hidden_sizes)
         require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
                  "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
+
+
+@dataclass
+class TanhGaussianPolicyConfig(PolicyConfig):
+    """Squashed Gaussian head (SAC's actor: state-dependent log-std, a = tanh(u)). Its critic fields
+    size a value network for on-policy learners; SAC's Q-critics are sized in the updater group."""
+
+    family: str = "tanh_gaussian"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the actor (SB3's net_arch)."""
+    activation: str = "relu"
+    """Activation of the actor."""
+    log_std_min: float = -20.0
+    """Lower clamp of the log-std."""
+    log_std_max: float = 2.0
+    """Upper clamp of the log-std."""
+    log_prob_epsilon: float = 1e-6
+    """eps in log(1 - tanh(u)^2 + eps) (SB3); 0 gives the exact form (RLPD)."""
+    init: str = "default"
+    """``default`` (PyTorch's, as SB3) or ``xavier_uniform`` (RLPD)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.log_std_min < self.log_std_max, "policy.log_std_min", f"< log_std_max ({self.log_std_max})",
+                self.log_std_min)
+        require(self.log_prob_epsilon >= 0, "policy.log_prob_epsilon", ">= 0", self.log_prob_epsilon)
+        require(self.init in ("default", "xavier_uniform"), "policy.init", "default or xavier_uniform", self.init)

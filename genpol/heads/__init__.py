@@ -10,12 +10,13 @@ from genpol.heads.diffusion import DiffusionHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.policyflow import PolicyFlowHead
+from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
-    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead)
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead)
 }
 
-__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 

@@ -40,11 +40,12 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     extra: dict[str, Any] = {}
+    normalized = None
     if cfg.dataset.path is not None:
         from genpol.runners.offpolicy import load_offline_transitions
 
-        offline, extra = load_offline_transitions(cfg, env)
-    return run_online(cfg, run_dir, env, head, stack, extra_summary=extra, offline=offline)
+        offline, extra, normalized = load_offline_transitions(cfg, env)
+    return run_online(cfg, run_dir, env, head, stack, normalized, extra_summary=extra, offline=offline)
 
 
 def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:

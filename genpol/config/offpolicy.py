@@ -1,0 +1,116 @@
+"""Schema of the off-policy ``updater`` group: SAC, and RLPD as a configuration of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from genpol.config.base import ACTIVATION_NAMES, require
+
+
+@dataclass
+class SACConfig:
+    """Soft actor-critic with a Q-ensemble and replay (defaults: stable-baselines3's SAC).
+
+    RLPD (``+experiment=rlpd``) is this learner with 10 LayerNorm critics, subset-min 2, UTD 20
+    with RLPD's batching, target entropy -|A|/2, the mean-Q actor loss and ``offline_ratio`` 0.5.
+    Observations and rewards reach the replay raw: env.normalize_obs / normalize_reward are
+    ignored (running statistics would make stored transitions stale).
+    """
+
+    name: str = "sac"
+    """Updater name; selects the learner."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak coefficient of the target critics."""
+    lr: float = 3e-4
+    """Adam learning rate of actor, critics and temperature (SB3 and RLPD use one rate)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (preallocated: memory is buffer_size x (2 obs_dim + act_dim + 2) x 4 bytes)."""
+    learning_starts: int = 100
+    """Env steps of uniform random actions before learning starts (SB3 100, the zoo 10000, RLPD 5000)."""
+    utd: int = 1
+    """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step)."""
+    batching: str = "sb3"
+    """``sb3``: a fresh batch and an actor step for every critic step; ``rlpd``: one batch of batch_size x utd
+    cut into utd critic minibatches, then one actor and temperature step on the last."""
+    target_update_interval: int = 1
+    """Critic steps between Polyak updates."""
+    num_qs: int = 2
+    """Critics in the ensemble."""
+    num_min_qs: Optional[int] = None
+    """Size of the random subset whose minimum forms the target (None: all critics, SB3's min)."""
+    critic_layer_norm: bool = False
+    """LayerNorm after every hidden layer of each critic (RLPD)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of each critic."""
+    critic_activation: str = "relu"
+    """Activation of the critics."""
+    critic_init: str = "torch"
+    """``torch`` (PyTorch's default, as SB3) or ``xavier`` (RLPD)."""
+    critic_reduction: str = "sb3"
+    """Critic loss: ``sb3`` = 0.5 sum_i MSE(Q_i, y); ``mean`` = mean_i MSE(Q_i, y) (RLPD)."""
+    actor_q_reduction: str = "min"
+    """Q in the actor loss: ``min`` over critics (SB3) or ``mean`` (RLPD)."""
+    ent_coef: str = "auto"
+    """Temperature: ``auto`` (learned, starting at init_temperature) or a fixed number such as ``0.1``."""
+    init_temperature: float = 1.0
+    """Initial temperature alpha when learned."""
+    target_entropy_scale: float = -1.0
+    """Target entropy = target_entropy_scale x |A| (SB3 -1, RLPD -0.5)."""
+    temperature_loss: str = "log_alpha"
+    """``log_alpha``: -log alpha (log pi + H) as SB3; ``alpha``: alpha (H - H_target) as RLPD."""
+    backup_entropy: bool = True
+    """Subtract alpha log pi(a'|s') in the TD target."""
+    offline_ratio: float = 0.0
+    """Share of every batch drawn from the offline dataset (dataset.path; RLPD 0.5)."""
+    max_grad_norm: Optional[float] = None
+    """Per-network gradient-norm clip (None: none, as SB3 and RLPD)."""
+    iteration_steps: int = 1000
+    """Env steps per logging iteration (the unit of pipeline.checkpoint_every and eval_every)."""
+    save_replay: bool = True
+    """Save the replay buffer in checkpoints (needed for an exact resume; costs its size on disk)."""
+    compile: bool = False
+    """Compile the critic and actor steps with torch.compile."""
+
+    def __post_init__(self) -> None:
+        require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
+        require(0.0 < self.tau <= 1.0, "updater.tau", "in (0, 1]", self.tau)
+        require(self.lr > 0, "updater.lr", "> 0", self.lr)
+        require(self.batch_size >= 1, "updater.batch_size", ">= 1", self.batch_size)
+        require(self.buffer_size >= self.batch_size, "updater.buffer_size", f">= batch_size ({self.batch_size})",
+                self.buffer_size)
+        require(self.learning_starts >= 0, "updater.learning_starts", ">= 0", self.learning_starts)
+        require(self.utd >= 1, "updater.utd", ">= 1", self.utd)
+        require(self.batching in ("sb3", "rlpd"), "updater.batching", "sb3 or rlpd", self.batching)
+        require(self.target_update_interval >= 1, "updater.target_update_interval", ">= 1",
+                self.target_update_interval)
+        require(self.num_qs >= 1, "updater.num_qs", ">= 1", self.num_qs)
+        if self.num_min_qs is not None:
+            require(1 <= self.num_min_qs <= self.num_qs, "updater.num_min_qs", f"in [1, num_qs={self.num_qs}]",
+                    self.num_min_qs)
+        require(len(self.critic_hidden_sizes) >= 1 and all(w >= 1 for w in self.critic_hidden_sizes),
+                "updater.critic_hidden_sizes", "non-empty positive widths", self.critic_hidden_sizes)
+        require(self.critic_activation in ACTIVATION_NAMES, "updater.critic_activation",
+                f"one of {ACTIVATION_NAMES}", self.critic_activation)
+        require(self.critic_init in ("torch", "xavier"), "updater.critic_init", "torch or xavier", self.critic_init)
+        require(self.critic_reduction in ("sb3", "mean"), "updater.critic_reduction", "sb3 or mean",
+                self.critic_reduction)
+        require(self.actor_q_reduction in ("min", "mean"), "updater.actor_q_reduction", "min or mean",
+                self.actor_q_reduction)
+        if self.ent_coef != "auto":
+            try:
+                fixed = float(self.ent_coef)
+            except ValueError:
+                fixed = -1.0
+            require(fixed >= 0, "updater.ent_coef", "auto or a number >= 0", self.ent_coef)
+        require(self.init_temperature > 0, "updater.init_temperature", "> 0", self.init_temperature)
+        require(self.temperature_loss in ("log_alpha", "alpha"), "updater.temperature_loss", "log_alpha or alpha",
+                self.temperature_loss)
+        require(0.0 <= self.offline_ratio <= 1.0, "updater.offline_ratio", "in [0, 1]", self.offline_ratio)
+        if self.max_grad_norm is not None:
+            require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        require(self.iteration_steps >= 1, "updater.iteration_steps", ">= 1", self.iteration_steps)
