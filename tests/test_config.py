@@ -2,14 +2,18 @@
 
 import ast
 import inspect
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 
 from genpol.api import compose_config
 from genpol.config import ALL_SCHEMAS, ConfigError, validate
+from genpol.heads import build_head
+from genpol.updaters.losses import PPOClipLoss
 
 from conftest import run_cli
 
@@ -83,3 +87,77 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
     assert result.returncode == 2 and "Did you mean gym:HalfCheetah-v5" in result.stderr
     for name in "abc":
         assert not (tmp_path / name / "checkpoints").exists()
+
+
+DPPO_FILE = ["dataset.path=data/hopper_medium-v5.hdf5"]  # composing only: the file is never opened
+
+
+def test_diffusion_from_scratch_must_fine_tune_every_step():
+    """With K' < K the first K - K' denoising steps run a frozen copy of the pretrained weights. A run
+    that pretrains nothing would leave them at their random initialization, so it is refused, with the fix."""
+    scratch = ["run_dir=/tmp/x", "policy=diffusion", "env=hopper"]
+    with pytest.raises(ConfigError, match=r"policy.ft_denoising_steps=10 fine-tunes only the last 10 of 20 "
+                                          r".*random initialization.*policy.ft_denoising_steps=20"):
+        validate(compose_config(scratch))
+    with pytest.raises(ConfigError, match=r"pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"):
+        validate(compose_config([*scratch, "pipeline=offline_to_online", "pipeline.pretrain_steps=0", *DPPO_FILE]))
+    with pytest.raises(ConfigError, match=r"ft_denoising_steps=3 fine-tunes only the last 3 of 5"):
+        validate(compose_config([*scratch, "policy.use_ddim=true", "policy.ddim_steps=5",
+                                 "policy.ft_denoising_steps=3"]))
+    # every step trains: accepted, and the head has no frozen copy at all
+    cfg = validate(compose_config([*scratch, "policy.ft_denoising_steps=20", "policy.hidden_sizes=[8,8,8]"]))
+    head = build_head(cfg.policy.family, 11, 12, **cfg.policy.head_kwargs())
+    assert head.frozen_denoiser is None and all(p.requires_grad for p in head.parameters())
+    # pretraining fills the frozen copy: K' < K is DPPO's fine-tuning setting
+    validate(compose_config([*scratch, "pipeline=offline_to_online", *DPPO_FILE]))
+
+
+def _effective_clip(cfg) -> torch.Tensor:
+    """The clip each denoising step of ``cfg``'s diffusion head gets from ``cfg``'s PPO loss, ``[K']``."""
+    head = build_head(cfg.policy.family, 11, 12, **{**cfg.policy.head_kwargs(), "hidden_sizes": [8, 8, 8]})
+    obs = torch.zeros(1, 11)
+    with torch.no_grad():
+        terms = head.log_ratio(obs, head.sample(obs)[1])
+    loss = PPOClipLoss(clip_range=cfg.updater.clip_range)
+    return torch.as_tensor(loss.clip_for(terms.unit_clip)).expand(terms.log_ratio.shape[-1])
+
+
+def test_updater_clip_range_is_the_one_source_of_the_diffusion_clip():
+    """dppo_hopper's updater.clip_range used to be overridden by the head's own per-step clip (0.01 either
+    way, so a change of clip_range did nothing)."""
+    dppo = ["run_dir=/tmp/x", "+experiment=dppo_hopper", *DPPO_FILE]
+    assert torch.allclose(_effective_clip(validate(compose_config([*dppo, "updater.clip_range=0.05"]))),
+                          torch.full((10,), 0.05))
+    # a schedule: policy.clip_base at the noisiest step, rising to updater.clip_range at the last
+    schedule = _effective_clip(validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_base=0.001"])))
+    assert schedule[0].item() == pytest.approx(0.001) and schedule[-1].item() == pytest.approx(0.05)
+    assert (schedule.diff() > 0).all()
+    # both ends set the last step's clip: only if they agree
+    validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_final=0.05"]))
+    with pytest.raises(ConfigError, match=r"policy.clip_final=0.02 and updater.clip_range=0.05 both set"):
+        validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_final=0.02"]))
+    with pytest.raises(ConfigError, match=r"policy.clip_base must be null with updater=trpo"):
+        validate(compose_config(["run_dir=/tmp/x", "policy=diffusion", "updater=trpo", "pipeline=offline_to_online",
+                                 *DPPO_FILE, "policy.clip_base=0.001"]))
+
+
+def _cites(experiment: str, paper: str) -> bool:
+    text = (Path(__file__).parent.parent / "configs" / "experiment" / f"{experiment}.yaml").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    return re.search(rf"\b{paper}\b", header) is not None
+
+
+# DPPO and SPO write c' * 0.5 * mean((R - V)^2) with c' = 0.5; genpol's loss is vf_coef * mean((R - V)^2)
+PAPER_VF_COEF = {"DPPO": 0.5 * 0.5, "SPO": 0.5 * 0.5}
+CITING = [(experiment, paper) for experiment in EXPERIMENTS for paper in PAPER_VF_COEF if _cites(experiment, paper)]
+
+
+@pytest.mark.parametrize("experiment,paper", CITING)
+def test_bundles_that_cite_a_paper_use_its_value_loss_scale(experiment, paper):
+    extra = DPPO_FILE if experiment == "dppo_hopper" else []
+    cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
+    assert cfg.updater.vf_coef == pytest.approx(PAPER_VF_COEF[paper])
+
+
+def test_the_dppo_bundle_is_among_the_citing_ones():
+    assert ("dppo_hopper", "DPPO") in CITING

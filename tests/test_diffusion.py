@@ -90,6 +90,31 @@ def test_denoising_discount_and_interpolated_clip():
     assert terms.unit_clip.tolist() == pytest.approx([0.001, middle, 0.01])
 
 
+def test_a_single_fine_tuned_step_gets_the_final_clip():
+    """K' = 1: the one fine-tuned step is the last denoising step (x^1 -> x^0), so it gets clip_final, as in
+    DPPO's code (``clip_ploss_coef`` when ft_denoising_steps == 1) - not clip_base, the noisiest step's."""
+    head = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=5, ft_denoising_steps=1, clip_base=0.001,
+                         clip_final=0.01, hidden_sizes=(8, 8, 8))
+    head.start_finetuning()
+    terms = head.log_ratio(torch.zeros(1, 2), head.sample(torch.zeros(1, 2))[1])
+    assert terms.log_ratio.shape == (1, 1)
+    assert terms.unit_clip.tolist() == pytest.approx([0.01])
+    assert terms.unit_weights.tolist() == [1.0]  # the last step is undiscounted too
+
+
+def test_without_clip_final_the_updater_clip_applies_to_every_step():
+    """The head hands out no per-step clip unless given one, so it cannot silently replace the updater's
+    clip_range; a schedule start (clip_base) without its end (clip_final) is refused."""
+    head = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=5, ft_denoising_steps=5, hidden_sizes=(8, 8, 8))
+    assert head.log_ratio(torch.zeros(1, 2), head.sample(torch.zeros(1, 2))[1]).unit_clip is None
+    constant = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=5, ft_denoising_steps=3, clip_final=0.05,
+                             hidden_sizes=(8, 8, 8))
+    assert constant.unit_clip.tolist() == pytest.approx([0.05] * 3)
+    with pytest.raises(ValueError, match="clip_base needs clip_final"):
+        DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=5, ft_denoising_steps=5, clip_base=0.001,
+                      hidden_sizes=(8, 8, 8))
+
+
 def test_exact_kl_matches_torch_distributions():
     torch.manual_seed(0)
     head = DiffusionHead(obs_dim=3, act_dim=2, denoising_steps=4, ft_denoising_steps=4, hidden_sizes=(16, 16, 16))

@@ -175,3 +175,38 @@ def test_compiled_minibatch_step_matches_the_eager_one():
     for ours, theirs in zip([*head.parameters(), *critic.parameters()], [*twins[0].parameters(), *twins[1].parameters()]):
         assert torch.allclose(ours, theirs, atol=1e-5)
     assert eager.optimizer.state_dict()["state"].keys() == compiled.optimizer.state_dict()["state"].keys()
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_gradient_clip_is_per_network(compile):
+    """max_grad_norm clips the actor's and the critic's gradients each on its own: the actor's step does
+    not depend on how large the critic's gradient is. The two rollouts differ only in their returns,
+    which only the value loss sees; a huge value error must not shrink the actor's step (clipped as one
+    vector with the critic's, the actor's gradient would fall below Adam's eps and its step with it)."""
+    import copy
+
+    torch.manual_seed(0)
+    head, critic = GaussianHead(5, 2, hidden_sizes=(32, 32)), ValueNetwork(5, (32, 32))
+    storages = [RolloutStorage(64, 1, 5), RolloutStorage(64, 1, 5)]
+    obs = torch.randn(64, 5)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    record["log_prob"] += 0.2 * torch.randn(64)
+    advantages, returns = torch.randn(64), torch.randn(64)
+    for storage, return_scale in zip(storages, (1.0, 1e4)):
+        storage.obs[:, 0] = obs
+        storage.records = {key: value[:, None].clone() for key, value in record.items()}
+        storage.advantages[:, 0], storage.returns[:, 0] = advantages, returns * return_scale
+    twins = [copy.deepcopy((head, critic)) for _ in storages]
+    for (twin_head, twin_critic), storage in zip(twins, storages):
+        updater = MinibatchUpdater(twin_head, twin_critic, PPOClipLoss(), epochs=1, minibatch_size=64,
+                                   max_grad_norm=0.5, compile=compile)
+        updater.update(storage, torch.Generator().manual_seed(0))
+        if not compile:  # the eager path leaves the clipped gradients in .grad
+            for params in (updater.actor_params, updater.critic_params):
+                assert torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])) <= 0.5 + 1e-5
+    (small_head, small_critic), (large_head, large_critic) = twins
+    for ours, theirs in zip(small_head.parameters(), large_head.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
+    assert not torch.allclose(small_critic.net[0].weight, large_critic.net[0].weight)  # the critics did differ
+    assert not torch.allclose(small_head.log_std, head.log_std)  # and the actor did move

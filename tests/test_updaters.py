@@ -7,7 +7,7 @@ import torch
 from sb3_contrib import TRPO
 from stable_baselines3.common.logger import configure
 
-from genpol.heads import GaussianHead, RatioTerms
+from genpol.heads import DiffusionHead, GaussianHead, PolicyFlowHead, RatioTerms
 from genpol.nets import ValueNetwork
 from genpol.storage import RolloutStorage
 from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
@@ -106,7 +106,10 @@ def trpo_batch(obs_dim, act_dim, head, seed=1, zero_advantages=False):
     return storage, obs, actions, record
 
 
-def test_trpo_step_matches_sb3_contrib(tmp_path):
+@pytest.mark.parametrize("chunk_size", [T, 100], ids=["one-chunk", "six-uneven-chunks"])
+def test_trpo_step_matches_sb3_contrib(tmp_path, chunk_size):
+    """sb3-contrib's unchunked math is the oracle; in chunks of 100 (the last one 12 samples) the
+    gradient, the Fisher products and the line search are sums over chunks and must agree as well."""
     env = gym.make("Pendulum-v1")
     torch.manual_seed(0)
     head = GaussianHead(3, 1, hidden_sizes=(64, 64), log_std_init=-0.5)
@@ -131,7 +134,8 @@ def test_trpo_step_matches_sb3_contrib(tmp_path):
     logged = model.logger.name_to_value
 
     updater = TRPOUpdater(head, critic, target_kl=0.01, cg_iterations=15, cg_damping=0.1, line_search_shrink=0.8,
-                          line_search_max_iter=10, critic_lr=1e-3, critic_epochs=3, critic_minibatch_size=T)
+                          line_search_max_iter=10, critic_lr=1e-3, critic_epochs=3, critic_minibatch_size=T,
+                          chunk_size=chunk_size)
     torch.manual_seed(42)
     stats = updater.update(storage, torch.Generator().manual_seed(0))
 
@@ -177,3 +181,116 @@ def test_trpo_step_stays_inside_the_trust_region(head_class):
     exact_kl = GaussianHead.kl(head, obs, record).mean().item()  # the true KL, whichever path was used
     assert 0 < exact_kl <= 0.0105 and stats["kl"] <= 0.01
     assert stats["policy"] < 0  # the surrogate improved from 0 (mean of normalized A times r = 1)
+
+
+def test_aspo_keeps_its_spo_epsilon_under_a_head_clip_schedule():
+    """A head's per-unit clip schedule (last unit = clip_range) used to replace spo_clip_range too. The SPO
+    half now follows the same schedule scaled to spo_clip_range: its optimum for A < 0 sits at
+    r = 1 - spo_eps_j with spo_eps = unit_clip * spo_clip_range / clip_range."""
+    aspo = ASPOLoss(clip_range=0.1, spo_clip_range=0.3, normalize_advantage=False, vf_coef=0.0)
+    unit_clip = torch.tensor([0.05, 0.1])  # a schedule rising to clip_range
+    ratios = torch.linspace(0.5, 1.5, 1001)
+    losses = aspo.policy_loss(ratios.log()[:, None].expand(1001, 2), torch.full((1001, 2), -1.0), unit_clip)
+    optima = ratios[losses.argmin(dim=0)]
+    assert optima.tolist() == pytest.approx([1 - 0.15, 1 - 0.3], abs=1e-3)
+    # positive advantages keep PPO's clip at the schedule itself
+    positive = aspo.policy_loss(torch.full((1, 2), 0.5), torch.ones(1, 2), unit_clip)
+    assert positive[0].tolist() == pytest.approx([-1.05, -1.1])
+
+
+def policyflow_batch(samples: int):
+    torch.manual_seed(0)
+    head = PolicyFlowHead(3, 2, hidden_sizes=(16, 16))
+    obs = torch.randn(samples, 3)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        head.begin_update()
+    return head, obs, record, torch.randn(samples)
+
+
+@pytest.mark.parametrize("chunk_size", [64, 32], ids=["one-chunk", "two-chunks"])
+def test_trpo_evaluates_policyflow_at_the_same_random_times_throughout_a_step(chunk_size):
+    """PolicyFlow's log_ratio draws its evaluation times at random. Within one TRPO step the gradient,
+    every Fisher product and every line-search probe must use the same ones (each chunk its own), or
+    each probe compares a different surrogate with the one the step was computed from.
+
+    One chunk keeps its graph for the Fisher products, so there every probe is forced: with zero
+    advantages and no regularizer the surrogate cannot improve, and all 10 probes are rejected."""
+    head, obs, record, advantages = policyflow_batch(64)
+    chunks = 64 // chunk_size
+    if chunks == 1:
+        head.brownian_coef, advantages = 0.0, torch.zeros(64)
+    seen = []
+    draw_times = head._velocity_change
+
+    def recording(chunk_obs, chunk_record):
+        t, x_t, v_new, v_old = draw_times(chunk_obs, chunk_record)
+        seen.append(t.clone())
+        return t, x_t, v_new, v_old
+
+    head._velocity_change = recording
+    updater = TRPOUpdater(head, ValueNetwork(3, (8,)), critic_epochs=0, chunk_size=chunk_size)
+    rng_before = torch.get_rng_state()
+    stats = updater.policy_step(obs, record, advantages)
+    if chunks == 1:  # the first evaluation, 10 rejected probes and the one after restoring
+        assert stats["line_search_steps"] == 10 and len(seen) == 12
+    else:  # the gradient, each conjugate-gradient product and each probe, chunk by chunk
+        assert len(seen) > 10 and len(seen) % chunks == 0
+    for index, times in enumerate(seen):
+        assert torch.equal(times, seen[index % chunks]), f"evaluation {index} drew other times"
+    if chunks > 1:
+        assert not torch.equal(seen[0], seen[1])  # each chunk has its own draws, not a copy of the first's
+    # the replayed draws come from a fork: of the global RNG only conjugate gradient's start was drawn
+    rng_after = torch.get_rng_state()
+    torch.set_rng_state(rng_before)
+    torch.randn(sum(p.numel() for p in head.parameters() if p.requires_grad))
+    assert torch.equal(torch.get_rng_state(), rng_after)
+
+
+def diffusion_batch(samples: int):
+    torch.manual_seed(0)
+    head = DiffusionHead(4, 2, denoising_steps=4, ft_denoising_steps=4, hidden_sizes=(16, 16, 16))
+    obs = torch.randn(samples, 4)
+    with torch.no_grad():
+        actions, record = head.sample(obs)
+    advantages = actions[:, 0] + 0.3 * torch.randn(samples)  # prefers a larger first action
+    return head, obs, record, advantages
+
+
+def test_chunked_trpo_step_equals_the_unchunked_one_for_dppo():
+    """The DPPO head's step in chunks of 40 (96 samples: 40, 40, 16) equals the one-chunk step: same
+    diagnostics and parameters to float tolerance."""
+    results = []
+    for chunk_size in (96, 40):
+        head, obs, record, advantages = diffusion_batch(96)
+        torch.manual_seed(7)  # conjugate gradient's random start
+        stats = TRPOUpdater(head, ValueNetwork(4, (8,)), critic_epochs=0, chunk_size=chunk_size).policy_step(
+            obs, record, advantages)
+        results.append((stats, [p.detach().clone() for p in head.parameters()]))
+    (whole, whole_params), (chunked, chunked_params) = results
+    assert whole["line_search_success"] == chunked["line_search_success"] == 1.0
+    assert whole["line_search_steps"] == chunked["line_search_steps"]
+    for key in ("policy", "kl", "approx_kl", "step_size", "gradient_norm"):
+        assert chunked[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-8), key
+    for ours, theirs in zip(chunked_params, whole_params):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_trpo_chunk_size_bounds_the_batch_of_every_graph():
+    """Memory follows the largest batch an autograd graph is built on: with chunk_size 32 no evaluation
+    that records a graph sees more than 32 samples, whatever the rollout size (the peak-RSS measurement
+    for DPPO on Hopper sizes is in TRPOConfig.chunk_size's docstring)."""
+    for samples in (64, 160):
+        head, obs, record, advantages = diffusion_batch(samples)
+        graph_batches = []
+        chain_log_probs = head.chain_log_probs
+
+        def recording(chunk_obs, chain):
+            if torch.is_grad_enabled():
+                graph_batches.append(chunk_obs.shape[0])
+            return chain_log_probs(chunk_obs, chain)
+
+        head.chain_log_probs = recording
+        TRPOUpdater(head, ValueNetwork(4, (8,)), critic_epochs=0, chunk_size=32).policy_step(obs, record, advantages)
+        assert graph_batches and max(graph_batches) == 32
+        assert sum(graph_batches) % samples == 0  # every pass covers the whole rollout

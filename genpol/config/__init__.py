@@ -56,11 +56,43 @@ class TrainConfig:
     """torch intra-op threads; 1 is fastest for small MLPs next to a CPU simulator."""
 
     def __post_init__(self) -> None:
+        """Ranges, and the checks that need two groups at once (policy with pipeline or updater)."""
         require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
         if getattr(self.pipeline, "name", None) == "offline_to_online":
             require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                      self.dataset.path)
+        if getattr(self.policy, "family", None) == "diffusion":
+            policy, pipeline = self.policy, self.pipeline
+            sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
+            pretrained = pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0
+            if policy.ft_denoising_steps < sampled and not pretrained:
+                # the early steps run a frozen copy of the weights that pretraining leaves; with no
+                # pretraining that copy is the random initialization, and those steps never learn
+                raise ConfigError(
+                    f"policy.ft_denoising_steps={policy.ft_denoising_steps} fine-tunes only the last "
+                    f"{policy.ft_denoising_steps} of {sampled} denoising steps and freezes the first "
+                    f"{sampled - policy.ft_denoising_steps} at their pretrained weights, but "
+                    f"pipeline={pipeline.name}"
+                    f"{' with pretrain_steps=0' if pipeline.name == 'offline_to_online' else ''} pretrains "
+                    f"nothing, so they would stay at their random initialization. From scratch set "
+                    f"policy.ft_denoising_steps={sampled}, or pretrain with pipeline=offline_to_online."
+                )
+            updater_clip = getattr(self.updater, "clip_range", None)
+            if updater_clip is None:  # TRPO: a KL trust region, no clip for a schedule to shape
+                for key in ("clip_base", "clip_final"):
+                    require(getattr(policy, key) is None, f"policy.{key}",
+                             f"null with updater={self.updater.name} (it has no clip range)", getattr(policy, key))
+            else:
+                # one source of truth for the last step's clip: the updater's clip_range
+                if policy.clip_final is not None and abs(policy.clip_final - updater_clip) > 1e-12:
+                    raise ConfigError(
+                        f"policy.clip_final={policy.clip_final} and updater.clip_range={updater_clip} both set "
+                        "the last denoising step's clip; set updater.clip_range only (and policy.clip_base "
+                        "for a schedule that starts lower at the noisiest step)"
+                    )
+                if policy.clip_base is not None:
+                    policy.clip_final = updater_clip
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, List
+from typing import Any, List, Optional
 
 from omegaconf import MISSING
 
@@ -162,7 +162,8 @@ class DiffusionPolicyConfig(PolicyConfig):
     denoising_steps: int = 20
     """K: DDPM steps (pretraining and, without DDIM, sampling)."""
     ft_denoising_steps: int = 10
-    """K': the last denoising steps that are fine-tuned (K' = K from scratch)."""
+    """K': the last denoising steps that are fine-tuned; the earlier ones keep their pretrained weights,
+    so K' < K needs pipeline=offline_to_online with pretrain_steps > 0 (from scratch: K' = K)."""
     use_ddim: bool = False
     """Sample with DDIM."""
     ddim_steps: int = 5
@@ -185,10 +186,12 @@ class DiffusionPolicyConfig(PolicyConfig):
     """Clamp of the per-element log-probabilities."""
     gamma_denoising: float = 0.99
     """Denoising discount of the per-step advantages."""
-    clip_base: float = 0.01
-    """PPO clip range at the noisiest fine-tuned step."""
-    clip_final: float = 0.01
-    """PPO clip range at the last denoising step."""
+    clip_base: Optional[float] = None
+    """PPO clip at the noisiest fine-tuned step, rising exponentially to updater.clip_range at the last
+    step (DPPO Robomimic: 0.001 to 0.01). None: updater.clip_range at every step (DPPO Gym: 0.01)."""
+    clip_final: Optional[float] = None
+    """PPO clip at the last denoising step: always updater.clip_range, the one source of truth. Left
+    None it is filled in from there when clip_base is set; a different value is a config error."""
     ddim_eta: float = 1.0
     """DDIM's eta while sampling stochastically."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
@@ -210,6 +213,10 @@ class DiffusionPolicyConfig(PolicyConfig):
                  self.hidden_sizes)
         require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
                  "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
+        for key in ("clip_base", "clip_final"):
+            value = getattr(self, key)
+            if value is not None:
+                require(0.0 < value < 1.0, f"policy.{key}", "in (0, 1) or null", value)
 
 
 @dataclass

@@ -7,7 +7,7 @@ log-probabilities and the ratio is taken per step:
 
 * only the last ``ft_denoising_steps`` (K') steps are fine-tuned, on the trainable ``denoiser``;
   the earlier steps run a frozen copy (``start_finetuning`` refreshes it from the pretrained,
-  usually EMA, weights). From scratch, K' = K and there is no frozen copy;
+  usually EMA, weights). From scratch, K' = K and there is no frozen copy (see below);
 * sampling clips each step's std from below at ``min_sampling_std`` (exploration); log-probs use
   ``min_logprob_std`` (raw DDPM posterior stds near the end are ~1e-2 and would make ratios explode);
 * the Gaussian noise is clipped to +-``randn_clip``, the predicted clean action x0 to
@@ -17,7 +17,16 @@ log-probabilities and the ratio is taken per step:
 * the record stores the last K' + 1 chain states, ``log_ratio`` returns ``[B, K']``, the advantage
   of step j (j = 0 the noisiest) is weighted by ``gamma_denoising^(K' - 1 - j)`` and its clip range
   is interpolated from ``clip_base`` (noisiest) to ``clip_final`` (last step) as
-  ``base + (final - base) (e^{3u} - 1) / (e^3 - 1)``, ``u = j / (K' - 1)``.
+  ``base + (final - base) (e^{3u} - 1) / (e^3 - 1)``, ``u = j / (K' - 1)``; a single fine-tuned
+  step (K' = 1) is the last step and gets ``clip_final``, as in DPPO's code. Without ``clip_final``
+  the head hands out no per-step clip and the updater's ``clip_range`` applies to every step; a
+  config fills ``clip_final`` from ``updater.clip_range`` when ``clip_base`` is set, so the
+  updater's value is the one source of the final step's clip (``TrainConfig.__post_init__``).
+
+Early steps at their pretrained weights. With K' < K the first K - K' steps run ``frozen_denoiser``,
+which holds the weights of the moment ``start_finetuning`` was called (after pretraining). Until
+then it holds the random initialization, and those steps would never learn: a config that trains
+from scratch must fine-tune every step (K' = K), which ``TrainConfig.__post_init__`` enforces.
 
 Schedules come from diffusers (``DDPMScheduler`` / ``DDIMScheduler``, cosine ``squaredcos_cap_v2``,
 epsilon prediction); the steps are written out here because DPPO needs their Gaussian means and
@@ -76,7 +85,9 @@ class DiffusionHead(PolicyHead):
         hidden_sizes, activation, time_dim: the denoiser.
         min_sampling_std, min_logprob_std, randn_clip, denoised_clip, logprob_clamp: see above.
         gamma_denoising: denoising discount of the per-step advantages.
-        clip_base, clip_final: per-step clip range at the noisiest and the last fine-tuned step.
+        clip_base, clip_final: per-step clip range at the noisiest and the last fine-tuned step
+            (``unit_clip``). ``clip_base`` None: ``clip_final`` at every step. ``clip_final`` None
+            (then ``clip_base`` must be None too): no per-step clip, the updater's clip applies.
         ddim_eta: DDIM's eta during (stochastic) sampling.
     """
 
@@ -89,7 +100,7 @@ class DiffusionHead(PolicyHead):
                  ddim_steps: int = 5, hidden_sizes: Sequence[int] = (512, 512, 512), activation: str = "mish",
                  time_dim: int = 16, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
                  randn_clip: float = 3.0, denoised_clip: float = 1.0, logprob_clamp: Sequence[float] = (-5.0, 2.0),
-                 gamma_denoising: float = 0.99, clip_base: float = 0.01, clip_final: float = 0.01,
+                 gamma_denoising: float = 0.99, clip_base: float | None = None, clip_final: float | None = None,
                  ddim_eta: float = 1.0):
         super().__init__(obs_dim, act_dim)
         if act_dim % act_steps:
@@ -99,6 +110,8 @@ class DiffusionHead(PolicyHead):
         steps_sampled = ddim_steps if use_ddim else denoising_steps
         if not 1 <= ft_denoising_steps <= steps_sampled:
             raise ValueError(f"ft_denoising_steps must be in [1, {steps_sampled}], got {ft_denoising_steps}")
+        if clip_final is None and clip_base is not None:
+            raise ValueError("clip_base needs clip_final: the schedule rises from clip_base to clip_final")
         self.spec_kwargs = {
             "act_steps": act_steps, "horizon_steps": horizon_steps, "denoising_steps": denoising_steps,
             "ft_denoising_steps": ft_denoising_steps, "use_ddim": use_ddim, "ddim_steps": ddim_steps,
@@ -125,9 +138,21 @@ class DiffusionHead(PolicyHead):
         self._register_schedule(denoising_steps, use_ddim, ddim_steps)
         j = torch.arange(ft_denoising_steps, dtype=torch.float32)
         self.register_buffer("unit_weights", gamma_denoising ** (ft_denoising_steps - 1 - j), persistent=False)
-        u = j / max(ft_denoising_steps - 1, 1)
-        clip = clip_base + (clip_final - clip_base) * (torch.exp(3 * u) - 1) / (math.exp(3) - 1)
-        self.register_buffer("unit_clip", clip, persistent=False)
+        # None: no per-step clip, the updater's clip_range applies to every step
+        unit_clip = None if clip_final is None else self.clip_schedule(ft_denoising_steps, clip_base, clip_final)
+        self.register_buffer("unit_clip", unit_clip, persistent=False)
+
+    @staticmethod
+    def clip_schedule(ft_steps: int, clip_base: float | None, clip_final: float) -> torch.Tensor:
+        """DPPO's per-step clip ``[K']``: exponential from ``clip_base`` (j = 0, the noisiest step) to
+        ``clip_final`` (j = K' - 1, the last step); ``clip_base`` None is a constant ``clip_final``."""
+        if clip_base is None:
+            clip_base = clip_final
+        if ft_steps == 1:  # the only fine-tuned step is the last one (u = 1), not the noisiest (u = 0)
+            u = torch.ones(1)
+        else:
+            u = torch.arange(ft_steps, dtype=torch.float32) / (ft_steps - 1)
+        return clip_base + (clip_final - clip_base) * (torch.exp(3 * u) - 1) / (math.exp(3) - 1)
 
     # ------------------------------------------------------------------ schedule
     def _register_schedule(self, denoising_steps: int, use_ddim: bool, ddim_steps: int) -> None:

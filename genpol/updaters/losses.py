@@ -61,6 +61,13 @@ class PPOClipLoss:
     ``clip_range_vf`` it is the elementwise max of the unclipped and the clipped error, with the
     clipped prediction ``V_old + clip(V - V_old, +-clip_range_vf)`` (OpenAI baselines, CleanRL).
 
+    ``vf_coef`` multiplies that plain mean, as in SB3 (0.5), rsl_rl and PolicyFlow (1.0). DPPO, SPO
+    and CleanRL halve the mean first (``c' * 0.5 * MSE``, c' = 0.5): their loss is vf_coef = 0.25 here.
+
+    A head's per-unit clip (``RatioTerms.unit_clip``, DPPO's schedule over denoising steps) replaces
+    ``clip_range`` unit by unit; built from a config, its last unit is ``clip_range`` itself
+    (``TrainConfig.__post_init__``), so the updater's value stays the one source of the final clip.
+
     Subclasses (SPO, ASPO) override ``policy_loss`` only.
     """
 
@@ -159,8 +166,10 @@ class ASPOLoss(PPOClipLoss):
     """FPO++'s asymmetric trust region: PPO-clip where A > 0, SPO's penalty where A <= 0.
 
     ``clip_range`` is the PPO epsilon of positive advantages, ``spo_clip_range`` the SPO epsilon of
-    the others (both 0.01 in FPO++'s manipulation fine-tuning config). A head's ``unit_clip``
-    overrides both.
+    the others (both 0.01 in FPO++'s manipulation fine-tuning config). Under a head's per-unit clip
+    schedule (whose last unit is ``clip_range``) the PPO half takes the schedule and the SPO half the
+    same schedule scaled by ``spo_clip_range / clip_range``, so ``spo_clip_range`` still sets the SPO
+    epsilon of the last unit rather than being replaced by the PPO one.
     """
 
     def __init__(self, clip_range: float = 0.2, spo_clip_range: float = 0.2, **kwargs: Any):
@@ -170,5 +179,5 @@ class ASPOLoss(PPOClipLoss):
     def policy_loss(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
                     unit_clip: torch.Tensor | None) -> torch.Tensor:
         ppo = PPOClipLoss.policy_loss(self, log_ratio, advantages, unit_clip)
-        spo_clip = self.spo_clip_range if unit_clip is None else unit_clip
+        spo_clip = self.spo_clip_range if unit_clip is None else unit_clip * (self.spo_clip_range / self.clip_range)
         return torch.where(advantages > 0, ppo, spo_objective(log_ratio, advantages, spo_clip))

@@ -38,7 +38,9 @@ class MinibatchUpdater:
         critic_lr: separate critic learning rate, or None.
         epochs: passes over the rollout per update.
         minibatch_size: samples per gradient step.
-        max_grad_norm: global gradient-norm clip over actor and critic together (as SB3).
+        max_grad_norm: gradient-norm clip, applied to the actor's and the critic's gradients
+            separately. Clipped as one vector (SB3, SPO), a large critic gradient would shrink the
+            actor's step by a factor that changes every step; DPPO clips its actor on its own.
         target_kl: stop the epochs early once a minibatch's approx-KL exceeds 1.5 * target_kl
             (checked before its step, as SB3), or None.
         adam_eps: Adam's epsilon (1e-5 as SB3 and most PPO implementations).
@@ -125,7 +127,9 @@ class MinibatchUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.actor_params + self.critic_params, self.max_grad_norm, foreach=True)
+            for params in (self.actor_params, self.critic_params):
+                if params:
+                    nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
         self.optimizer.step()
         return named
 

@@ -16,6 +16,14 @@ whose Hessian at the old parameters is the empirical Fisher of the head's own lo
 fallback is logged once. A head's auxiliary loss (PolicyFlow's Brownian regularizer) is subtracted
 from the surrogate, so it shapes the step as it does under PPO.
 
+Memory: the surrogate, the KL, the gradient and every Fisher-vector product are sums over chunks of
+``chunk_size`` samples, so the autograd graphs - for DPPO, K' denoiser evaluations per sample, with
+double backpropagation - hold one chunk at a time, whatever the rollout size.
+
+Randomness: every evaluation of one policy step replays the same random draws (``ReplayedDraws``),
+so a head whose log-ratio samples (PolicyFlow's evaluation times) gives one fixed surrogate and KL
+for the gradient, the Fisher products and all line-search probes.
+
 Follows sb3-contrib's TRPO (the tests' oracle for the Gaussian head) except in the KL's direction:
 genpol constrains KL(pi_old || pi_theta), as the TRPO paper and the sample estimate do, where
 sb3-contrib uses KL(pi_theta || pi_old). Both have the same curvature at the old parameters, so the
@@ -26,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -39,6 +48,8 @@ from genpol.updaters.minibatch import explained_variance
 from genpol.updaters.schedules import policy_kl
 
 log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 512  # samples; TRPOConfig.chunk_size documents the choice
 
 
 def flat_grad(output: torch.Tensor, params: list[nn.Parameter], retain_graph: bool = False,
@@ -78,6 +89,34 @@ def conjugate_gradient(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.
     return x
 
 
+class ReplayedDraws:
+    """Common random numbers for the evaluations of one policy step.
+
+    A head whose ``log_ratio`` draws random numbers (PolicyFlow's evaluation times) would otherwise
+    give a different surrogate and KL at every call, so that the line search compared each probe
+    with a different function than the gradient and the Fisher products were taken of. Inside
+    ``replay(i)`` the torch RNG of the device starts every time from the same state, one stream per
+    chunk i; outside, the RNG is left as it was (forked), so heads that draw nothing are unaffected.
+    CPU and CUDA devices are replayed.
+    """
+
+    def __init__(self, device: torch.device):
+        self.devices: list[int] = []  # CUDA devices whose generator is forked and replayed
+        if device.type == "cuda":
+            self.devices.append(device.index if device.index is not None else torch.cuda.current_device())
+        # the base seed follows from the current RNG state, drawn from a fork: nothing is consumed
+        with torch.random.fork_rng(devices=self.devices):
+            self.seed = int(torch.randint(0, 2**62, ()))
+
+    @contextmanager
+    def replay(self, stream: int) -> Iterator[None]:
+        with torch.random.fork_rng(devices=self.devices):
+            torch.default_generator.manual_seed(self.seed + stream)
+            for index in self.devices:
+                torch.cuda.default_generators[index].manual_seed(self.seed + stream)
+            yield
+
+
 class TRPOUpdater:
     """One trust-region policy step per rollout, then critic epochs. See the module docstring.
 
@@ -93,12 +132,20 @@ class TRPOUpdater:
         critic_minibatch_size: critic minibatch size.
         normalize_advantage: normalize advantages over the rollout.
         adam_eps: the critic's Adam epsilon.
+        chunk_size: samples per chunk of the policy step. The surrogate, the KL and their gradients
+            are sums over chunks, each weighted by its share of the batch, so the memory of an
+            autograd graph is bounded by this instead of the rollout size; the result equals the
+            unchunked one up to float rounding. A rollout of at most one chunk keeps the graph of
+            grad KL across the conjugate-gradient iterations; several chunks rebuild theirs in every
+            Fisher-vector product (a forward and two backward passes per chunk instead of one).
     """
 
     def __init__(self, head: PolicyHead, critic: nn.Module, target_kl: float = 0.01, cg_iterations: int = 15,
                  cg_damping: float = 0.1, line_search_shrink: float = 0.8, line_search_max_iter: int = 10,
                  critic_lr: float = 1e-3, critic_epochs: int = 10, critic_minibatch_size: int = 128,
-                 normalize_advantage: bool = True, adam_eps: float = 1e-5):
+                 normalize_advantage: bool = True, adam_eps: float = 1e-5, chunk_size: int = DEFAULT_CHUNK_SIZE):
+        if chunk_size < 1:
+            raise ValueError(f"TRPO chunk_size must be >= 1, got {chunk_size}")
         self.head = head
         self.critic = critic
         self.target_kl = target_kl
@@ -109,6 +156,7 @@ class TRPOUpdater:
         self.critic_epochs = critic_epochs
         self.critic_minibatch_size = critic_minibatch_size
         self.normalize_advantage = normalize_advantage
+        self.chunk_size = chunk_size
         self.base_critic_lr = critic_lr
         self.actor_params = [p for p in head.parameters() if p.requires_grad]
         self.critic_optimizer = torch.optim.Adam(critic.parameters(), lr=critic_lr, eps=adam_eps)
@@ -122,50 +170,99 @@ class TRPOUpdater:
 
     def policy_step(self, obs: torch.Tensor, record: dict[str, torch.Tensor],
                     advantages: torch.Tensor) -> dict[str, float]:
-        """The natural-gradient step with line search on one batch; returns diagnostics."""
-        if self.normalize_advantage:
-            advantages = normalize_advantages(advantages)
-        params = self.actor_params
+        """The natural-gradient step with line search on one batch; returns diagnostics.
 
-        def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            terms = self.head.log_ratio(obs, record)
-            unit_advantages = advantages.unsqueeze(-1).expand_as(terms.log_ratio)
+        ``obs [N, D]``, ``record`` (tensors with leading dim N) and ``advantages [N]``."""
+        if self.normalize_advantage:
+            advantages = normalize_advantages(advantages)  # over the whole rollout, before chunking
+        params = self.actor_params
+        total = obs.shape[0]
+        chunks = [slice(start, min(start + self.chunk_size, total)) for start in range(0, total, self.chunk_size)]
+        draws = ReplayedDraws(obs.device)
+
+        def surrogate_and_kl(index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            """Chunk ``index``'s share of the batch surrogate and KL (its means weighted by its share
+            of the samples, so the shares sum to the batch means), and its ``log_ratio [n, U]``."""
+            chunk = chunks[index]
+            chunk_obs, chunk_record = obs[chunk], {key: value[chunk] for key, value in record.items()}
+            with draws.replay(index):
+                terms = self.head.log_ratio(chunk_obs, chunk_record)
+                kl = policy_kl(self.head, chunk_obs, chunk_record, terms)
+            unit_advantages = advantages[chunk].unsqueeze(-1).expand_as(terms.log_ratio)
             if terms.unit_weights is not None:
                 unit_advantages = unit_advantages * terms.unit_weights
             surrogate = (unit_advantages * terms.log_ratio.exp()).mean()
-            if terms.aux_loss is not None:
+            if terms.aux_loss is not None:  # a batch mean too, so it splits over chunks the same way
                 surrogate = surrogate - terms.aux_loss
-            return surrogate, policy_kl(self.head, obs, record, terms), terms.log_ratio
+            share = (chunk.stop - chunk.start) / total
+            return share * surrogate, share * kl, terms.log_ratio
 
-        surrogate, kl, _ = surrogate_and_kl()
-        grad_kl = flat_grad(kl, params, retain_graph=True, create_graph=True)
-        gradient = flat_grad(surrogate, params, retain_graph=True)
+        def evaluate_batch() -> tuple[float, float, torch.Tensor]:
+            """Surrogate and KL of the whole batch without gradients, and ``log_ratio [N, U]``."""
+            surrogate, kl, log_ratios = 0.0, 0.0, []
+            with torch.no_grad():
+                for index in range(len(chunks)):
+                    chunk_surrogate, chunk_kl, log_ratio = surrogate_and_kl(index)
+                    surrogate, kl = surrogate + float(chunk_surrogate), kl + float(chunk_kl)
+                    log_ratios.append(log_ratio)
+            return surrogate, kl, torch.cat(log_ratios)
+
+        # Per-chunk work sits in functions so that each chunk's graph is freed on return, before
+        # the next chunk's is built: one chunk's graph at a time.
+        def chunk_gradient(index: int) -> tuple[torch.Tensor, float]:
+            surrogate, _, _ = surrogate_and_kl(index)
+            return flat_grad(surrogate, params), float(surrogate.detach())
+
+        def chunk_fisher_product(index: int, vector: torch.Tensor) -> torch.Tensor:
+            _, kl, _ = surrogate_and_kl(index)
+            grad_kl = flat_grad(kl, params, retain_graph=True, create_graph=True)
+            return flat_grad((grad_kl * vector).sum(), params)
+
+        retained_grad_kl = None
+        if len(chunks) == 1:  # small enough to keep grad KL's graph for every Fisher-vector product
+            surrogate, kl, _ = surrogate_and_kl(0)
+            retained_grad_kl = flat_grad(kl, params, retain_graph=True, create_graph=True)
+            gradient = flat_grad(surrogate, params, retain_graph=True)
+            old_surrogate = float(surrogate.detach())
+            del surrogate, kl
+        else:
+            gradient, old_surrogate = torch.zeros_like(parameters_to_vector(params)), 0.0
+            for index in range(len(chunks)):
+                chunk_grad, chunk_surrogate = chunk_gradient(index)
+                gradient += chunk_grad
+                old_surrogate += chunk_surrogate
 
         def fisher_vector_product(vector: torch.Tensor) -> torch.Tensor:
-            return flat_grad((grad_kl * vector).sum(), params, retain_graph=True) + self.cg_damping * vector
+            if retained_grad_kl is not None:
+                product = flat_grad((retained_grad_kl * vector).sum(), params, retain_graph=True)
+            else:
+                product = torch.zeros_like(vector)
+                for index in range(len(chunks)):
+                    product += chunk_fisher_product(index, vector)
+            return product + self.cg_damping * vector
 
         direction = conjugate_gradient(fisher_vector_product, gradient, self.cg_iterations)
         curvature = float(direction @ fisher_vector_product(direction))
+        retained_grad_kl = None  # frees the graph before the line search
         max_step = math.sqrt(2 * self.target_kl / curvature) if curvature > 0 else 0.0
         original = parameters_to_vector(params).detach().clone()
-        old_surrogate = float(surrogate.detach())
         accepted, coefficient, tried = False, 1.0, 0
         with torch.no_grad():
             for tried in range(1, self.line_search_max_iter + 1):
                 vector_to_parameters(original + coefficient * max_step * direction, params)
-                new_surrogate, new_kl, log_ratio = surrogate_and_kl()
-                if float(new_kl) <= self.target_kl and float(new_surrogate) > old_surrogate:
+                new_surrogate, new_kl, log_ratio = evaluate_batch()
+                if new_kl <= self.target_kl and new_surrogate > old_surrogate:
                     accepted = True
                     break
                 coefficient *= self.line_search_shrink
             if not accepted:
                 vector_to_parameters(original, params)
-                new_surrogate, new_kl, log_ratio = surrogate_and_kl()
+                new_surrogate, new_kl, log_ratio = evaluate_batch()
         return {
             "approx_kl": float(estimated_kl(log_ratio)),
             "ratio_deviation": float((log_ratio.exp() - 1).abs().mean()),
-            "policy": -float(new_surrogate),
-            "kl": float(new_kl),
+            "policy": -new_surrogate,
+            "kl": new_kl,
             "line_search_success": float(accepted),
             "line_search_steps": float(tried),
             "step_size": coefficient * max_step if accepted else 0.0,
