@@ -50,19 +50,9 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(
-    checkpoints_dir: str | Path,
-    step: int,
-    policy_spec: dict[str, Any],
-    policy_weights: dict[str, Any],
-    training_state: dict[str, Any],
-    keep: int | None = None,
-) -> Path:
-    """Write ``step_<step>`` atomically; keep only the ``keep`` newest checkpoints (None: all)."""
-    checkpoints_dir = Path(checkpoints_dir)
-    checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    final = checkpoints_dir / f"{PREFIX}{step:012d}"
-    tmp = checkpoints_dir / f".tmp-{final.name}-{os.getpid()}"
+def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[str, Any],
+                 training_state: dict[str, Any]) -> None:
+    """The checkpoint's files and manifest under the temporary name ``tmp``, fsynced."""
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "policy").mkdir(parents=True)
     (tmp / "training_state").mkdir()
@@ -76,6 +66,32 @@ def save_checkpoint(
         _fsync(tmp / name)
     for directory in (tmp / "policy", tmp / "training_state", tmp):
         _fsync(directory)
+
+
+def save_checkpoint(
+    checkpoints_dir: str | Path,
+    step: int,
+    policy_spec: dict[str, Any],
+    policy_weights: dict[str, Any],
+    training_state: dict[str, Any],
+    keep: int | None = None,
+) -> Path:
+    """Write ``step_<step>`` atomically; keep only the ``keep`` newest checkpoints (None: all)."""
+    checkpoints_dir = Path(checkpoints_dir)
+    final = checkpoints_dir / f"{PREFIX}{step:012d}"
+    tmp = checkpoints_dir / f".tmp-{final.name}-{os.getpid()}"
+    try:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        _write_files(tmp, policy_spec, policy_weights, training_state)
+    # a full disk, a read-only or vanished directory (torch.save reports a failed write as a RuntimeError)
+    except (OSError, RuntimeError) as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(checkpoints_dir)
+        cause = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise CheckpointError(
+            f"could not write checkpoint {final} ({cause}); "
+            f"{'the previous checkpoint ' + str(previous[-1]) + ' is intact' if previous else 'no earlier checkpoint exists'}"
+        ) from error
     if final.exists():  # the same step saved again: move the old copy aside, never delete it first
         old = checkpoints_dir / f".old-{final.name}-{os.getpid()}"
         os.rename(final, old)

@@ -75,9 +75,15 @@ def test_missing_pieces_are_named(tmp_path):
         TrainedPolicy.load(tmp_path / "nowhere")
 
 
-TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "total_steps=2560", "updater.rollout_steps=128", "updater.epochs=2",
-              "pipeline.checkpoint_every=1", "pipeline.video=false", "pipeline.eval_episodes=1",
-              "logger.progress_bar=false"]
+TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "total_steps=2560", "pipeline.checkpoint_every=1",
+              "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
+LEARNERS = {
+    "ppo": ["updater.rollout_steps=128", "updater.epochs=2"],
+    # SAC: updates from step 256 on, an iteration (and a checkpoint) every 256 env steps; the
+    # replay buffer travels in the checkpoint
+    "sac": ["policy=tanh_gaussian", "updater=sac", "updater.learning_starts=256", "updater.iteration_steps=256",
+            "updater.batch_size=64", "policy.hidden_sizes=[64,64]", "updater.critic_hidden_sizes=[64,64]"],
+}
 
 
 def train_process(run_dir, *extra):
@@ -92,38 +98,59 @@ def final_state(run_dir):
     return path.name, weights, load_training_state(path)
 
 
-def test_resume_after_sigkill_is_bit_identical(tmp_path):
-    """Kill a run with SIGKILL after its 4th checkpoint, re-run the same command: the final
-    parameters, optimizer, normalizer and env state equal those of an uninterrupted run."""
-    reference = train_process(tmp_path / "reference")
+def assert_trees_equal(a, b, where=""):
+    """Nested dicts / lists of tensors and numbers are equal, bit for bit."""
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            assert_trees_equal(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_trees_equal(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("learner,stop", [("ppo", signal.SIGKILL), ("sac", signal.SIGKILL), ("ppo", signal.SIGTERM)],
+                         ids=["ppo-sigkill", "sac-sigkill", "ppo-sigterm"])
+def test_resume_after_a_kill_is_bit_identical(tmp_path, learner, stop):
+    """Stop a run after its 4th checkpoint - SIGKILL, or SIGTERM, on which it checkpoints at the end
+    of the iteration and exits 0 - and re-run the same command: the final parameters, the learner's
+    whole state (critics, targets, optimizers, replay buffer, generators), the normalizer and the env
+    state equal those of an uninterrupted run."""
+    reference = train_process(tmp_path / "reference", *LEARNERS[learner])
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
 
-    interrupted = train_process(tmp_path / "interrupted")
+    interrupted = train_process(tmp_path / "interrupted", *LEARNERS[learner])
     marker = tmp_path / "interrupted" / "checkpoints" / "step_000000001024"
     deadline = time.time() + 300
     while not marker.exists() and time.time() < deadline and interrupted.poll() is None:
         time.sleep(0.02)
-    interrupted.send_signal(signal.SIGKILL)
-    interrupted.wait()
-    assert interrupted.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    interrupted.send_signal(stop)
+    interrupted.wait(timeout=120)
+    if stop == signal.SIGKILL:
+        assert interrupted.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    else:
+        assert interrupted.returncode == 0 and "SIGTERM received: stopped at step" in interrupted.stderr.read()
     steps_at_kill = {p.name for p in list_checkpoints(tmp_path / "interrupted" / "checkpoints")}
     assert "step_000000002560" not in steps_at_kill
 
-    resumed = train_process(tmp_path / "interrupted")
+    resumed = train_process(tmp_path / "interrupted", *LEARNERS[learner])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
     name_a, weights_a, state_a = final_state(tmp_path / "reference")
     name_b, weights_b, state_b = final_state(tmp_path / "interrupted")
     assert name_a == name_b == "step_000000002560"
-    for key, value in weights_a["head"].items():
-        assert torch.equal(value, weights_b["head"][key]), key
-    for key, value in state_a["critic"].items():
-        assert torch.equal(value, state_b["critic"][key]), key
-    assert torch.equal(weights_a["obs_normalizer"]["stats"]["mean"], weights_b["obs_normalizer"]["stats"]["mean"])
-    adam_a, adam_b = state_a["updater"]["optimizer"]["state"], state_b["updater"]["optimizer"]["state"]
-    assert all(torch.equal(adam_a[i]["exp_avg_sq"], adam_b[i]["exp_avg_sq"]) for i in adam_a)
-    assert torch.equal(state_a["obs"], state_b["obs"])
-    assert torch.equal(state_a["torch_rng"], state_b["torch_rng"])
+    assert_trees_equal(weights_a, weights_b, "policy")
+    for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
+        assert_trees_equal(state_a[key], state_b[key], key)
+    if learner == "sac":
+        replay = state_a["algorithm"]["replay"]["online"]
+        assert replay["size"] == 2560 and state_a["algorithm"]["critic_steps"] > 2000
     rows_a = [json.loads(l)["global_step"] for l in (tmp_path / "reference" / "progress.jsonl").read_text().splitlines()]
     rows_b = [json.loads(l)["global_step"] for l in (tmp_path / "interrupted" / "progress.jsonl").read_text().splitlines()]
     assert rows_a == rows_b  # the metrics file has no duplicated iterations after the resume
@@ -132,7 +159,7 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
 def test_resuming_with_a_different_config_is_refused(tmp_path):
     from genpol.api import compose_config
     from genpol.config import validate
-    from genpol.runners.online import check_resume_config
+    from genpol.runners.scaffold import check_resume_config
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -149,7 +176,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
 
     from genpol.api import compose_config
     from genpol.config import validate
-    from genpol.runners.online import check_resume_config
+    from genpol.runners.scaffold import check_resume_config
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -59,6 +59,14 @@ class Algorithm(abc.ABC):
     def set_progress(self, fraction: float) -> None:
         """Training progress in [0, 1] (env steps done / total), for learning-rate schedules."""
 
+    def networks(self) -> dict[str, torch.nn.Module | torch.Tensor]:
+        """Every learned module (and loose learned tensor) by name, for the non-finite guard."""
+        return {"head": self.head}
+
+    def recent_data(self) -> dict[str, torch.Tensor]:
+        """The env data stored since the last call (observations, rewards), for the non-finite guard."""
+        return {}
+
     def acting_head(self) -> PolicyHead:
         """The head evaluation acts with (an EMA copy for learners that keep one)."""
         return self.head

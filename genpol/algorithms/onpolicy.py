@@ -94,6 +94,13 @@ class OnPolicyAlgorithm(Algorithm):
         self.storage.reset()
         return stats
 
+    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        return {"head": self.head, "critic": self.critic}
+
+    def recent_data(self) -> dict[str, torch.Tensor]:
+        """The rollout (complete after ``update``, which resets only its write position)."""
+        return {"observations": self.storage.obs, "rewards": self.storage.rewards}
+
     def state_dict(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict(), "updater": self.updater.state_dict(),
                 "shuffle_rng": self.shuffle_generator.get_state()}

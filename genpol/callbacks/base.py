@@ -81,6 +81,19 @@ class CallbackList(Callback):
                 log.warning("%s failed at the end of training, the checkpoint is saved: %s",
                             type(callback).__name__, cause)
 
+    def _checkpointer(self) -> Any:
+        return next((callback for callback in self.callbacks if hasattr(callback, "save")), None)
+
+    def save_checkpoint(self, runner: Any) -> Any:
+        """Write a checkpoint now (a stop on a signal); returns its path, or None without a checkpointer."""
+        checkpointer = self._checkpointer()
+        return None if checkpointer is None else checkpointer.save(runner)
+
+    def last_checkpoint(self) -> Any:
+        """The newest checkpoint on disk, or None."""
+        checkpointer = self._checkpointer()
+        return None if checkpointer is None else checkpointer.latest()
+
     def state_dict(self) -> dict[str, Any]:
         return {type(callback).__name__: callback.state_dict() for callback in self.callbacks}
 

@@ -17,6 +17,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
 from genpol.policy import observation_state
+from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 
 
 class EnvRunner(abc.ABC):
@@ -72,6 +73,8 @@ class EnvRunner(abc.ABC):
         self.recent_returns.extend(self.episode_returns)
 
     def run(self) -> None:
+        """Iterate until ``total_steps``. After each iteration: stop on NaN or inf (before any
+        callback could checkpoint them), call the callbacks, checkpoint and stop if a signal asked."""
         if self.obs is None:
             self.obs = self.env.reset(seed=self.seed)
         self.callbacks.on_train_start(self)
@@ -80,6 +83,9 @@ class EnvRunner(abc.ABC):
             steps_before = self.global_step
             metrics = self.iterate()
             elapsed = time.perf_counter() - start
+            check_finite(self, self.algorithm.recent_data(), "env data")
+            check_finite(self, metrics, "logged value")
+            check_finite(self, module_tensors(self.algorithm.networks()), "parameter")
             self.wall_time += elapsed
             self.iteration += 1
             self.close_episodes()
@@ -88,6 +94,7 @@ class EnvRunner(abc.ABC):
                 metrics["charts/episodic_return"] = float(np.mean(self.episode_returns))
                 metrics["charts/episodic_length"] = float(np.mean(self.episode_lengths))
             self.callbacks.on_iteration_end(self, metrics)
+            stop_if_requested(self)
         self.callbacks.on_train_end(self)
 
     # ------------------------------------------------------------------ checkpoints

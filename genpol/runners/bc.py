@@ -17,6 +17,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
+from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 
 
 class BCRunner:
@@ -89,7 +90,10 @@ class BCRunner:
             metrics = {"pretrain/loss": float(torch.stack(losses).mean()),
                        "pretrain/learning_rate": self.scheduler.get_last_lr()[0],
                        "pretrain/steps_per_second": len(losses) / elapsed}
+            check_finite(self, metrics, "logged value")
+            check_finite(self, module_tensors({"head": self.head}), "parameter")
             self.callbacks.on_iteration_end(self, metrics)
+            stop_if_requested(self)
         self.use_ema_weights()
         self.callbacks.on_train_end(self)
 

@@ -1,0 +1,200 @@
+"""Nothing lost when something fails: failures at the end of training cost their artifact alone,
+non-finite values stop training without a bad checkpoint, a failed checkpoint write keeps the
+previous one, and one run directory has one writer."""
+
+import errno
+import math
+import os
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from genpol.api import load_policy, train
+from genpol.checkpoint import CheckpointError, list_checkpoints, load_policy_files
+from genpol.runners.guards import NonFiniteError, RunDirBusyError, hold_run_dir
+
+from conftest import REPO
+
+# 4 iterations of 2 x 64 steps on Pendulum, a checkpoint after each
+TINY = ["env.num_envs=2", "updater.rollout_steps=64", "updater.epochs=1", "pipeline.checkpoint_every=1",
+        "pipeline.eval_episodes=1", "logger.progress_bar=false", "env.max_episode_steps=64"]
+
+
+def tiny_run(tmp_path, **kwargs):
+    overrides = [*TINY, f"pipeline.video_dir={tmp_path / 'videos'}", *kwargs.pop("overrides", [])]
+    return train("pendulum", total_steps=kwargs.pop("total_steps", 512), run_dir=tmp_path / "run",
+                 overrides=overrides, **kwargs)
+
+
+def all_finite_checkpoints(run_dir):
+    paths = list_checkpoints(run_dir / "checkpoints")
+    for path in paths:
+        _, weights = load_policy_files(path)
+        assert all(torch.isfinite(value).all() for value in weights["head"].values()), path
+    return paths
+
+
+# ---------------------------------------------------------------- failures at the end of training
+def test_a_failing_evaluation_costs_the_evaluation_only(tmp_path, monkeypatch, caplog):
+    from genpol.callbacks.evaluation import Evaluation
+
+    def broken(self, runner, video_dir=None):
+        raise RuntimeError("simulated evaluation crash")
+
+    monkeypatch.setattr(Evaluation, "evaluate", broken)
+    summary = tiny_run(tmp_path)
+    assert "simulated evaluation crash" in summary["missing"]["Evaluation"]
+    assert summary["checkpoint"].endswith("step_000000000512") and summary["eval_return_mean"] is None
+    load_policy(tmp_path / "run")  # the weights are safe
+    assert any("checkpoint is saved" in record.message for record in caplog.records)
+
+
+def test_a_failing_video_keeps_the_evaluation(tmp_path, monkeypatch):
+    import envs
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("EGL: simulated render failure")
+
+    monkeypatch.setattr(envs.VideoRecorder, "_capture", broken)
+    summary = tiny_run(tmp_path)
+    assert "MUJOCO_GL" in summary["missing"]["video"]  # the one-line fix
+    assert summary["video"] is None and math.isfinite(summary["eval_return_mean"])
+    assert list_checkpoints(tmp_path / "run" / "checkpoints")
+
+
+def test_a_failing_callback_costs_its_artifact_only(tmp_path, monkeypatch):
+    import genpol.callbacks.summary as summary_module
+
+    def broken(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(summary_module, "plot_learning_curve", broken)
+    summary = tiny_run(tmp_path)
+    assert "No space left" in summary["missing"]["learning_curve"] and summary["learning_curve"] is None
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+# ---------------------------------------------------------------- non-finite values
+class NaNAfter(gym.Wrapper):
+    """Pendulum whose observations turn NaN from its 200th step on."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return (obs * np.nan if self.steps >= 200 else obs), reward, terminated, truncated, info
+
+
+gym.register("NaNPendulum-v0", entry_point=lambda **kwargs: NaNAfter(gym.make("Pendulum-v1", **kwargs)),
+             max_episode_steps=64)
+
+
+def assert_stopped_with_last_good_checkpoint(error, run_dir, where):
+    message = str(error.value)
+    paths = all_finite_checkpoints(run_dir)
+    assert where in message and "at iteration" in message
+    assert str(paths[-1]) in message, (message, paths)
+
+
+def test_nan_observation_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    with pytest.raises(NonFiniteError) as error:
+        train("gym:NaNPendulum-v0", total_steps=1024, run_dir=tmp_path / "run",
+              overrides=[*TINY, "env.normalize_obs=false", "pipeline.video=false"])
+    # 64 steps per env and iteration: each env's 200th step comes in iteration 4
+    assert "env data 'observations'" in str(error.value) and "iteration 4" in str(error.value)
+    assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "observations")
+
+
+def test_nan_loss_stops_training(tmp_path, monkeypatch):
+    from genpol.heads.gaussian import GaussianHead
+
+    original, calls = GaussianHead.log_ratio, {"n": 0}
+
+    def poisoned(self, obs, record):
+        calls["n"] += 1
+        terms = original(self, obs, record)
+        if calls["n"] > 4:  # from the third update on (2 minibatches per update)
+            terms.log_ratio = terms.log_ratio * float("nan")
+        return terms
+
+    monkeypatch.setattr(GaussianHead, "log_ratio", poisoned)
+    with pytest.raises(NonFiniteError) as error:
+        tiny_run(tmp_path, overrides=["updater.minibatch_size=64", "pipeline.video=false"])
+    assert "iteration 3" in str(error.value)
+    assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "losses/")
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")][-1] == "step_000000000256"
+
+
+def test_nan_parameter_stops_training(tmp_path, monkeypatch):
+    from genpol.algorithms.onpolicy import OnPolicyAlgorithm
+
+    original, calls = OnPolicyAlgorithm.update, {"n": 0}
+
+    def poisoned(self):
+        stats = original(self)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            with torch.no_grad():
+                self.critic.net[0].weight[0, 0] = float("inf")
+        return stats
+
+    monkeypatch.setattr(OnPolicyAlgorithm, "update", poisoned)
+    with pytest.raises(NonFiniteError) as error:
+        tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    assert "parameter 'critic.net.0.weight'" in str(error.value) and "iteration 2" in str(error.value)
+    assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "critic")
+
+
+# ---------------------------------------------------------------- checkpoint writes
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
+    import genpol.checkpoint as checkpoint_module
+
+    original, calls = checkpoint_module.torch.save, {"n": 0}
+
+    def filling(obj, path, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 4:  # two files per checkpoint: the third checkpoint finds the disk full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", filling)
+    with pytest.raises(CheckpointError) as error:
+        tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    message = str(error.value)
+    assert "No space left on device" in message and "step_000000000256 is intact" in message
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert [p.name for p in list_checkpoints(checkpoints)] == ["step_000000000128", "step_000000000256"]
+    assert not [p for p in checkpoints.iterdir() if p.name.startswith(".tmp")]  # no half-written leftovers
+    load_policy(tmp_path / "run")
+
+
+# ---------------------------------------------------------------- one writer per run directory
+def test_a_held_run_dir_is_refused_at_once_naming_the_holder(tmp_path):
+    with hold_run_dir(tmp_path / "run"):
+        with pytest.raises(RunDirBusyError, match=f"pid {os.getpid()} on host"):
+            tiny_run(tmp_path)
+    tiny_run(tmp_path, overrides=["pipeline.video=false"])  # released: the same run starts
+
+
+def test_a_second_process_fails_and_the_first_is_untouched(tmp_path):
+    command = [sys.executable, "-m", "genpol.train", "env=pendulum", *TINY, "total_steps=20480",
+               "pipeline.video=false", f"run_dir={tmp_path / 'run'}"]
+    environment = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=environment)
+    deadline = time.time() + 120
+    while not list_checkpoints(tmp_path / "run" / "checkpoints") and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment, timeout=120)
+    assert second.returncode == 2 and f"pid {first.pid} on host" in second.stderr, second.stderr
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    rows = (tmp_path / "run" / "progress.jsonl").read_text().splitlines()
+    assert len(rows) == 20480 // 128  # every iteration once: the second process wrote nothing
