@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 
+from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
@@ -60,7 +61,8 @@ def test_shapes_and_record_batch_dim(head):
     terms = head.log_ratio(obs, record)
     if terms.entropy is not None:
         assert terms.entropy.shape == (BATCH,)
-    expert_chunk = torch.rand(BATCH, head.horizon_steps * (ACT_DIM // head.act_steps)) * 2 - 1
+    act_steps = head.act_steps if isinstance(head, ChunkedActions) else 1
+    expert_chunk = torch.rand(BATCH, imitation_horizon(head) * (ACT_DIM // act_steps)) * 2 - 1
     loss = head.imitation_loss(obs, expert_chunk)
     assert loss.ndim == 0 and torch.isfinite(loss)
 

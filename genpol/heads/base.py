@@ -107,8 +107,6 @@ class PolicyHead(nn.Module, abc.ABC):
                                                                Capability.CANDIDATES})
     has_exact_kl: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
-    horizon_steps: int = 1  # actions per imitation target: imitation_loss takes [B, horizon_steps * A]
-    act_steps: int = 1  # actions per env step (action chunking): act_dim = act_steps * A
 
     def __init__(self, obs_dim: int, act_dim: int):
         super().__init__()

@@ -50,6 +50,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from torch import nn
 
 from genpol.heads.base import PolicyHead, RatioTerms, Record
+from genpol.heads.chunking import ChunkedActions
 from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
 
 
@@ -72,7 +73,7 @@ class Denoiser(nn.Module):
         return self.body(torch.cat([x, embedding, obs], dim=-1))
 
 
-class DiffusionHead(PolicyHead):
+class DiffusionHead(ChunkedActions, PolicyHead):
     """DPPO's diffusion policy. See the module docstring for the method and the defaults' sources.
 
     Args:

@@ -32,6 +32,7 @@ from genpol.checkpoint import list_checkpoints
 from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.heads.chunking import imitation_horizon
 from genpol.policy import make_policy_spec, run_episodes
 from genpol.runners.bc import BCRunner
 from genpol.runners.online import off_policy_env_settings, run_online
@@ -87,7 +88,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     """Phase 1: behaviour cloning with EMA (resumable), then a deterministic evaluation."""
     pipeline = cfg.pipeline
     directory = run_dir / "pretrain"
-    obs, actions = dataset.chunks(head.horizon_steps, dataset.normalization())
+    obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization())
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
     phase = Phase(directory=directory, tensorboard_dir=run_dir / "tb" / "pretrain" if cfg.logger.tensorboard else None,
