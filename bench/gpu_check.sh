@@ -2,7 +2,8 @@
 # The GPU check, for the device machine (one H200): does the Playground backend run on CUDA, how fast
 # is raw CheetahRun stepping at 1024 / 4096 / 8192 envs, and what fraction of it does Gaussian PPO
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
-# About 5 minutes, most of it JAX compilation.
+# And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
+# CUDA, against 0.3-0.5 s on the 2-core CPU? About 6 minutes, most of it JAX compilation.
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
 # genpol's other dependencies. Prepare the wheels here once with bench/fetch_gpu_wheels.sh (they go
@@ -28,5 +29,17 @@ out = env.step(torch.zeros(4, env.act_dim, device='cuda'))
 assert obs.device.type == out[0].device.type == out[4]['final_obs'].device.type == 'cuda'
 env.close()
 print('env workers with cuda tensors: ok')"
+# RLPD's full recipe on CUDA: 5000 random steps, then 300 learning steps; the last iterations' SPS
+python3 -m genpol.data.collect --policy random --env gym:Hopper-v5 --steps 2000 --num-envs 4 --d4rl /tmp/hopper_random.hdf5 >/dev/null
+python3 -m genpol.train +experiment=rlpd env=hopper device=cuda dataset.path=/tmp/hopper_random.hdf5 total_steps=5300 \
+    updater.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
+    logger.progress_bar=false run_dir=/tmp/rlpd_cuda >/dev/null
+python3 -c "
+import json
+rows = [json.loads(l) for l in open('/tmp/rlpd_cuda/progress.jsonl')][-3:]
+sps = [r['charts/SPS'] for r in rows]
+print('RLPD full recipe on CUDA: env-steps/s', [round(v, 1) for v in sps], '-> ms per env step', round(1000 / max(sps), 1))
+json.dump({'rlpd_full_recipe_cuda_sps': sps}, open('bench/results/rlpd_cuda.json', 'w'))"
+if [ -n "${OUT:-}" ]; then cp bench/results/rlpd_cuda.json "$OUT/"; fi
 python3 bench/backends.py --device cuda --backends playground --batches 1024 4096 8192 --train-batch 4096 --iterations 3
 if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/"; fi
