@@ -27,3 +27,15 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: fl
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def hopper_dataset(tmp_path_factory):
+    """A D4RL file of >= 600 random-policy Hopper-v5 transitions in complete episodes, made by
+    rolling out the real simulator (shared by the off-policy and smoke tests)."""
+    from genpol.data.collect import main as collect_main
+
+    path = tmp_path_factory.mktemp("data") / "hopper_random-v5.hdf5"
+    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "600", "--num-envs", "2",
+                  "--d4rl", str(path)])
+    return path

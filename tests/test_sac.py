@@ -10,7 +10,6 @@ import torch
 
 from genpol.api import compose_config, evaluate, load_policy, train
 from genpol.config import ConfigError, validate
-from genpol.data.collect import main as collect_main
 
 from conftest import run_cli
 from test_cli import assert_nonblank_mp4
@@ -73,13 +72,6 @@ def test_sac_checkpoint_evaluates_and_predicts(sac_run):
     # the run's own final evaluation is reproduced from its checkpoint (same seeds, deterministic)
     assert results["deterministic_return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
 
-
-@pytest.fixture(scope="module")
-def hopper_dataset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("data") / "hopper_random-v5.hdf5"
-    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "600", "--num-envs", "2",
-                  "--d4rl", str(path)])
-    return path
 
 
 def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_dataset):

@@ -11,7 +11,6 @@ import pytest
 
 from genpol.api import compose_config
 from genpol.config import validate
-from genpol.data.collect import main as collect_main
 from genpol.train import run_training
 
 from test_cli import assert_nonblank_mp4
@@ -62,13 +61,6 @@ def test_every_shipped_group_and_bundle_is_covered():
     groups |= {f"experiment-{p.stem}" for p in (CONFIGS / "experiment").glob("*.yaml")}
     assert groups <= set(CASES), sorted(groups - set(CASES))  # gaussian: every env-* case uses it
 
-
-@pytest.fixture(scope="module")
-def hopper_dataset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("smoke-data") / "hopper_random-v5.hdf5"
-    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "300", "--num-envs", "2",
-                  "--d4rl", str(path)])
-    return path
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
