@@ -5,7 +5,13 @@ Ids take a backend prefix:
 * ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box observations and actions;
 * ``dmc:<domain>-<task>`` - the dm_control suite, e.g. ``dmc:cheetah-run``;
 * ``playground:<Env>`` - MuJoCo Playground (MJX on JAX, CPU or GPU), e.g. ``playground:CheetahRun``;
-* ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``).
+* ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``);
+* ``custom:<module>:<factory>`` - your own batched simulator, built by a function in your package
+  (``envs.custom``; ``envs.testing.check_vector_env`` checks it against the protocol).
+
+Your own gymnasium env: ``gym:<module>:<id>`` imports the module that registers the id first
+(gymnasium's ``module:EnvId`` form), or ``imports=[<module>, ...]`` names modules to import before
+any env is built (``envs.imports``); env workers and evaluation import them too.
 
 This package never imports ``genpol``; the learning layer depends on it, not the reverse.
 """
@@ -22,11 +28,12 @@ if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
 
 import difflib  # noqa: E402
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from envs.core import EnvError, StepResult, VectorEnv, VectorEnvWrapper
+from envs.imports import import_user_modules, merge_imports
 from envs.wrappers import (
     ActionRescale,
     EpisodeStats,
@@ -67,6 +74,12 @@ def _make_dmc(name: str, **kwargs: Any) -> VectorEnv:
     return DMCVectorEnv(name, **kwargs)
 
 
+def _make_custom(name: str, **kwargs: Any) -> VectorEnv:
+    from envs.custom import make_custom
+
+    return make_custom(name, **kwargs)
+
+
 def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
     try:
         from envs.playground_backend import PlaygroundVectorEnv
@@ -76,7 +89,7 @@ def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
 
 
 BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "dmc": _make_dmc, "playground": _make_playground,
-                                                 "genpol": _make_genpol}
+                                                 "genpol": _make_genpol, "custom": _make_custom}
 
 
 def known_ids() -> list[str]:
@@ -106,12 +119,20 @@ def make_backend(
     num_envs: int = 1,
     device: str | torch.device = "cpu",
     seed: int | None = None,
+    imports: Sequence[str] = (),
     **kwargs: Any,
 ) -> VectorEnv:
-    """The raw backend for ``"<prefix>:<name>"``, without wrappers."""
+    """The raw backend for ``"<prefix>:<name>"``, without wrappers, after importing ``imports``.
+
+    The backend's ``imports`` attribute then lists ``imports`` and whatever the backend found it
+    needs itself (a gymnasium id registered outside gymnasium), for other processes to import.
+    """
     prefix = backend_prefix(env_id)
     name = env_id.partition(":")[2]
-    return BACKENDS[prefix](name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    import_user_modules(imports, named_by="imports: env.imports, or --import of genpol.data.collect")
+    env = BACKENDS[prefix](name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    env.imports = merge_imports(imports, env.imports)
+    return env
 
 
 def make(
@@ -136,6 +157,7 @@ def make(
     action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     obs_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     workers: int = 1,
+    imports: Sequence[str] = (),
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
 
@@ -165,6 +187,8 @@ def make(
             ``gym:``/``dmc:`` envs are split into that many slices stepped at the same time, which
             pays on machines with spare cores. The wrappers stay in this process. Scripts must
             then create envs under ``if __name__ == "__main__":`` (workers start with ``spawn``).
+        imports: modules to import before the env is built, here and in every env worker (your
+            package, when importing it registers the gymnasium id or defines the backend).
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
@@ -174,11 +198,11 @@ def make(
         **({"action_chunk": action_chunk} if action_chunk != 1 else {}),
     )
     if workers == 1:
-        env = make_backend(env_id, **backend_kwargs)
+        env = make_backend(env_id, imports=imports, **backend_kwargs)
     else:
         from envs.subproc import SubprocVectorEnv
 
-        env = SubprocVectorEnv(env_id, workers=workers, **backend_kwargs)
+        env = SubprocVectorEnv(env_id, workers=workers, imports=imports, **backend_kwargs)
     if rescale_actions:
         env = ActionRescale(env, bounds=action_bounds)
     env = EpisodeStats(env)

@@ -35,7 +35,9 @@ class VectorEnv(abc.ABC):
 
     Subclasses set ``num_envs``, ``device``, ``obs_dim``, ``act_dim``, ``action_low`` and
     ``action_high`` (``[A]`` tensors), and ``max_episode_steps`` (or None), and implement
-    ``reset``, ``step``, ``state_dict`` and ``load_state_dict``.
+    ``reset``, ``step``, and for an exact resume ``state_dict`` and ``load_state_dict`` (every
+    backend genpol ships does; a custom backend without them resumes inexactly, see
+    ``envs.custom``). ``envs.testing.check_vector_env`` checks an implementation rule by rule.
     """
 
     num_envs: int
@@ -47,6 +49,9 @@ class VectorEnv(abc.ABC):
     max_episode_steps: int | None = None
     env_id: str = "?"
     provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
+    # Modules another process must import before it can build this env again (``envs.imports``):
+    # env workers import them, and policy checkpoints record them for evaluation.
+    imports: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -60,13 +65,13 @@ class VectorEnv(abc.ABC):
         """An RGB frame ``[H, W, 3]`` (uint8) of env 0, or None if the env was made without rendering."""
         return None
 
-    @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the current episodes exactly (simulator and RNG state)."""
+        raise NotImplementedError(f"{self.env_id} ({type(self).__qualname__}) cannot save its state")
 
-    @abc.abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+        raise NotImplementedError(f"{self.env_id} ({type(self).__qualname__}) cannot restore a state")
 
     def close(self) -> None:
         pass
@@ -113,6 +118,7 @@ class VectorEnvWrapper(VectorEnv):
         self.max_episode_steps = env.max_episode_steps
         self.env_id = env.env_id
         self.provides_episode_stats = env.provides_episode_stats
+        self.imports = env.imports
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)
@@ -139,3 +145,12 @@ class VectorEnvWrapper(VectorEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+def saves_state(env: Any) -> bool:
+    """Whether ``env`` (a ``VectorEnv`` or a duck-typed one) has its own ``state_dict`` and
+    ``load_state_dict``, rather than none or ``VectorEnv``'s defaults that raise."""
+    for name in ("state_dict", "load_state_dict"):
+        if not callable(getattr(env, name, None)) or getattr(type(env), name, None) is getattr(VectorEnv, name):
+            return False
+    return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sys
 import warnings
 from typing import Any, SupportsFloat
 
@@ -20,6 +21,7 @@ import torch
 
 from envs.chunking import ActionChunking
 from envs.core import EnvError, StepResult, VectorEnv
+from envs.imports import import_user_module
 
 try:  # MuJoCo is optional for gymnasium itself; genpol installs it.
     import mujoco
@@ -53,11 +55,66 @@ def _suggest_gym_id(env_id: str) -> str:
     return f" Did you mean {', '.join('gym:' + c for c in close)}?" if close else ""
 
 
+# Ids that appeared in gymnasium's registry while genpol imported a module (the module's own
+# registrations), for the error that lists what a module registers.
+_REGISTERED_ON_IMPORT: dict[str, set[str]] = {}
+
+
+def _entry_point_module(gym_id: str) -> str | None:
+    entry = gym.spec(gym_id).entry_point
+    return entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+
+
+def ids_registered_by(module_name: str) -> list[str]:
+    """The gymnasium ids that ``module_name`` registered when genpol imported it, and the ids whose
+    entry point lives in that module or below it (when the user imported it first)."""
+    ids = set(_REGISTERED_ON_IMPORT.get(module_name, ()))
+    for gym_id in gym.registry:
+        module = _entry_point_module(gym_id) or ""
+        if module == module_name or module.startswith(module_name + "."):
+            ids.add(gym_id)
+    return sorted(ids)
+
+
+def resolve_gym_id(env_id: str) -> tuple[str, tuple[str, ...]]:
+    """``"[<module>:]<gymnasium id>"`` -> ``(gymnasium id, modules to import to rebuild it elsewhere)``.
+
+    With a module (gymnasium's own ``module:EnvId`` form) the module is imported first, and the id
+    carries it, so nothing more needs recording. Without one, an id whose entry point lives outside
+    gymnasium (registered by the user's package, imported by the user) records its entry point's
+    module: importing it in an env worker or at evaluation registers the id again (importing a
+    module first imports its parent packages, where registration usually happens).
+    """
+    module_name, sep, gym_id = env_id.rpartition(":")
+    if sep:
+        first_import = module_name not in sys.modules
+        before = set(gym.registry) if first_import else set()
+        import_user_module(module_name, f"gym:{env_id}")
+        if first_import:
+            _REGISTERED_ON_IMPORT[module_name] = set(gym.registry) - before
+        if gym_id not in gym.registry:
+            registered = ids_registered_by(module_name)
+            listing = ", ".join(registered) if registered else "none (does it call gymnasium.register on import?)"
+            close = difflib.get_close_matches(gym_id, registered, n=1)
+            hint = f" Did you mean gym:{module_name}:{close[0]}?" if close else ""
+            raise EnvError(f"module '{module_name}' registers no gymnasium id '{gym_id}' (in gym:{env_id}); "
+                           f"the ids it registers: {listing}.{hint}")
+        return gym_id, ()
+    if gym_id not in gym.registry:
+        raise EnvError(f"unknown gymnasium id 'gym:{env_id}'.{_suggest_gym_id(env_id)} If a module of yours "
+                       f"registers it, name the module: gym:<module>:{env_id}, or env.imports=[<module>]")
+    module = _entry_point_module(gym_id)
+    if not module or module.partition(".")[0] in ("gymnasium", "__main__", "__mp_main__"):
+        return gym_id, ()
+    return gym_id, (module,)
+
+
 class GymVectorEnv(VectorEnv):
     """``num_envs`` copies of a gymnasium env in one process, exchanging torch tensors.
 
     Args:
-        env_id: a gymnasium id such as ``"HalfCheetah-v5"`` (no ``gym:`` prefix).
+        env_id: a gymnasium id such as ``"HalfCheetah-v5"`` (no ``gym:`` prefix), or
+            ``"<module>:<id>"`` to import the module that registers the id first.
         num_envs: number of copies.
         device: where the returned tensors live.
         seed: seed used by the first ``reset()`` called without one.
@@ -83,8 +140,7 @@ class GymVectorEnv(VectorEnv):
         if num_envs < 1:
             raise EnvError(f"num_envs must be >= 1, got {num_envs}")
         _route_mujoco_warnings()
-        if env_id not in gym.registry:
-            raise EnvError(f"unknown gymnasium id 'gym:{env_id}'.{_suggest_gym_id(env_id)}")
+        gym_id, self.imports = resolve_gym_id(env_id)
         self.env_id = f"gym:{env_id}"
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -100,10 +156,10 @@ class GymVectorEnv(VectorEnv):
                 if render and index == 0:
                     extra = {"render_mode": "rgb_array", "width": render_size[0], "height": render_size[1]}
                 try:
-                    env = gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                    env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
-                    env = gym.make(env_id, disable_env_checker=True, **kwargs, **extra)
+                    env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
                 env = DiscardInfo(env)
                 return ActionChunking(env, action_chunk) if action_chunk > 1 else env
 

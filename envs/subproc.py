@@ -22,7 +22,7 @@ import time
 import traceback
 import warnings
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,8 @@ SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one 
 # cores, 2 workers each: 15-23 % slower than 1 each), and 0.3 ms measured no better there.
 SPIN_SECONDS = 0.002
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
-METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "env_id", "action_chunk")
+METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "env_id", "action_chunk",
+            "imports")
 
 
 def _poll(semaphore: Any, seconds: float) -> bool:
@@ -67,6 +68,9 @@ def _write_step(buffers: dict[str, torch.Tensor], rows: slice, result: StepResul
 def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, kwargs: dict[str, Any],
             buffers: dict[str, torch.Tensor], parent_pid: int) -> None:
     """Step the slice ``[first, first + count)`` each time ``go`` is released, until told to close.
+
+    ``kwargs`` carries the parent's ``imports``: a spawned process starts with none of the parent's
+    modules, so the user's modules that register the env are imported before the slice is built.
 
     A release with a message waiting on ``conn`` is a command (reset, state dict, close), answered
     on ``conn``; a release without one is a step, written into ``buffers`` and answered by
@@ -146,9 +150,12 @@ class SubprocVectorEnv(VectorEnv):
     """
 
     def __init__(self, env_id: str, num_envs: int, workers: int, device: str | torch.device = "cpu",
-                 seed: int | None = None, render: bool = False, **kwargs: Any):
+                 seed: int | None = None, render: bool = False, imports: Sequence[str] = (), **kwargs: Any):
         import envs
 
+        if envs.backend_prefix(env_id) == "custom":
+            raise EnvError(f"{env_id}: env workers > 1 do not apply to a custom backend, which steps its envs "
+                           "batched itself; use workers=1 and as many envs as the simulator takes")
         if envs.backend_prefix(env_id) not in SPLITTABLE_BACKENDS:
             raise EnvError(f"{env_id}: env workers > 1 needs a CPU backend with per-env state "
                            f"({', '.join(p + ':' for p in SPLITTABLE_BACKENDS)}); use workers=1")
@@ -163,7 +170,8 @@ class SubprocVectorEnv(VectorEnv):
         self._seed = seed
         sizes = [len(part) for part in np.array_split(np.arange(num_envs), workers)]
         self._slices = [(sum(sizes[:w]), size) for w, size in enumerate(sizes)]
-        self._local = envs.make_backend(env_id, num_envs=sizes[0], device="cpu", seed=None, render=render, **kwargs)
+        self._local = envs.make_backend(env_id, num_envs=sizes[0], device="cpu", seed=None, render=render,
+                                        imports=imports, **kwargs)
         for name in METADATA:
             setattr(self, name, getattr(self._local, name))
         self.action_low, self.action_high = self.action_low.to(self.device), self.action_high.to(self.device)
@@ -179,8 +187,10 @@ class SubprocVectorEnv(VectorEnv):
             for first, count in self._slices[1:]:
                 parent, child = context.Pipe()
                 go, done = context.Semaphore(0), context.Semaphore(0)
+                worker_kwargs = {**kwargs, "imports": self.imports}  # what the local slice needed, inferred ones too
                 process = context.Process(
-                    target=_worker, args=(child, go, done, env_id, first, count, kwargs, self._buffers, os.getpid()),
+                    target=_worker, args=(child, go, done, env_id, first, count, worker_kwargs, self._buffers,
+                                          os.getpid()),
                     daemon=True, name=f"genpol-env-{len(self._processes) + 1}")
                 process.start()
                 child.close()
@@ -189,7 +199,15 @@ class SubprocVectorEnv(VectorEnv):
                 self._go.append(go)
                 self._done.append(done)
             for w in range(len(self._processes)):
-                self._receive(w)
+                try:
+                    self._receive(w)
+                except EnvError as error:
+                    # this process built its own slice, so the worker lacks something this process has
+                    raise EnvError(
+                        f"env worker {w + 1} could not build {env_id}, which this process built: env workers "
+                        f"start fresh (spawn) and import only {list(self.imports) or 'no modules of yours'}; name "
+                        "the module that registers the env in the id (gym:<module>:<id>) or in imports (config: "
+                        f"env.imports=[<module>]). The worker's error: {error}") from None
         except BaseException:
             self.close()
             raise

@@ -34,7 +34,7 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
         normalize_obs=normalize_obs, normalize_reward=normalize_reward,
         gamma=gamma, obs_clip=cfg.obs_clip, reward_clip=cfg.reward_clip,
         render_size=(cfg.render_width, cfg.render_height), video_dir=video_dir, video_prefix=video_prefix,
-        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), **stack,
+        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), imports=tuple(cfg.imports), **stack,
     )
 
 

@@ -15,7 +15,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from envs import VideoRecorder
+from envs import EnvError, VideoRecorder
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
 from genpol.policy import TrainedPolicy, run_episodes
@@ -54,8 +54,8 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     try:
         results = evaluate_run(validate(cfg))
-    except (ConfigError, CheckpointError) as error:
-        print(f"genpol: {error}", file=sys.stderr)
+    except (ConfigError, CheckpointError, EnvError) as error:
+        print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(results, indent=2))
 

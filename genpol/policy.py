@@ -18,7 +18,12 @@ POLICY_FORMAT = 1
 
 def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: dict[str, Any],
                      max_episode_steps: int | None, render_size: tuple[int, int]) -> dict[str, Any]:
-    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env stack."""
+    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env stack.
+
+    ``env.imports`` records the user's modules that must be imported before the env can be built
+    again (``env.imports`` of the config, and a gymnasium id's registering module): evaluation,
+    ``load_policy(...).make_env`` and dataset collection run in fresh processes.
+    """
     raw = _innermost(env)
     rescale = env.find(envs.ActionRescale)
     agent_bounds = None
@@ -29,7 +34,7 @@ def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: 
         "head": head.spec(),
         "env": {"id": env_id, "kwargs": dict(env_kwargs), "max_episode_steps": max_episode_steps,
                 "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim,
-                "action_chunk": getattr(raw, "action_chunk", 1)},
+                "action_chunk": getattr(raw, "action_chunk", 1), "imports": list(env.imports)},
         "obs_normalization": observation_kind(env),
         "action_bounds": [raw.action_low.tolist(), raw.action_high.tolist()],
         "agent_action_bounds": agent_bounds,
@@ -91,6 +96,12 @@ class TrainedPolicy:
     def env_id(self) -> str:
         return self.spec["env"]["id"]
 
+    @property
+    def imports(self) -> list[str]:
+        """The user's modules that building this policy's env needs (none in checkpoints made
+        before genpol recorded them)."""
+        return list(self.spec["env"].get("imports", []))
+
     def make_env(self, num_envs: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
                  video_dir: str | Path | None = None, video_prefix: str = "rollout",
                  render: bool = False) -> VectorEnv:
@@ -107,7 +118,7 @@ class TrainedPolicy:
             action_chunk=env_spec.get("action_chunk", 1),
             render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
             video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
-            env_kwargs=env_spec["kwargs"],
+            env_kwargs=env_spec["kwargs"], imports=self.imports,
         )
         normalizer = env.find(ObservationNormalizer)
         if normalizer is not None:

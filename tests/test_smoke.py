@@ -30,6 +30,7 @@ CASES = {
     **{f"env-{name}": [f"env={name}", *ON_POLICY] for name in
        ("halfcheetah", "hopper", "walker2d", "pendulum", "dmc", "multigoal")},
     "env-gym": ["env=gym", "env.id=MountainCarContinuous-v0", *ON_POLICY],
+    "env-custom": ["env=custom", "env.id=custom_envs.batched:make_env", *ON_POLICY],
     # CartpoleBalance with 4 envs for training and evaluation, as test_playground.py: one MJX
     # compilation shared in this process (the group's CheetahRun costs minutes of compilation on CPU)
     "env-playground": ["env=playground", "env.id=CartpoleBalance", *ON_POLICY, "env.num_envs=4",

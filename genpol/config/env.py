@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from envs.imports import is_module_name
 from envs.subproc import SPLITTABLE_BACKENDS
 from genpol.config.base import ENV_BACKENDS, require
 
@@ -16,9 +17,11 @@ class EnvConfig:
     """The simulator and its wrappers."""
 
     backend: str = "gym"
-    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX) or ``genpol``."""
+    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX), ``genpol``, or ``custom`` (your own batched simulator, ``envs.custom``)."""
     id: str = MISSING
-    """Task name inside the backend, e.g. ``HalfCheetah-v5``, ``cheetah-run``, ``CheetahRun``, ``MultiGoal``."""
+    """Task name inside the backend, e.g. ``HalfCheetah-v5``, ``cheetah-run``, ``CheetahRun``, ``MultiGoal``; ``my_pkg:MyReach-v0`` imports your module ``my_pkg`` first (gym), ``my_pkg.sim:make_env`` names your factory (custom)."""
+    imports: List[str] = field(default_factory=list)
+    """Your modules to import before the env is built, e.g. ``[my_pkg.envs]`` when importing it registers the gymnasium id; env workers and evaluation (recorded in the policy checkpoint) import them too."""
     num_envs: int = 8
     """Parallel environment copies stepped together."""
     workers: int = 1
@@ -49,8 +52,13 @@ class EnvConfig:
         require(self.backend in ENV_BACKENDS, "env.backend", f"one of {ENV_BACKENDS}", self.backend)
         require(self.num_envs >= 1, "env.num_envs", ">= 1", self.num_envs)
         require(1 <= self.workers <= self.num_envs, "env.workers", f"in [1, num_envs={self.num_envs}]", self.workers)
+        require(self.workers == 1 or self.backend != "custom", "env.workers",
+                "1 for env.backend=custom (a custom backend steps its envs batched itself; raise env.num_envs)",
+                self.workers)
         require(self.workers == 1 or self.backend in SPLITTABLE_BACKENDS, "env.workers",
                 f"1 unless env.backend is one of {SPLITTABLE_BACKENDS}", self.workers)
+        bad_imports = [name for name in self.imports if not is_module_name(name)]
+        require(not bad_imports, "env.imports", "a list of module names such as [my_pkg.envs]", bad_imports)
         require(self.obs_clip > 0, "env.obs_clip", "> 0", self.obs_clip)
         require(self.reward_clip > 0, "env.reward_clip", "> 0", self.reward_clip)
         if self.max_episode_steps is not None:

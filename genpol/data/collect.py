@@ -7,6 +7,9 @@ uniform-random policy, and write a D4RL HDF5 file and/or a local Minari dataset.
     python -m genpol.data.collect --policy runs/hopper --env gym:Hopper-v5 --steps 100000 \\
         --d4rl data/hopper_medium-v5.hdf5 --minari genpol/hopper/medium-v0 --minari-root data/minari
 
+Your own env: the policy's checkpoint names the modules to import; with ``--policy random`` use the
+``gym:<module>:<id>`` / ``custom:<module>:<factory>`` ids or ``--import <module>``.
+
 Observations and actions are stored raw (env units). Actions are sampled from the policy
 (``--deterministic`` for its mean), as D4RL's datasets were. Only complete episodes go into the
 Minari dataset; the D4RL file ends with one cut episode (no flag), as D4RL's files do.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -28,10 +31,12 @@ from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_sc
 
 
 def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 8, seed: int = 0,
-                     deterministic: bool = False, env_kwargs: dict[str, Any] | None = None
+                     deterministic: bool = False, env_kwargs: dict[str, Any] | None = None,
+                     imports: Sequence[str] = ()
                      ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray] | None, Any]:
     """Roll out until ``steps`` transitions are in complete episodes, in the env the policy was
-    trained on (its gymnasium kwargs and time limit; ``env_kwargs`` adds to them).
+    trained on (its gymnasium kwargs, time limit and the user's modules it imports; ``env_kwargs``
+    and ``imports`` add to them).
 
     Returns ``(complete episodes, env 0's unfinished episode or None, the raw env)``; each episode has
     ``observations [T + 1, D]``, ``actions [T, A]``, ``rewards``, ``terminations``, ``truncations``.
@@ -49,8 +54,9 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
             raise ValueError(f"{policy_path} acts in chunks of {spec['action_chunk']} actions; collection records "
                              "single actions, so use a policy with act_steps=1")
         env_kwargs, max_episode_steps = {**spec["kwargs"], **(env_kwargs or {})}, spec["max_episode_steps"]
+        imports = [*policy.imports, *imports]
     env = envs.make(env_id, num_envs=num_envs, seed=seed, rescale_actions=False, env_kwargs=env_kwargs,
-                    max_episode_steps=max_episode_steps)
+                    max_episode_steps=max_episode_steps, imports=imports)
     if policy is None:
         generator = torch.Generator().manual_seed(seed)
         low, high = env.action_low, env.action_high
@@ -112,12 +118,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--d4rl", help="write a D4RL HDF5 file here")
     parser.add_argument("--minari", help="write a Minari dataset with this id (e.g. genpol/hopper/medium-v0)")
     parser.add_argument("--minari-root", help="Minari datasets root (default: $MINARI_DATASETS_PATH)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="a module of yours to import before the env is built (repeatable; a policy's own "
+                             "are imported anyway)")
     args = parser.parse_args(argv)
     if not (args.d4rl or args.minari):
         parser.error("give --d4rl and/or --minari")
 
-    episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
-                                                 args.deterministic)
+    try:
+        episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
+                                                     args.deterministic, imports=args.imports)
+    except envs.EnvError as error:
+        parser.exit(2, f"genpol: EnvError: {error}\n")
     returns = np.array([ep["rewards"].sum() for ep in episodes])
     name = d4rl_env_name(args.env)
     report: dict[str, Any] = {"env": args.env, "policy": args.policy, "episodes": len(episodes),

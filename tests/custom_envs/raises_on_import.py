@@ -1,0 +1,3 @@
+"""A user module with a bug: importing it raises."""
+
+raise RuntimeError("calibration file robot.yaml not found")
