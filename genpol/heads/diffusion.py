@@ -46,7 +46,6 @@ import math
 from typing import Sequence
 
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
 from torch import nn
 
 from genpol.heads.base import PolicyHead, RatioTerms, Record
@@ -159,6 +158,9 @@ class DiffusionHead(ChunkedActions, PolicyHead):
     def _register_schedule(self, denoising_steps: int, use_ddim: bool, ddim_steps: int) -> None:
         """Per sampling step i (0 = noisiest): the timestep, alpha-bar of it and of the step's target,
         and the DDPM posterior coefficients and variance. Tables from diffusers' schedulers."""
+        # imported here: diffusers takes ~1.6 s to import, which every genpol process paid at start
+        from diffusers import DDIMScheduler, DDPMScheduler
+
         ddpm = DDPMScheduler(num_train_timesteps=denoising_steps, beta_schedule="squaredcos_cap_v2",
                              prediction_type="epsilon", clip_sample=False)
         alphas_cumprod = ddpm.alphas_cumprod.to(torch.float32)
