@@ -17,11 +17,18 @@ entropy.
 
 The algorithm owns the critics, their targets, the temperature, three Adam optimizers, the replay
 buffer (and the offline store it mixes in) and the generators of exploration and of the subset-min.
+
+``updater.compile`` compiles the three forward computations of a step (the actor's sample, the critic
+loss with its TD target, the actor loss) with ``torch.compile``; their backward graphs are compiled
+with them, and the optimizers and the Polyak update run as in eager. The actor's noise comes from
+torch's generator in the eager order (inductor's ``fallback_random``) and the subset-min heads are
+drawn outside, so compiled and eager runs differ by float rounding only.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import Any
 
@@ -33,8 +40,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.heads.base import Capability, PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update
 from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
-from genpol.updaters.sac_losses import (actor_loss, critic_loss, sac_diagnostics, subset_min, td_target,
-                                        temperature_loss)
+from genpol.updaters.sac_losses import actor_loss, critic_loss, sac_diagnostics, td_target, temperature_loss
 
 
 class SAC(Algorithm):
@@ -88,6 +94,13 @@ class SAC(Algorithm):
         self.critic_steps = 0
         self.actor_steps = 0
         self.env_steps = 0  # transitions stored, the clock of learning_starts
+        self._sample, self._critic_loss, self._actor_loss = (
+            head.rsample_log_prob, self._critic_loss_eager, self._actor_loss_eager)
+        if cfg.compile:
+            compiled = functools.partial(torch.compile, fullgraph=True, dynamic=False,
+                                         options={"fallback_random": True})
+            self._sample, self._critic_loss, self._actor_loss = (
+                compiled(head.rsample_log_prob), compiled(self._critic_loss_eager), compiled(self._actor_loss_eager))
         self._checked_position = 0  # replay rows before this were checked for NaN and inf
 
     # ------------------------------------------------------------------ acting and storing
@@ -123,16 +136,34 @@ class SAC(Algorithm):
             nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         optimizer.step()
 
-    def critic_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One TD step of every critic on ``batch``, then the Polyak update when it is due."""
+    def _subset_heads(self) -> torch.Tensor | None:
+        """The target heads whose minimum forms the next TD target, drawn as ``subset_min`` draws them
+        (None: all heads, no draw). Drawn here, not inside a compiled loss: graphs take no generators."""
+        if self.num_min_qs == self.cfg.num_qs:
+            return None
+        heads = torch.randperm(self.cfg.num_qs, generator=self.subset_generator, device="cpu")[:self.num_min_qs]
+        return heads.to(self.device)
+
+    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, q [E, B], target [B])`` of one critic step; the TD target without gradients."""
         with torch.no_grad():
             next_actions, next_log_prob = self.head.rsample_log_prob(batch.next_obs)
-            next_q = subset_min(self.critic_target(batch.next_obs, next_actions), self.num_min_qs,
-                                self.subset_generator)
-            target = td_target(batch.rewards, batch.dones, next_q,
+            next_q = self.critic_target(batch.next_obs, next_actions)
+            if subset_heads is not None:
+                next_q = next_q.index_select(0, subset_heads)
+            target = td_target(batch.rewards, batch.dones, next_q.min(dim=0).values,
                                next_log_prob if self.cfg.backup_entropy else None, alpha, self.cfg.gamma)
         q = self.critic(batch.obs, batch.actions)
-        loss = critic_loss(q, target, self.cfg.critic_reduction)
+        return critic_loss(q, target, self.cfg.critic_reduction), q, target
+
+    def _actor_loss_eager(self, obs: torch.Tensor, actions_pi: torch.Tensor, log_prob: torch.Tensor,
+                          alpha: torch.Tensor) -> torch.Tensor:
+        return actor_loss(log_prob, self.critic(obs, actions_pi), alpha, self.cfg.actor_q_reduction)
+
+    def critic_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One TD step of every critic on ``batch``, then the Polyak update when it is due."""
+        loss, q, target = self._critic_loss(batch, alpha, self._subset_heads())
         self._step(self.critic_optimizer, loss, self.critic_params)
         self.critic_steps += 1
         if self.critic_steps % self.cfg.target_update_interval == 0:
@@ -145,10 +176,9 @@ class SAC(Algorithm):
         parameters get no gradient from it)."""
         self.critic.requires_grad_(False)
         try:
-            q_pi = self.critic(obs, actions_pi)
+            loss = self._actor_loss(obs, actions_pi, log_prob, alpha)
         finally:
             self.critic.requires_grad_(True)
-        loss = actor_loss(log_prob, q_pi, alpha, self.cfg.actor_q_reduction)
         self._step(self.actor_optimizer, loss, self.actor_params)
         self.actor_steps += 1
         return loss.detach()
@@ -164,7 +194,7 @@ class SAC(Algorithm):
 
     def sb3_gradient_step(self) -> dict[str, torch.Tensor]:
         batch = self.sampler.sample(self.cfg.batch_size)
-        actions_pi, log_prob = self.head.rsample_log_prob(batch.obs)
+        actions_pi, log_prob = self._sample(batch.obs)
         alpha = self.alpha  # read before the temperature step, as SB3
         temperature = self.temperature_step(log_prob)
         critic = self.critic_step(batch, alpha)
@@ -177,7 +207,7 @@ class SAC(Algorithm):
         for minibatch in minibatches:
             critic = self.critic_step(minibatch, alpha)
         last = minibatches[-1]
-        actions_pi, log_prob = self.head.rsample_log_prob(last.obs)
+        actions_pi, log_prob = self._sample(last.obs)
         policy = self.actor_step(actions_pi, log_prob, last.obs, alpha)
         temperature = self.temperature_step(log_prob)
         return self._named(critic, policy, temperature, log_prob, alpha)
