@@ -34,7 +34,8 @@ def plot_learning_curve(metrics_path: Path, output: Path, title: str) -> Path:
     ax.set_ylabel("episodic return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="best")
+    if train or evals:  # a run too short to finish an episode has nothing to label
+        ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(output)
     plt.close(fig)
