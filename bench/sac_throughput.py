@@ -586,15 +586,23 @@ def main() -> None:
     headline = [name for name in HEADLINE if name in segment_functions]
     names, round_probes = headline + [name for name in segment_functions if name not in headline], []
     for round_index in range(args.rounds):
-        # in auto mode, 2-thread segments only in rounds where a probe right before finds the second core free
-        round_probes.append(contention_probe() if two_thread_rows else None)
-        two_threads_now = two_thread_rows and (args.two_threads == "on" or not round_probes[-1]["contended"])
+        # In auto mode a round's 2-thread segments count only where probes right before and right after
+        # the round find the second core free (a job can start mid-round).
+        before = contention_probe() if two_thread_rows else None
+        two_threads_now = two_thread_rows and (args.two_threads == "on" or not before["contended"])
         for name in names if round_index % 2 == 0 else reversed(names):
             if "2 thread" not in name or two_threads_now:
                 segments[name].append({**segment_functions[name](), "round": round_index})
-        skipped = two_thread_rows and not two_threads_now
+        after = contention_probe() if two_threads_now else None
+        round_probes.append({"before": before, "after": after})
+        stalled = two_threads_now and args.two_threads == "auto" and after["contended"]
+        if stalled:
+            for name in segments:
+                segments[name] = [s for s in segments[name] if "2 thread" not in name or s["round"] != round_index]
+        note = ", 2-thread rows skipped (core busy)" if two_thread_rows and not two_threads_now else (
+            ", 2-thread segments dropped (core busy by the end of the round)" if stalled else "")
         print(f"round {round_index + 1}/{args.rounds} done at {time.perf_counter() - started:.0f} s, "
-              f"load {load_average()}{', 2-thread rows skipped (core busy)' if skipped else ''}", flush=True)
+              f"load {load_average()}{note}", flush=True)
     load_after = load_average()
     segments = {name: parts for name, parts in segments.items() if parts}
 

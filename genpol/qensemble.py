@@ -263,7 +263,8 @@ class QEnsemble(nn.Module):
 def _headwise_gemm_eager(left: torch.Tensor, right: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
     """``left [E, M, K] @ right [E, K, N] (+ bias [E, 1, N]) -> [E, M, N]``, one oneDNN GEMM per head
     (``mkldnn::_linear_pointwise``, the op inductor emits for frozen linears), ReLU in its epilogue with
-    ``relu``. Both operands may be strided views (transposes, an ``expand`` over heads): no copies."""
+    ``relu``. Both operands may be strided views (transposes, an ``expand`` over the heads): no copies.
+    A zero stride inside one head's matrix is another matter (see ``_HeadwiseOneDNNLinear.backward``)."""
     epilogue = "relu" if relu else "none"
     return torch.stack([
         torch.ops.mkldnn._linear_pointwise(left[head], right[head].t(), None if bias is None else bias[head, 0],
@@ -340,7 +341,9 @@ class _HeadwiseOneDNNLinear(torch.autograd.Function):
 
 class _ReLU(torch.autograd.Function):
     """``relu``, with the gradient masked by the saved output through ``_relu_backward`` (compiled, a
-    traced ReLU's mask would be saved as a bool tensor; see ``_relu_backward_op``)."""
+    traced ReLU's mask would be saved as a bool tensor; see ``_relu_backward_op``). Its backward, like
+    ``_HeadwiseOutput``'s, is made of differentiable ops: ``create_graph`` still works through
+    ``impl="batched"`` (``"onednn"``'s GEMMs have no second derivative)."""
 
     @staticmethod
     def forward(hidden: torch.Tensor) -> torch.Tensor:
@@ -351,7 +354,6 @@ class _ReLU(torch.autograd.Function):
         ctx.save_for_backward(output)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> torch.Tensor:
         (output,) = ctx.saved_tensors
         return _relu_backward(grad_output, output)
@@ -373,7 +375,6 @@ class _HeadwiseOutput(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight = ctx.saved_tensors
         grad_hidden = grad_output * weight.mT if ctx.needs_input_grad[0] else None

@@ -39,3 +39,31 @@ def hopper_dataset(tmp_path_factory):
     collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "600", "--num-envs", "2",
                   "--d4rl", str(path)])
     return path
+
+
+def assert_nonblank_mp4(path, size=None):
+    """The mp4 decodes to more than 2 RGB frames (of ``size`` (H, W) when given) that are not blank."""
+    import imageio.v3 as iio
+
+    frames = iio.imread(path)
+    assert frames.ndim == 4 and frames.shape[0] > 2 and frames.shape[-1] == 3, path
+    if size is not None:
+        assert frames.shape[1:3] == tuple(size), (path, frames.shape)
+    assert frames.std() > 5, f"{path} is blank"
+
+
+def assert_trees_equal(a, b, where=""):
+    """Nested dicts / lists of tensors and numbers are equal, bit for bit."""
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            assert_trees_equal(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_trees_equal(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert a == b, where

@@ -15,7 +15,7 @@ from genpol.checkpoint import (CheckpointError, list_checkpoints, load_policy_fi
 from genpol.config import ConfigError
 from genpol.policy import TrainedPolicy
 
-from conftest import REPO
+from conftest import REPO, assert_trees_equal
 
 SPEC = {"format": 1, "note": "test"}
 
@@ -98,21 +98,6 @@ def final_state(run_dir):
     return path.name, weights, load_training_state(path)
 
 
-def assert_trees_equal(a, b, where=""):
-    """Nested dicts / lists of tensors and numbers are equal, bit for bit."""
-    assert type(a) is type(b), where
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b), where
-        for key in a:
-            assert_trees_equal(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_trees_equal(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    else:
-        assert a == b, where
 
 
 @pytest.mark.parametrize("learner,stop", [("ppo", signal.SIGKILL), ("sac", signal.SIGKILL), ("ppo", signal.SIGTERM)],

@@ -2,21 +2,16 @@
 
 import json
 
-import imageio.v3 as iio
 import numpy as np
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import assert_nonblank_mp4, run_cli
 
 MULTIGOAL_TINY = ["env=multigoal", "total_steps=4096", "updater.rollout_steps=64", "updater.minibatch_size=256",
                   "updater.epochs=2", "pipeline.eval_episodes=4", "pipeline.checkpoint_every=2"]
 
 
-def assert_nonblank_mp4(path):
-    frames = iio.imread(path)
-    assert frames.ndim == 4 and frames.shape[0] > 2 and frames.shape[-1] == 3
-    assert frames.std() > 5, f"{path} is blank"
 
 
 @pytest.fixture(scope="module")

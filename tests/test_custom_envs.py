@@ -14,7 +14,6 @@ import warnings
 from pathlib import Path
 
 import h5py
-import imageio.v3 as iio
 import pytest
 import torch
 
@@ -28,7 +27,7 @@ from genpol.config import ConfigError, validate
 from genpol.heads import build_head
 from genpol.policy import TrainedPolicy, make_policy_spec
 
-from conftest import REPO
+from conftest import REPO, assert_nonblank_mp4, assert_trees_equal
 
 TESTS = Path(__file__).resolve().parent
 # 4 iterations of 2 envs x 32 steps, a checkpoint after each; episodes of 20 steps
@@ -75,26 +74,8 @@ def final_state(run_dir):
     return path.name, spec, weights, load_training_state(path)
 
 
-def assert_trees_equal(a, b, where=""):
-    assert type(a) is type(b), where
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b), where
-        for key in a:
-            assert_trees_equal(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_trees_equal(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a, b), where
-    else:
-        assert a == b, where
 
 
-def assert_nonblank_mp4(path):
-    frames = iio.imread(path)
-    assert frames.ndim == 4 and frames.shape[0] > 2 and frames.shape[1:] == (64, 64, 3), path
-    assert frames.std() > 5, f"{path} is blank"
 
 
 def train_here(root, name, *args):
@@ -156,7 +137,7 @@ def evaluate_and_collect(tmp_path, name, env_id):
     assert results["env"] == env_id and results["deterministic_length_mean"] == 20
     assert [Path(p).name for p in results["videos"]] == ["deterministic-episode0.mp4", "stochastic-episode0.mp4"]
     for path in results["videos"]:
-        assert_nonblank_mp4(path)
+        assert_nonblank_mp4(path, size=(64, 64))
     with h5py.File(dataset) as data:
         assert data["observations"].shape[0] >= 40 and data["observations"].shape[1] == 4
         return data["actions"][:]
@@ -172,7 +153,7 @@ def test_gymnasium_env_of_a_user_module_from_the_cli(first_runs):
     assert spec["env"]["id"] == "gym:MyReach-v0" and spec["env"]["imports"] == ["custom_envs.reach"]
     _, reference_spec, _, _ = final_state(root / "reference")
     assert reference_spec["env"]["id"] == "gym:custom_envs.reach:MyReach-v0" and reference_spec["env"]["imports"] == []
-    assert_nonblank_mp4(reference["video"])
+    assert_nonblank_mp4(reference["video"], size=(64, 64))
     assert_nonblank_mp4(json.loads((root / "killed" / "summary.json").read_text())["video"])
     evaluate_and_collect(root, "killed", "gym:MyReach-v0")
 

@@ -11,8 +11,7 @@ import torch
 from genpol.api import compose_config, evaluate, load_policy, train
 from genpol.config import ConfigError, validate
 
-from conftest import run_cli
-from test_cli import assert_nonblank_mp4
+from conftest import assert_nonblank_mp4, run_cli
 
 TINY_SAC = ["updater.learning_starts=64", "updater.iteration_steps=128", "updater.batch_size=32",
             "policy.hidden_sizes=[32,32]", "updater.critic_hidden_sizes=[32,32]", "pipeline.eval_episodes=2",

@@ -19,7 +19,8 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from genpol.heads import GaussianHead, TanhGaussianHead
 from genpol.heads.base import Capability, HeadCapabilityError, PolicyHead, check_capabilities
 from genpol.heads.tanh_gaussian import tanh_gaussian_log_prob, tanh_log_abs_det_jacobian
-from genpol.updaters.sac_losses import actor_loss, critic_loss, subset_min, td_target, temperature_loss
+from genpol.qensemble import subset_min
+from genpol.updaters.sac_losses import actor_loss, critic_loss, td_target, temperature_loss
 
 BATCH = 32
 LOG_ALPHA = math.log(0.3)  # alpha != 1, so a dropped or misplaced alpha changes the numbers

@@ -13,7 +13,8 @@ from genpol.api import compose_config
 from genpol.config import validate
 from genpol.train import run_training
 
-from test_cli import assert_nonblank_mp4
+from conftest import assert_nonblank_mp4
+
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SMALL = ["env.num_envs=2", "env.workers=1", "env.render_width=64", "env.render_height=64", "env.max_episode_steps=40",

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 
-
-
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.runners.base import EnvRunner
 

@@ -35,19 +35,6 @@ QReduction = Literal["min", "mean"]
 TemperatureForm = Literal["log_alpha", "alpha"]
 
 
-def subset_min(q: torch.Tensor, num_min_qs: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """RLPD's ``subsample_ensemble`` then min: ``q [E, B] -> [B]``, the min over ``num_min_qs``
-    heads drawn without replacement (one draw for the whole batch, fresh at every call).
-    ``num_min_qs == E`` is SB3's plain min over all heads (and draws nothing)."""
-    num_heads = q.shape[0]
-    if not 1 <= num_min_qs <= num_heads:
-        raise ValueError(f"num_min_qs must be in [1, {num_heads}] for {num_heads} heads, got {num_min_qs}")
-    if num_min_qs < num_heads:
-        heads = torch.randperm(num_heads, generator=generator, device="cpu")[:num_min_qs].to(q.device)
-        q = q.index_select(0, heads)
-    return q.min(dim=0).values
-
-
 def td_target(
     rewards: torch.Tensor,
     dones: torch.Tensor,
@@ -62,7 +49,7 @@ def td_target(
         rewards: ``[B]``.
         dones: ``[B]``, 1.0 on a true termination only (a time-limit end keeps 0 and bootstraps).
         next_q: ``[B]`` target-critic value of ``(s', a' ~ pi(s'))``, already reduced over heads
-            (``q.min(0).values`` for SB3, ``subset_min`` for RLPD).
+            (``q.min(0).values`` for SB3, ``genpol.qensemble.subset_min`` for RLPD).
         next_log_prob: ``[B]`` ``log pi(a' | s')``, or None for no entropy backup (RLPD's
             ``backup_entropy=False``).
         alpha: scalar tensor (shape ``[]`` or ``[1]``), the entropy coefficient; treated as a constant.
