@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv, VectorEnvWrapper
+from envs.core import EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
 from envs.imports import import_user_modules, merge_imports
 from envs.wrappers import (
     ActionRescale,
@@ -45,7 +45,7 @@ from envs.wrappers import (
 )
 
 __all__ = [
-    "make", "make_backend", "known_ids", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
+    "make", "make_backend", "known_ids", "innermost", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
     "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
     "VideoRecorder",
 ]

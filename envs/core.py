@@ -66,12 +66,17 @@ class VectorEnv(abc.ABC):
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue the current episodes exactly (simulator and RNG state)."""
-        raise NotImplementedError(f"{self.env_id} ({type(self).__qualname__}) cannot save its state")
+        """Everything needed to continue the current episodes exactly (simulator and RNG state).
+
+        Optional for a backend: one that keeps this default cannot be checkpointed exactly, and
+        ``saves_state`` says so (``envs.custom`` then resumes by reseeding, with a warning)."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot save its state: implement state_dict() "
+                       "and load_state_dict() for exact resume")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` returned."""
-        raise NotImplementedError(f"{self.env_id} ({type(self).__qualname__}) cannot restore a state")
+        """Restore what ``state_dict`` returned (optional, as ``state_dict``)."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot restore a state: implement state_dict() "
+                       "and load_state_dict() for exact resume")
 
     def close(self) -> None:
         pass
@@ -145,6 +150,13 @@ class VectorEnvWrapper(VectorEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+def innermost(env: VectorEnv) -> VectorEnv:
+    """The backend under a stack of ``VectorEnvWrapper`` layers."""
+    while isinstance(env, VectorEnvWrapper):
+        env = env.env
+    return env
 
 
 def saves_state(env: Any) -> bool:

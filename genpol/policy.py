@@ -24,7 +24,7 @@ def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: 
     again (``env.imports`` of the config, and a gymnasium id's registering module): evaluation,
     ``load_policy(...).make_env`` and dataset collection run in fresh processes.
     """
-    raw = _innermost(env)
+    raw = envs.innermost(env)
     rescale = env.find(envs.ActionRescale)
     agent_bounds = None
     if rescale is not None and rescale._custom_bounds:
@@ -53,11 +53,6 @@ def observation_state(env: VectorEnv) -> dict[str, Any] | None:
     layer = env.find(ObservationNormalizer) or env.find(envs.ObservationScaler)
     return None if layer is None else layer.own_state()
 
-
-def _innermost(env: VectorEnv) -> VectorEnv:
-    while isinstance(env, envs.VectorEnvWrapper):
-        env = env.env
-    return env
 
 
 class TrainedPolicy:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import envs
 from envs import VectorEnv
 from genpol.algorithms import is_off_policy
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
@@ -43,9 +44,8 @@ EVAL_SEED = 10_000
 
 
 def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
-    while hasattr(env, "env"):
-        env = env.env
-    return env.obs_dim, env.act_dim // chunk
+    inner = envs.innermost(env)
+    return inner.obs_dim, inner.act_dim // chunk
 
 
 def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:

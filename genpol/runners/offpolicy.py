@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+import envs
 from envs import VectorEnv
 from genpol.algorithms.sac import SAC
 from genpol.callbacks.base import Callback
@@ -60,9 +61,7 @@ class OffPolicyRunner(EnvRunner):
 def _agent_action_transform(env: VectorEnv) -> Any:
     """Maps a dataset's actions from the env's own bounds into the agent's [-1, 1] (identity where
     the env already uses [-1, 1], as the MuJoCo locomotion tasks do)."""
-    inner = env
-    while hasattr(inner, "env"):
-        inner = inner.env
+    inner = envs.innermost(env)
     low, high = inner.action_low.cpu().numpy(), inner.action_high.cpu().numpy()
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
         return None
@@ -74,10 +73,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
     actions mapped into [-1, 1] by the env's bounds), its summary fields, and the normalized-score
     function of its task (None when neither the dataset nor D4RL has reference returns for it)."""
     dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root)
-    inner = env
-    while hasattr(inner, "env"):
-        inner = inner.env
-    dataset.check_dims(env.obs_dim, inner.act_dim, cfg.env.full_id)
+    dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
                                   device=cfg.device, seed=cfg.seed + 4)
     references = reference_returns(dataset.metadata, cfg.env.id)
