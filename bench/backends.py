@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 TASKS = {"gym": "gym:HalfCheetah-v5", "dmc": "dmc:cheetah-run", "playground": "playground:CheetahRun"}
 GROUPS = {"gym": ["env=gym", "env.id=HalfCheetah-v5"], "dmc": ["env=dmc", "env.id=cheetah-run"],
-          "playground": ["env=playground", "env.id=CheetahRun"]}
+          "playground": ["env=playground", "env.id=CheetahRun", "env.workers=1"]}
 
 
 def raw_rate(env_id: str, num_envs: int, device: str, seconds: float = 3.0) -> tuple[float, float]:

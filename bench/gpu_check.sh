@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The GPU check, for the device machine (one H200): does the Playground backend run on CUDA, how fast
-# is raw CheetahRun stepping at 1024 / 4096 / 8192 envs, and what fraction of it does Gaussian PPO
+# is raw CheetahRun stepping at 1024 / 4096 envs, and what fraction of it does Gaussian PPO
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
 # And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
-# CUDA, against 0.3-0.5 s on the 2-core CPU? About 6 minutes, most of it JAX compilation.
+# CUDA, against 0.3-0.5 s on the 2-core CPU? About 7 minutes on a fresh machine, most of it JAX
+# compilation (110 s per batch size cold); GPU_CHECKS="playground-cuda" runs one check.
+# Measured 2026-11-30 on an H200: README "Playground on a GPU".
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
 # genpol's other dependencies. Prepare the wheels here once with bench/fetch_gpu_wheels.sh (they go
-# to .whl/, which git ignores), then run through the device tool with carry=[".whl"]:
+# to .whl/, which git ignores), then run through the device tool with carry=[".whl", ".gl"]:
 #     bash bench/gpu_check.sh
 # Results: bench/results/backends_cuda.json (and a copy in $OUT when the device tool sets it).
-set -euo pipefail
+# Each check runs even when an earlier one failed (device time is scarce); the exit code counts failures.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -18,10 +21,23 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 else
     export PYTHONPATH=$PWD
 fi
+if [ -d .gl ] && ls .gl/*.deb >/dev/null 2>&1; then  # libEGL for MuJoCo (bench/fetch_gpu_wheels.sh)
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    vendor=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    if [ -f $vendor ]; then export __EGL_VENDOR_LIBRARY_FILENAMES=$vendor; fi
+fi
 export MUJOCO_GL=egl PYTHONUNBUFFERED=1 GENPOL_JAX_CACHE=/tmp/jax-cache
-python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+failures=0
+check() {  # check NAME COMMAND...: run one check, time it, count it if it fails; GPU_CHECKS="a b" runs only those
+    local name=$1 start=$SECONDS; shift
+    if [ -n "${GPU_CHECKS:-}" ] && [[ " $GPU_CHECKS " != *" $name "* ]]; then return; fi
+    echo "== $name"
+    if "$@"; then echo "== $name: ok ($((SECONDS - start)) s)"; else echo "== $name: FAILED ($((SECONDS - start)) s)"; failures=$((failures + 1)); fi
+}
+check versions python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 # env worker processes (env.workers) step on the CPU and hand back tensors on the training device
-python3 -c "
+check env-workers python3 -c "
 import torch, envs
 env = envs.make('gym:HalfCheetah-v5', num_envs=4, workers=2, device='cuda', seed=0)
 obs = env.reset()
@@ -30,6 +46,7 @@ assert obs.device.type == out[0].device.type == out[4]['final_obs'].device.type 
 env.close()
 print('env workers with cuda tensors: ok')"
 # RLPD's full recipe on CUDA: 5000 random steps, then 300 learning steps; the last iterations' SPS
+rlpd_cuda() ( set -e
 python3 -m genpol.data.collect --policy random --env gym:Hopper-v5 --steps 2000 --num-envs 4 --d4rl /tmp/hopper_random.hdf5 >/dev/null
 python3 -m genpol.train +experiment=rlpd env=hopper device=cuda dataset.path=/tmp/hopper_random.hdf5 total_steps=5300 \
     updater.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
@@ -40,6 +57,11 @@ rows = [json.loads(l) for l in open('/tmp/rlpd_cuda/progress.jsonl')][-3:]
 sps = [r['charts/SPS'] for r in rows]
 print('RLPD full recipe on CUDA: env-steps/s', [round(v, 1) for v in sps], '-> ms per env step', round(1000 / max(sps), 1))
 json.dump({'rlpd_full_recipe_cuda_sps': sps}, open('bench/results/rlpd_cuda.json', 'w'))"
-if [ -n "${OUT:-}" ]; then cp bench/results/rlpd_cuda.json "$OUT/"; fi
-python3 bench/backends.py --device cuda --backends playground --batches 1024 4096 8192 --train-batch 4096 --iterations 3
-if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/"; fi
+)
+check rlpd-cuda rlpd_cuda
+if [ -n "${OUT:-}" ]; then cp bench/results/rlpd_cuda.json "$OUT/" 2>/dev/null; fi
+check playground-cuda python3 bench/backends.py --device cuda --backends playground --batches 1024 4096 \
+    --train-batch 4096 --iterations 3
+if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/" 2>/dev/null; fi
+echo "gpu_check: $failures failed"
+exit "$failures"

@@ -7,7 +7,8 @@ reach torch through DLPack without a copy, and actions go back the same way. The
 one matching the torch device (``cpu`` -> JAX's CPU, ``cuda:k`` -> GPU k).
 
 * Implementation: Playground defaults to ``impl="warp"``, about 10x slower than ``impl="jax"`` on a
-  CPU; genpol picks ``jax`` on CPU and ``warp`` on GPU. Override with ``env.kwargs.impl``.
+  CPU; genpol picks ``jax`` on CPU and ``warp`` on GPU when warp-lang is installed (``jax`` otherwise).
+  Override with ``env.kwargs.impl``.
 * Compilation of reset and step takes about a minute on a 2-core CPU for CheetahRun. JAX's
   persistent compilation cache is on (``$GENPOL_JAX_CACHE`` or ``~/.cache/genpol/jax``; set
   ``env.kwargs.compilation_cache=null`` to disable) and cut a rerun from 99 s to 30 s; progress
@@ -21,6 +22,7 @@ one matching the torch device (``cpu`` -> JAX's CPU, ``cuda:k`` -> GPU k).
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import sys
 import time
@@ -46,6 +48,12 @@ def jax_device_for(device: torch.device) -> Any:
     if device.type == "cpu":
         return jax.devices("cpu")[0]
     if device.type == "cuda":
+        # XLA's CUDA-graph command buffers failed on an H200 (jax 0.11, "Failed to set memcpy D2D node
+        # params") once step outputs were handed to torch by DLPack. The flag only takes effect if it is
+        # set before JAX starts its GPU backend.
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_gpu_enable_command_buffer" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_gpu_enable_command_buffer=".strip()
         try:
             gpus = jax.devices("gpu")
         except RuntimeError as error:
@@ -53,6 +61,12 @@ def jax_device_for(device: torch.device) -> Any:
                            "the CUDA build of jax (pip install -U 'jax[cuda12]')") from None
         return gpus[device.index or 0]
     raise EnvError(f"the Playground backend supports cpu and cuda devices, not {device}")
+
+
+def default_impl(device: torch.device) -> str:
+    """MJX's implementation for a device: warp is the fast one on GPU, but it is an optional 150 MB
+    install, and jax runs on every device."""
+    return "warp" if device.type == "cuda" and importlib.util.find_spec("warp") else "jax"
 
 
 def _to_torch(array: Any) -> torch.Tensor:
@@ -116,8 +130,6 @@ class PlaygroundVectorEnv(VectorEnv):
                  max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
                  action_chunk: int = 1):
         import jax
-        from mujoco_playground import registry
-        from mujoco_playground._src import mjx_env
 
         self.env_id = f"playground:{name}"
         if action_chunk != 1:
@@ -125,14 +137,17 @@ class PlaygroundVectorEnv(VectorEnv):
                            "(use policy.act_steps=1, or the gym/dmc backends)")
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.jax_device = jax_device_for(self.device)
+        self.jax_device = jax_device_for(self.device)  # before Playground's import touches the GPU backend
+        from mujoco_playground import registry
+        from mujoco_playground._src import mjx_env
+
         overrides = dict(env_kwargs or {})
         cache = overrides.pop("compilation_cache", str(DEFAULT_CACHE))
         if cache:
             Path(cache).mkdir(parents=True, exist_ok=True)
             jax.config.update("jax_compilation_cache_dir", str(cache))
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-        overrides.setdefault("impl", "jax" if self.device.type == "cpu" else "warp")
+        overrides.setdefault("impl", default_impl(self.device))
         if name not in registry.ALL_ENVS:
             close = difflib.get_close_matches(name, list(registry.ALL_ENVS), n=3)
             hint = f" Did you mean {', '.join('playground:' + c for c in close)}?" if close else ""
