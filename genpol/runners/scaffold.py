@@ -26,8 +26,11 @@ from genpol.config import ConfigError, TrainConfig
 log = logging.getLogger(__name__)
 
 # Keys that may change when a run is resumed: they do not alter what the run computes.
+# Keys a resumed run may change: budgets, I/O, and how (not what) the updates compute. Compiled and
+# eager steps run the same math to within float rounding, so a run saved before a bundle turned
+# updater.compile on still resumes.
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
-                     "pipeline.checkpoint_every", "pipeline.keep_checkpoints")
+                     "pipeline.checkpoint_every", "pipeline.keep_checkpoints", "updater.compile")
 
 _NO_DEFAULT = object()
 
