@@ -4,17 +4,24 @@ A new head joins the contract by adding one line to ``HEAD_FACTORIES``.
 """
 
 import io
+import sys
 
 import pytest
 import torch
 
+from conftest import REPO
+
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
+
+sys.path.insert(0, str(REPO / "docs" / "examples"))
+from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
 HEAD_FACTORIES = {
     "gaussian": lambda: GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32), log_std_init=-0.5),
+    "laplace-tutorial": lambda: LaplaceHead(OBS_DIM, ACT_DIM, hidden=16),
     "fpo": lambda: FPOHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), n_mc=4),
     "fpo-per-sample": lambda: FPOHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), n_mc=4, ratio_mode="per_sample",
                                       t_sampling="uniform"),

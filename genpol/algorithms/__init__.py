@@ -96,12 +96,13 @@ def check_learner(cfg: Any) -> None:
     """Raise ``ConfigError`` when ``cfg.policy``'s head lacks a capability ``cfg.updater`` needs, or
     pretraining needs (imitation), naming head, learner and the missing capabilities."""
     from genpol.config.base import ConfigError
-    from genpol.heads import HEADS
+    from genpol.heads import head_class
     from genpol.heads.base import Capability, HeadCapabilityError, check_capabilities
 
-    head = HEADS.get(cfg.policy.family)
-    if head is None:
-        return  # build_head names the unknown family
+    try:
+        head = head_class(cfg.policy.family)
+    except ValueError as error:
+        raise ConfigError(f"policy.family: {error}") from None
     try:
         check_capabilities(head, f"updater={cfg.updater.name}", learner_needs(cfg.updater.name))
         if cfg.pipeline.name == "offline_to_online":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -245,3 +245,22 @@ class TanhGaussianPolicyConfig(PolicyConfig):
                 self.log_std_min)
         require(self.log_prob_epsilon >= 0, "policy.log_prob_epsilon", ">= 0", self.log_prob_epsilon)
         require(self.init in ("default", "xavier_uniform"), "policy.init", "default or xavier_uniform", self.init)
+
+
+@dataclass
+class CustomPolicyConfig(PolicyConfig):
+    """A head from the user's own package: ``policy=custom policy.family=my_pkg.heads:MyHead
+    +policy.kwargs.width=64``. The class subclasses ``genpol.heads.PolicyHead``; checkpoints record
+    the same ``module:ClassName``, so evaluation imports it (the module must be importable there too)."""
+
+    family: str = MISSING
+    """``module:ClassName`` of the head class."""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the head's constructor, after ``obs_dim`` and ``act_dim``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(":" in self.family, "policy.family", "'module:ClassName' (your head class)", self.family)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs)

@@ -160,6 +160,11 @@ class PolicyHead(nn.Module, abc.ABC):
         denoising steps of a diffusion policy at their pretrained weights)."""
 
     def spec(self) -> dict[str, Any]:
-        """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained."""
-        return {"family": self.family, "obs_dim": self.obs_dim, "act_dim": self.act_dim,
-                "kwargs": dict(self.spec_kwargs)}
+        """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained. A head
+        that genpol does not register (the user's own) is recorded as ``"module:ClassName"``, which
+        ``head_from_spec`` imports."""
+        from genpol.heads import HEADS
+
+        cls = type(self)
+        family = self.family if HEADS.get(self.family) is cls else f"{cls.__module__}:{cls.__qualname__}"
+        return {"family": family, "obs_dim": self.obs_dim, "act_dim": self.act_dim, "kwargs": dict(self.spec_kwargs)}
