@@ -2,6 +2,7 @@
 #   make train   - set up, then train the default experiment (~10 min on 2 CPU cores)
 #   make test    - set up, then run the whole test suite (what CI runs)
 #   make bench   - set up, then run the throughput benchmark
+#   make docs    - set up, then build the documentation site strictly into site/
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ export PYOPENGL_PLATFORM ?= egl
 
 RENDER_DEBS := libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6
 
-.PHONY: setup system-deps train test bench clean
+.PHONY: setup system-deps train test bench docs clean
 
 # Headless MuJoCo rendering (EGL through Mesa, OSMesa as fallback). Skipped when already installed.
 system-deps:
@@ -27,7 +28,7 @@ $(VENV)/.stamp-installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e ".[test,playground,cluster]"
+	$(PY) -m pip install -q -e ".[test,playground,cluster,docs]"
 	@touch $@
 
 setup: system-deps $(VENV)/.stamp-installed
@@ -41,5 +42,8 @@ test: setup
 bench: setup
 	$(PY) bench/throughput.py
 
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf runs outputs multirun videos/*/ MUJOCO_LOG.TXT
+	rm -rf runs outputs multirun site videos/*/ MUJOCO_LOG.TXT
