@@ -28,7 +28,7 @@ $(VENV)/.stamp-installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(PY) -m pip install -q -e ".[test,playground,cluster,docs]"
+	$(PY) -m pip install -q -e ".[test,playground,cluster,docs,envpool]"
 	@touch $@
 
 setup: system-deps $(VENV)/.stamp-installed

@@ -5,6 +5,7 @@ Ids take a backend prefix:
 * ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box observations and actions;
 * ``dmc:<domain>-<task>`` - the dm_control suite, e.g. ``dmc:cheetah-run``;
 * ``playground:<Env>`` - MuJoCo Playground (MJX on JAX, CPU or GPU), e.g. ``playground:CheetahRun``;
+* ``envpool:<task>`` - EnvPool's C++ MuJoCo and dm_control tasks, e.g. ``envpool:HalfCheetah-v5``;
 * ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``);
 * ``custom:<module>:<factory>`` - your own batched simulator, built by a function in your package
   (``envs.custom``; ``envs.testing.check_vector_env`` checks it against the protocol).
@@ -80,6 +81,14 @@ def _make_custom(name: str, **kwargs: Any) -> VectorEnv:
     return make_custom(name, **kwargs)
 
 
+def _make_envpool(name: str, **kwargs: Any) -> VectorEnv:
+    try:
+        from envs.envpool_backend import EnvPoolVectorEnv
+    except ImportError as error:
+        raise EnvError(f"envpool:{name} needs EnvPool: pip install -e '.[envpool]' ({error})") from None
+    return EnvPoolVectorEnv(name, **kwargs)
+
+
 def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
     try:
         from envs.playground_backend import PlaygroundVectorEnv
@@ -89,14 +98,15 @@ def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
 
 
 BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "dmc": _make_dmc, "playground": _make_playground,
-                                                 "genpol": _make_genpol, "custom": _make_custom}
+                                                 "envpool": _make_envpool, "genpol": _make_genpol,
+                                                 "custom": _make_custom}
 
 
 def known_ids() -> list[str]:
     """A few example ids (the gym backend accepts every registered gymnasium id)."""
     return ["gym:HalfCheetah-v5", "gym:Hopper-v5", "gym:Walker2d-v5", "gym:Ant-v5", "gym:Pendulum-v1",
             "dmc:cheetah-run", "dmc:cartpole-balance", "dmc:walker-walk", "playground:CheetahRun",
-            "playground:CartpoleBalance", "genpol:MultiGoal"]
+            "playground:CartpoleBalance", "envpool:HalfCheetah-v5", "envpool:CheetahRun-v1", "genpol:MultiGoal"]
 
 
 def backend_prefix(env_id: str) -> str:

@@ -16,6 +16,8 @@ BACKENDS = [
     pytest.param("dmc:cartpole-balance", 2, id="dmc-cartpole"),
     pytest.param("playground:CartpoleBalance", 4, id="playground-cartpole"),
     pytest.param("genpol:MultiGoal", 4, id="genpol-multigoal"),
+    pytest.param("envpool:Hopper-v5", 3, id="envpool-hopper"),
+    pytest.param("envpool:CheetahRun-v1", 2, id="envpool-dmc-cheetah"),
 ]
 
 
@@ -99,7 +101,7 @@ def test_termination_is_not_truncation():
 
 
 def test_unknown_ids_name_the_culprit_and_suggest():
-    with pytest.raises(EnvError, match=r"gym:, dmc:, playground:, genpol:.*Did you mean .gym:HalfCheetah-v5."):
+    with pytest.raises(EnvError, match=r"gym:, dmc:, playground:, envpool:, genpol:.*Did you mean .gym:HalfCheetah-v5."):
         envs.make("HalfCheetah-v5")
     with pytest.raises(EnvError, match=r"unknown gymnasium id 'gym:HalfChetah-v5'.*gym:HalfCheetah-v5"):
         envs.make("gym:HalfChetah-v5")
@@ -212,7 +214,8 @@ def test_state_dict_continues_the_episode_exactly(env_id):
         assert torch.equal(o1, o2) and torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
 
 
-@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "dmc:cheetah-run", "genpol:MultiGoal"])
+@pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "dmc:cheetah-run", "genpol:MultiGoal",
+                                    "envpool:HalfCheetah-v5"])
 def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
     import imageio.v3 as iio
 

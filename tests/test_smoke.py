@@ -5,6 +5,7 @@ warning and ``summary["missing"]["video"]``). This is the test that catches a co
 evaluation or video breaks after training - the way Pendulum once lost its weights to a missing
 pygame."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from genpol.api import compose_config
 from genpol.config import validate
 from genpol.train import run_training
 
-from conftest import assert_nonblank_mp4
+from conftest import REPO, assert_nonblank_mp4
+
+sys.path.insert(0, str(REPO / "docs" / "examples"))  # policy=custom trains the docs tutorial's head
 
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -31,6 +34,7 @@ CASES = {
     **{f"env-{name}": [f"env={name}", *ON_POLICY] for name in
        ("halfcheetah", "hopper", "walker2d", "pendulum", "dmc", "multigoal")},
     "env-gym": ["env=gym", "env.id=MountainCarContinuous-v0", *ON_POLICY],
+    "env-envpool": ["env=envpool", "env.id=HalfCheetah-v5", *ON_POLICY],
     "env-custom": ["env=custom", "env.id=custom_envs.batched:make_env", *ON_POLICY],
     # CartpoleBalance with 4 envs for training and evaluation, as test_playground.py: one MJX
     # compilation shared in this process (the group's CheetahRun costs minutes of compilation on CPU)
@@ -41,6 +45,7 @@ CASES = {
     "policy-fpo": ["env=pendulum", "policy=fpo", *ON_POLICY],
     "policy-policyflow": ["env=pendulum", "policy=policyflow", *ON_POLICY],
     "policy-tanh_gaussian": ["env=pendulum", "policy=tanh_gaussian", *ON_POLICY],
+    "policy-custom": ["env=pendulum", "policy=custom", "policy.family=laplace_head:LaplaceHead", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ENV_BACKENDS = ("gym", "dmc", "playground", "genpol", "custom")
+ENV_BACKENDS = ("gym", "dmc", "playground", "envpool", "genpol", "custom")
 ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
 
 

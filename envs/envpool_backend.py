@@ -1,0 +1,173 @@
+"""EnvPool backend: ``envpool:<task>``, e.g. ``envpool:HalfCheetah-v5`` or ``envpool:CheetahRun-v1``.
+
+EnvPool steps a batch of C++ MuJoCo (gymnasium v5 and dm_control) tasks on its own thread pool, with
+no Python loop per env and no worker processes.
+
+* Episode ends, the true final observation and auto-reset: EnvPool resets an env on the step
+  *after* its episode ended (that step ignores the action and returns the first observation with
+  reward 0). genpol's protocol resets in the same step and hands the last observation back in
+  ``info["final_obs"]``, so after a step in which some envs ended this backend steps just those envs
+  once more (``step(actions, env_id)``, EnvPool's partial step) to collect their first observation.
+  The extra call happens once per finished episode; termination and truncation keep the task's
+  own meaning (``max_episode_steps`` truncates).
+* Observations: float64 in EnvPool, float32 here; dm_control's dict observations are flattened in
+  the order of the observation space's keys (``observation_keys``).
+* Seeding: env i of ``reset(seed)`` is seeded with ``seed + i`` (EnvPool's own rule). EnvPool has
+  no re-seeding reset, so a ``reset`` with a seed rebuilds the pool.
+* Threads: ``env.kwargs.num_threads`` (EnvPool's default 0 uses one thread per env up to the cores).
+* Resume: EnvPool exposes no simulator state, so a run resumes with fresh episodes (a warning says
+  so), not bit-identically; everything else in the checkpoint (policy, optimizer, RNG, counters,
+  normalizers) restores exactly.
+* Rendering: EnvPool's own renderer (env 0), which needs an OpenGL context made current in this
+  thread first; genpol makes one with MuJoCo's EGL or OSMesa binding (``MUJOCO_GL``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import difflib
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from envs.core import EnvError, StepResult, VectorEnv
+
+_GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
+
+
+def _make_gl_context_current(width: int, height: int) -> None:
+    if _GL_CONTEXTS:
+        return
+    backend = os.environ.get("MUJOCO_GL", "egl")
+    if backend == "egl":
+        from mujoco.egl import GLContext
+    elif backend == "osmesa":
+        from mujoco.osmesa import GLContext
+    else:
+        from mujoco.glfw import GLContext
+    context = GLContext(width, height)
+    context.make_current()
+    _GL_CONTEXTS.append(context)
+    atexit.register(context.free)  # before interpreter teardown, where its __del__ would fail noisily
+
+
+class EnvPoolVectorEnv(VectorEnv):
+    """``num_envs`` copies of an EnvPool task, stepped by EnvPool's thread pool.
+
+    Args:
+        name: the EnvPool task id (``envpool:`` prefix stripped), e.g. ``"Hopper-v5"``.
+        num_envs, device, seed: as for every backend; env i is seeded with ``seed + i``.
+        render: allow ``render()`` (env 0); render_size: (width, height).
+        max_episode_steps: override the task's time limit.
+        env_kwargs: extra keyword arguments of ``envpool.make`` (e.g. ``num_threads``).
+        action_chunk: must be 1 (chunks are not supported by this backend yet).
+    """
+
+    exact_resume = False  # state_dict() holds a reset seed, not the simulator state (envs.testing reads this)
+
+    def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
+                 render: bool = False, render_size: tuple[int, int] = (256, 256),
+                 max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
+                 action_chunk: int = 1):
+        import envpool
+
+        self.env_id = f"envpool:{name}"
+        known = envpool.list_all_envs()
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join('envpool:' + c for c in close)}?" if close else ""
+            raise EnvError(f"unknown EnvPool task '{self.env_id}'.{hint}")
+        if action_chunk != 1:
+            raise EnvError(f"{self.env_id}: action chunks are not supported by the EnvPool backend yet "
+                           "(use policy.act_steps=1, or the gym/dmc backends)")
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self._make_kwargs: dict[str, Any] = dict(env_kwargs or {})
+        if max_episode_steps is not None:
+            self._make_kwargs["max_episode_steps"] = max_episode_steps
+        if render:
+            self._make_kwargs.update(render_mode="rgb_array", render_width=render_size[0],
+                                     render_height=render_size[1])
+        self._render_size = render_size
+        self._render = render
+        self._pending_seed = 0 if seed is None else seed
+        self._last_seed, self._steps_since_reset = self._pending_seed, 0
+        self._pool = self._build(self._pending_seed)
+        space = self._pool.observation_space
+        self.observation_keys: list[str] | None = list(space.spaces) if hasattr(space, "spaces") else None
+        shapes = [space[key].shape for key in self.observation_keys] if self.observation_keys else [space.shape]
+        self.obs_dim = int(sum(np.prod(shape) for shape in shapes))
+        self.act_dim = int(self._pool.action_space.shape[0])
+        self.action_low = torch.as_tensor(self._pool.action_space.low, dtype=torch.float32, device=self.device)
+        self.action_high = torch.as_tensor(self._pool.action_space.high, dtype=torch.float32, device=self.device)
+        self.max_episode_steps = int(self._pool.config["max_episode_steps"])
+
+    def _build(self, seed: int) -> Any:
+        import envpool
+
+        try:
+            return envpool.make(self.env_id.partition(":")[2], env_type="gymnasium", num_envs=self.num_envs,
+                                seed=seed, **self._make_kwargs)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise EnvError(f"{self.env_id}: envpool.make rejected {self._make_kwargs} ({error})") from None
+
+    def _flat(self, obs: Any) -> np.ndarray:
+        """EnvPool's observation (an array, or a dict of ``[n, ...]`` arrays) -> ``[n, obs_dim]``."""
+        if self.observation_keys is None:
+            return np.asarray(obs).reshape(len(obs), -1)
+        return np.concatenate([np.asarray(obs[key]).reshape(len(obs[key]), -1) for key in self.observation_keys],
+                              axis=1)
+
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(array, device=self.device).to(dtype)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        seed = self._pending_seed if seed is None else seed
+        self._pending_seed = None
+        if seed is not None:
+            self._pool.close()
+            self._pool = self._build(seed)
+            self._last_seed = seed
+        self._steps_since_reset = 0
+        obs, _ = self._pool.reset()
+        return self._tensor(self._flat(obs))
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.check_actions(actions)
+        action = actions.detach().to("cpu", torch.float64).numpy()
+        obs, reward, terminated, truncated, info = self._pool.step(action, np.arange(self.num_envs, dtype=np.int32))
+        order = np.argsort(info["env_id"])  # results come back by env id; put them in env order
+        obs = self._flat(obs)[order]
+        reward, terminated, truncated = reward[order], terminated[order], truncated[order]
+        self._steps_since_reset += 1
+        ended = terminated | truncated
+        final_obs = obs.copy()
+        if ended.any():  # EnvPool resets these on their next step: take that step now, for just them
+            ids = np.flatnonzero(ended).astype(np.int32)
+            first, _, _, _, reset_info = self._pool.step(np.zeros((len(ids), self.act_dim)), ids)
+            obs[reset_info["env_id"]] = self._flat(first)
+        return (self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool),
+                self._tensor(truncated, torch.bool), {"final_obs": self._tensor(final_obs)})
+
+    def render(self) -> np.ndarray | None:
+        if not self._render:
+            return None
+        _make_gl_context_current(*self._render_size)
+        return np.asarray(self._pool.render(env_ids=[0]))[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """No simulator state (EnvPool exposes none): the seed a resumed run resets with, distinct
+        from the run's first seed and a function of the step count, so that resuming is repeatable."""
+        return {"exact": False, "reset_seed": self._last_seed + self._steps_since_reset}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        warnings.warn(f"{self.env_id}: EnvPool exposes no simulator state, so the resumed run cannot continue its "
+                      f"episodes: every env is reset (seed {state['reset_seed']}); use env=gym for an exact resume.",
+                      RuntimeWarning, stacklevel=2)
+        self.reset(state["reset_seed"])
+
+    def close(self) -> None:
+        self._pool.close()
