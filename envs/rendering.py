@@ -2,27 +2,28 @@
 
 A floor in MuJoCo is a ``plane`` geom. It collides as an infinite plane, but it is *drawn* as a
 rectangle of half-sizes ``geom_size[:2]`` around its position: 40 m for gymnasium's HalfCheetah,
-20 m for Hopper and Humanoid, a 0.8 m wide strip from x = -2 to 198 m for dm_control's cheetah, 15 m
-for its quadruped. A tracking camera keeps the robot in the frame, so a robot that runs past the
+20 m for Hopper and Humanoid, a 1.6 m wide strip from x = -2 to 198 m for dm_control's cheetah,
+15 m for its quadruped. A tracking camera keeps the robot in the frame, so a robot that runs past the
 rectangle runs on in a grey void (a trained HalfCheetah covers several hundred metres in 1000 steps).
 
 Ways to fix this, and why this module takes the last one:
 
-* Enlarge ``geom_size`` of the plane. MuJoCo builds each plane's vertex grid and uploads its material
-  when the render context is made, from at most ``mjMAXPLANEGRID`` (200) cells per side
-  (``render_context.c``, ``makePlane``): a plane kilometres wide gets cells tens of metres wide, so
-  its per-vertex lighting changes, and a checker repeated "N times over the object" (``texuniform``
-  false, as in gymnasium's models) gets cells as large as the plane; and the edit touches a model the
-  physics also reads (ray casts do clip to a plane's finite size).
-* ``size="0 0"``: MuJoCo's "infinite" plane is a grid of half-size ``1.05 * zfar`` *around the
-  plane's position*, ``zfar = vis.map.zfar * stat.extent`` (400 m for HalfCheetah), so a fast run
-  still leaves it; it too needs a model edit.
+* Enlarge ``geom_size`` of the plane. MuJoCo builds each plane's vertex grid when the render context
+  is made, with at most ``mjMAXPLANEGRID`` (200) cells per side (``render_context.c``, ``makePlane``):
+  a plane kilometres wide gets cells tens of metres wide, which changes its per-vertex lighting; a
+  checker repeated ``texrepeat`` times over the whole plane (``texuniform`` false, as in gymnasium's
+  models) grows with it unless the material is edited too; and the edit touches a model the physics
+  also reads (ray casts, e.g. rangefinders, accept only hits within a plane's drawn rectangle).
+* ``size="0 0"``: MuJoCo's "infinite" plane is a grid of half-size about ``1.05 * zfar`` *around
+  the plane's position* (``makePlane``), with ``zfar = vis.map.zfar * stat.extent`` (400 m for
+  HalfCheetah), so a fast run still leaves it; it too needs a model edit.
 * Move the drawn plane, not the model: after ``mjv_updateScene`` and before ``mjr_render``, the scene
   (``mjvScene``) holds one ``mjvGeom`` per drawn geom, which MuJoCo's API lets a caller edit. Each
   frame, the floor's ``mjvGeom`` is re-centred under the robot, shifted by a whole number of texture
-  periods so that the checker stays fixed to the world and the motion stays visible. The model and
-  the simulation state are only read, so physics cannot change (``tests/test_rendering.py`` checks
-  identical trajectories with and without rendering).
+  periods so that the checker stays fixed to the world and the motion stays visible. The simulation
+  state is only read, and of the model only the offscreen buffer size may grow (a field that only
+  rendering reads), so physics cannot change (``tests/test_rendering.py`` checks identical
+  trajectories with and without rendering).
 
 The camera is the model's own tracking camera (``mode="trackcom"``: gymnasium's ``track``,
 dm_control's camera 0), which follows the centre of mass of the body it is attached to; the floor
