@@ -134,3 +134,26 @@ def test_a_whole_period_shift_leaves_the_checker_in_place():
         env.close()
     assert np.abs(frames[1] - frames[0]).mean() < 2.0
     assert np.abs(frames[2] - frames[0]).mean() > 30.0
+
+
+def test_every_frame_of_a_long_halfcheetah_video_shows_the_floor(tmp_path):
+    """The mp4 that ``VideoRecorder`` writes for a whole 600-step episode (a time limit ends it; the
+    cheetah is past the drawn floor's 40 m edge for its last ~150 frames): the bottom of every decoded
+    frame keeps the checker contrast of the first."""
+    import imageio.v3 as iio
+
+    gait = GAITS["gym:HalfCheetah-v5"]
+    phases = torch.tensor(gait["phases"])
+    with envs.make("gym:HalfCheetah-v5", num_envs=1, seed=0, video_dir=tmp_path, video_prefix="run",
+                   render_size=(48, 48), max_episode_steps=600) as env:
+        env.reset()
+        _, data = simulation(env)
+        for t in range(600):
+            if t == 599:  # before the last step, which resets the episode
+                assert float(data.qpos[0]) > 50.0, "the gait no longer runs far"
+            env.step(torch.sin(2 * np.pi * gait["frequency"] * t * gait["dt"] + phases)[None].float())
+        (path,) = env.find(envs.VideoRecorder).paths
+    frames = iio.imread(path)
+    assert frames.shape == (600, 48, 48, 3)
+    contrast = np.array([checker_contrast(frame) for frame in frames])
+    assert contrast.min() > 0.5 * contrast[0], f"frame {contrast.argmin()} lost the floor"
