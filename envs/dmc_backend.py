@@ -7,7 +7,8 @@
   discount 1) truncates, so learners bootstrap from ``info["final_obs"]``.
 * Vectorization: the envs are stepped one after another in this process (``SyncVectorEnv``'s
   choice, for the same reason: no inter-process traffic on a few cores).
-* Rendering: ``physics.render`` of env 0 with camera 0.
+* Rendering: env 0 through its model's camera 0 (a tracking camera in the locomotion domains), with
+  the floor following the robot (``envs.rendering``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class DMCVectorEnv(VectorEnv):
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._render = render
         self._render_size = render_size
+        self._renderer: Any = None
+        self._renderer_env: Any = None  # the env 0 the renderer was made for
 
     def _load(self, seed: int | None):
         kwargs = {**self._task_kwargs, "random": seed}
@@ -135,10 +138,23 @@ class DMCVectorEnv(VectorEnv):
     def render(self) -> np.ndarray | None:
         if not self._render:
             return None
-        width, height = self._render_size
-        return self._envs[0].physics.render(height=height, width=width, camera_id=0)
+        env0 = self._envs[0]
+        if self._renderer is None or self._renderer_env is not env0:  # a seeded reset rebuilds the envs
+            from envs.rendering import FloorFollowingRenderer
+
+            self._close_renderer()
+            model = env0.physics.model.ptr
+            self._renderer = FloorFollowingRenderer(model, *self._render_size, camera=0 if model.ncam > 0 else -1)
+            self._renderer_env = env0
+        return self._renderer.render(env0.physics.data.ptr)
+
+    def _close_renderer(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+        self._renderer = self._renderer_env = None
 
     def close(self) -> None:
+        self._close_renderer()
         for env in self._envs:
             env.close()
 

@@ -186,6 +186,7 @@ class GymVectorEnv(VectorEnv):
         self.action_chunk = action_chunk
         self._render = render
         self._renderer_ready = False
+        self._floor_renderer: Any = None
 
     # ------------------------------------------------------------------ stepping
     def _to_torch(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -235,31 +236,45 @@ class GymVectorEnv(VectorEnv):
         if not self._render:
             return None
         env0 = self._envs.envs[0]
+        unwrapped = env0.unwrapped
         if not self._renderer_ready:
-            self._configure_renderer(env0.unwrapped)
+            self._floor_renderer = self._make_floor_renderer(unwrapped)
+            if self._floor_renderer is None:
+                self._configure_renderer(unwrapped)
             self._renderer_ready = True
+        if self._floor_renderer is not None:
+            return self._floor_renderer.render(unwrapped.data)
         frame = env0.render()
         return None if frame is None else np.ascontiguousarray(frame, dtype=np.uint8)
 
-    @staticmethod
-    def _configure_renderer(unwrapped: Any) -> None:
-        """Tracking camera and no shadows for MuJoCo envs.
+    def _make_floor_renderer(self, unwrapped: Any) -> Any:
+        """A ``FloorFollowingRenderer`` on the model's ``track`` camera, or None without one.
 
         gymnasium 1.4 renders with a free camera by default, which loses HalfCheetah after a few
-        seconds; the models' own ``track`` camera follows the torso. Shadows off renders about 3x
-        faster with Mesa's software EGL (50 vs 15 fps at 480x480 on this machine).
+        seconds; the locomotion models' own ``track`` camera (``mode="trackcom"``) follows the torso,
+        and the floor follows it too (``envs.rendering``). Envs without that camera (Reacher,
+        pendulums) keep gymnasium's own view.
         """
+        if not _is_mujoco(unwrapped) or mujoco.mj_name2id(unwrapped.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") < 0:
+            return None
+        from envs.rendering import FloorFollowingRenderer
+
+        return FloorFollowingRenderer(unwrapped.model, *self._render_size, camera="track")
+
+    @staticmethod
+    def _configure_renderer(unwrapped: Any) -> None:
+        """No shadows for gymnasium's own MuJoCo renderer: about 3x faster with Mesa's software EGL."""
         renderer = getattr(unwrapped, "mujoco_renderer", None)
         if renderer is None or mujoco is None:
             return
-        track = mujoco.mj_name2id(unwrapped.model, mujoco.mjtObj.mjOBJ_CAMERA, "track")
-        if track >= 0:
-            renderer.camera_id = track
         viewer = renderer._get_viewer("rgb_array")
         viewer.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
         viewer.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
 
     def close(self) -> None:
+        if self._floor_renderer is not None:
+            self._floor_renderer.close()
+            self._floor_renderer = None
         self._envs.close()
 
     # ------------------------------------------------------------------ exact resume

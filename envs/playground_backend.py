@@ -243,18 +243,17 @@ class PlaygroundVectorEnv(VectorEnv):
             return None
         import mujoco
 
+        from envs.rendering import FloorFollowingRenderer
+
         model = self._env.mj_model
-        if self._renderer is None:
-            width, height = self._render_size
-            self._renderer = mujoco.Renderer(model, height=height, width=width)
+        if self._renderer is None:  # camera 0 tracks the robot in the dm_control-suite ports
+            self._renderer = FloorFollowingRenderer(model, *self._render_size, camera=0 if model.ncam > 0 else -1)
             self._render_data = mujoco.MjData(model)
-            self._scene_option = mujoco.MjvOption()
         data = self._carry["state"].data
         self._render_data.qpos[:] = np.asarray(data.qpos[0])
         self._render_data.qvel[:] = np.asarray(data.qvel[0])
         mujoco.mj_forward(model, self._render_data)
-        self._renderer.update_scene(self._render_data, camera=0 if model.ncam > 0 else -1)
-        return self._renderer.render()
+        return self._renderer.render(self._render_data)
 
     def close(self) -> None:
         if self._renderer is not None:
