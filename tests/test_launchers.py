@@ -160,7 +160,7 @@ def test_report_names_a_directory_without_runs(tmp_path):
 
 # -- submitit: requeue resumes -----------------------------------------------------------------
 
-REQUEUE = ["env=multigoal", "seed=0", "total_steps=16384", "updater.rollout_steps=16", "updater.epochs=1",
+REQUEUE = ["env=multigoal", "seed=0", "total_steps=8192", "updater.rollout_steps=16", "updater.epochs=1",
            "pipeline.video=false", "pipeline.eval_episodes=2", "logger.progress_bar=false",
            "pipeline.checkpoint_every=0", "pipeline.keep_checkpoints=3"]
 
@@ -194,11 +194,11 @@ def test_submitit_requeue_resumes_from_the_checkpoint_written_at_the_signal(tmp_
             if process.poll() is None:
                 process.kill()
     assert sweep.returncode == 0, output[-3000:]
-    log = "".join(path.read_text() for path in (tmp_path / "sweep" / ".submitit").rglob("*_log.err"))
+    log = "".join(path.read_text() for path in (tmp_path / "sweep" / ".submitit").rglob("*_log.*"))
     assert "Requeued job" in log and f"resuming genpol:MultiGoal from {job / 'checkpoints'}" in log
 
     steps = [int(path.name.split("_")[1]) for path in list_checkpoints(job / "checkpoints")]
-    assert len(steps) == 2 and 0 < steps[0] < 16384 and steps[1] == 16384  # the signal's checkpoint, the end
+    assert len(steps) == 2 and 0 < steps[0] < 8192 and steps[1] == 8192  # the signal's checkpoint, the end
     final = list_checkpoints(job / "checkpoints")[-1]
     expected = list_checkpoints(tmp_path / "reference" / "checkpoints")[-1]
     assert_trees_equal(load_policy_files(expected)[1], load_policy_files(final)[1], "policy")
@@ -244,4 +244,5 @@ def test_ray_sweep_against_a_local_head(tmp_path):
     shutil.rmtree(temp_dir, ignore_errors=True)
     seeds = [json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["seed"] for job in ("0", "1")]
     assert seeds == [0, 1]
-    assert worker_output.count('"env_steps": 512') == 2  # both summaries were printed by Ray workers
+    for job in ("0", "1"):  # each job's summary was printed by a Ray worker
+        assert f'"run_dir": "{tmp_path / "sweep" / job}"' in worker_output
