@@ -202,8 +202,9 @@ def plot_curve(row: Row, curve_metric: str, output: Path) -> bool:
     steps, values = curves
     mean, low, high = t_interval(values)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(steps, mean, color="tab:blue", label=f"mean over {values.shape[0]} seeds")
-    if values.shape[0] > 1:
+    seeds = values.shape[0]
+    ax.plot(steps, mean, color="tab:blue", label=f"mean over {seeds} seed{'s' if seeds > 1 else ''}")
+    if seeds > 1:
         ax.fill_between(steps, low, high, color="tab:blue", alpha=0.25, label="95% CI (Student t)")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(curve_metric)

@@ -173,8 +173,6 @@ def test_submitit_requeue_resumes_from_the_checkpoint_written_at_the_signal(tmp_
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
 
-    reference = subprocess.Popen([sys.executable, "-m", "genpol.train", *REQUEUE, f"run_dir={tmp_path / 'reference'}"],
-                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sweep = subprocess.Popen([sys.executable, "-m", "genpol.train", "--multirun", "launcher=submitit_local", *REQUEUE,
                               f"run_dir={tmp_path / 'sweep'}"], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -187,12 +185,15 @@ def test_submitit_requeue_resumes_from_the_checkpoint_written_at_the_signal(tmp_
                 break
             time.sleep(0.02)
         os.kill(lock_pid(job), signal.SIGUSR2)
+        # the uninterrupted reference, in this process while the job requeues
+        from genpol.api import train
+
+        train("multigoal", seed=0, total_steps=8192, run_dir=tmp_path / "reference",
+              overrides=[item for item in REQUEUE if not item.startswith(("env=", "seed=", "total_steps="))])
         output, _ = sweep.communicate(timeout=180)
-        assert reference.wait(timeout=180) == 0
     finally:
-        for process in (reference, sweep):
-            if process.poll() is None:
-                process.kill()
+        if sweep.poll() is None:
+            sweep.kill()
     assert sweep.returncode == 0, output[-3000:]
     log = "".join(path.read_text() for path in (tmp_path / "sweep" / ".submitit").rglob("*_log.*"))
     assert "Requeued job" in log and f"resuming genpol:MultiGoal from {job / 'checkpoints'}" in log
