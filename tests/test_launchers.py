@@ -154,8 +154,14 @@ def test_learning_curve_band_is_a_student_t_interval():
 
 
 def test_report_names_a_directory_without_runs(tmp_path):
-    result = run_cli("-m", "genpol.report", str(tmp_path), check=False)
-    assert result.returncode != 0 and "no finished run under" in result.stderr
+    from genpol.report import main
+
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(SystemExit, match=f"no finished run under {tmp_path}"):
+        main([str(tmp_path)])
+    with pytest.raises(SystemExit, match="is not a directory"):
+        main([str(tmp_path / "nowhere")])
 
 
 # -- submitit: requeue resumes -----------------------------------------------------------------
@@ -219,6 +225,7 @@ def _free_port() -> int:
 def test_ray_sweep_against_a_local_head(tmp_path):
     """A head on the loopback address only (Ray's single-machine mode, which binds 127.0.0.1), a
     2-job sweep sent to it with launcher=ray, the head stopped: every step bounded in time."""
+    pytest.importorskip("ray", reason="the cluster extra (pip install -e '.[cluster]') installs Ray")
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     ray_bin = Path(sys.executable).parent / "ray"
     # Ray keeps unix sockets under its temp dir, whose paths must stay under 108 bytes
