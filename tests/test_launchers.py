@@ -222,9 +222,21 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _listening_addresses(session: int) -> list[str]:
+    """The local addresses of the TCP sockets that processes of ``session`` listen on (``ss``)."""
+    pids = subprocess.run(["ps", "-o", "pid=", "-s", str(session)], capture_output=True, text=True).stdout.split()
+    try:
+        table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
+    except FileNotFoundError:
+        pytest.skip("ss (iproute2) is needed to check that the Ray head listens on loopback only")
+    return [line.split()[3].rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:") for line in table.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]
+
+
 def test_ray_sweep_against_a_local_head(tmp_path):
-    """A head on the loopback address only (Ray's single-machine mode, which binds 127.0.0.1), a
-    2-job sweep sent to it with launcher=ray, the head stopped: every step bounded in time."""
+    """A head on the loopback address only (Ray's single-machine mode: every port it listens on is
+    bound to 127.0.0.1), a 2-job sweep sent to it with launcher=ray, the head stopped: every step
+    bounded in time."""
     pytest.importorskip("ray", reason="the cluster extra (pip install -e '.[cluster]') installs Ray")
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     ray_bin = Path(sys.executable).parent / "ray"
@@ -240,6 +252,8 @@ def test_ray_sweep_against_a_local_head(tmp_path):
     try:
         run_cli("-m", "genpol.train", "--multirun", "launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
                 "seed=0,1", "updater.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180)
+        listening = _listening_addresses(head.pid)
+        assert listening and all(address.endswith("127.0.0.1") for address in listening), listening
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops its processes
         try:
