@@ -32,6 +32,7 @@ import argparse
 import itertools
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -250,6 +251,8 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
     if not rows:
         raise KeyError(f"no run under {root} has '{metric}' in its summary.json; choose another --metric")
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("curves", "tb"):  # a re-run replaces them (TensorBoard would show old sessions twice)
+        shutil.rmtree(out_dir / stale, ignore_errors=True)
     curve_files = {}
     for row in rows:
         relative = f"curves/{_slug(row.label)}.png"

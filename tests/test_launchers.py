@@ -56,6 +56,25 @@ def test_the_default_run_dir_is_claimed_once_per_launch(tmp_path):
         os.chdir(cwd)
     assert first != second and (tmp_path / first).is_dir() and (tmp_path / second).is_dir()
 
+    # a sweep's workers and a requeued job get the launching process's value with the pickled
+    # config (the resolver's cache), and claim nothing new
+    import cloudpickle
+    from omegaconf import OmegaConf
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        launched = compose_config([])
+        claimed = launched.run_dir
+        before = sorted(tmp_path.rglob("*"))
+        shipped = cloudpickle.loads(cloudpickle.dumps(launched))
+        job = compose_config(["seed=1"])  # what Hydra's load_sweep_config does in the worker
+        OmegaConf.copy_cache(from_config=shipped, to_config=job)
+        assert shipped.run_dir == job.run_dir == claimed
+        assert sorted(tmp_path.rglob("*")) == before
+    finally:
+        os.chdir(cwd)
+
 
 # -- joblib ------------------------------------------------------------------------------------
 
