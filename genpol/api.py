@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from genpol.config import register_configs, validate
+from genpol.config.base import claim_new_dir
 from genpol.policy import TrainedPolicy
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -57,12 +58,15 @@ def train(
         updater: an updater group (``"ppo"``).
         total_steps: env steps (default: the config's).
         seed: the run's seed.
-        run_dir: run directory (default ``runs/<date>_<time>``); an existing run resumes.
+        run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
+            existing run resumes.
         overrides: further Hydra overrides, e.g. ``["updater.lr=1e-3", "env.num_envs=16"]``.
     """
     from genpol.train import run_training
 
-    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")
+    if run_dir is None:
+        run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
+    run_dir = Path(run_dir)
     items = [*_env_overrides(env), f"policy={policy}", f"updater={updater}", f"seed={seed}",
              f"run_dir={run_dir}", *overrides]
     if total_steps is not None:

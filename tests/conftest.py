@@ -15,10 +15,12 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``python -m <args>`` in a subprocess from the repository root (or ``cwd``)."""
+def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m <args>`` in a subprocess from the repository root (or ``cwd``), with
+    ``os.environ`` (or ``env``)."""
     result = subprocess.run([sys.executable, *args], cwd=cwd or REPO, capture_output=True, text=True,
-                            timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                            timeout=timeout, env={**(env or os.environ), "PYTHONWARNINGS": "ignore"})
     if check and result.returncode != 0:
         raise AssertionError(f"command failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result

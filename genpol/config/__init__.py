@@ -13,7 +13,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, require
+from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, claim_new_dir, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
 from genpol.config.offpolicy import SACConfig
@@ -48,8 +48,10 @@ class TrainConfig:
     """Seed of torch, the environments and minibatch shuffling."""
     total_steps: int = 1_000_000
     """Environment steps to train for (summed over envs)."""
-    run_dir: str = "runs/${now:%Y-%m-%d}/${now:%H-%M-%S}"
-    """Run directory; re-running with the same run_dir resumes from its latest checkpoint."""
+    run_dir: str = "${genpol.new_dir:runs/${now:%Y-%m-%d}/${now:%H-%M-%S}}"
+    """Run directory (a sweep's job i: <run_dir>/i); re-running with the same run_dir resumes from its
+    latest checkpoint. The default is claimed when it is first resolved, so two launches in the same
+    second get two directories (the second ``..._1``), never one."""
     device: str = "cpu"
     """Torch device of networks and rollout tensors."""
     torch_threads: int = 1
@@ -133,7 +135,14 @@ ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutCon
 
 
 def register_configs() -> None:
-    """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each)."""
+    """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each), and register
+    the ``genpol.new_dir`` resolver of the default run directory.
+
+    The resolver's value is cached in the config, and Hydra copies that cache into every sweep job's
+    config (``load_sweep_config``), pickled along to joblib, Ray and submitit workers and into a
+    requeued SLURM job: a sweep claims its directory once, in the launching process."""
+    if not OmegaConf.has_resolver("genpol.new_dir"):
+        OmegaConf.register_new_resolver("genpol.new_dir", claim_new_dir, use_cache=True)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)

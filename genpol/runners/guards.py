@@ -89,7 +89,7 @@ def stop_on_signals() -> Iterator[None]:
     def request_stop(number: int, frame: Any) -> None:
         STOP.signal_name = signal.Signals(number).name
 
-    STOP.signal_name = None
+    # a stop requested before the body (a launcher's preemption signal during start-up) stays set
     for number in (signal.SIGTERM, signal.SIGINT):
         previous[number] = signal.signal(number, request_stop)
     try:
@@ -98,6 +98,12 @@ def stop_on_signals() -> Iterator[None]:
         for number, handler in previous.items():
             signal.signal(number, handler)
         STOP.signal_name = None
+
+
+def request_stop(signal_name: str) -> None:
+    """Ask the running training to checkpoint and stop after its current iteration, as SIGTERM
+    does (for a launcher's own signal handler, e.g. SLURM preemption through submitit)."""
+    STOP.signal_name = signal_name
 
 
 def stop_if_requested(runner: Any) -> None:

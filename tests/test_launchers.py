@@ -1,0 +1,289 @@
+"""Sweeps through Hydra's launcher plugins (joblib, Ray, submitit), their run directories, the
+requeue of a preempted submitit job, and ``genpol.report`` on a real sweep."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, assert_trees_equal, run_cli
+
+# 2 iterations of 16 envs x 16 steps; MultiGoal episodes end within 16 steps, so every iteration
+# logs charts/episodic_return
+TINY = ["env=multigoal", "total_steps=512", "updater.rollout_steps=16", "pipeline.video=false",
+        "pipeline.eval_episodes=2", "logger.progress_bar=false"]
+
+
+def lock_pid(run_dir: Path) -> int:
+    """The PID that trained in ``run_dir`` (``guards.hold_run_dir`` writes it)."""
+    return int((run_dir / ".genpol.lock").read_text().split()[1])
+
+
+# -- run directories ---------------------------------------------------------------------------
+
+def test_the_default_run_dir_is_claimed_once_per_launch(tmp_path):
+    """Two launches in the same second (here 8 threads at once, and two composes) never share a
+    directory: each gets its own, created atomically."""
+    from genpol.config.base import claim_new_dir
+
+    claimed = []
+    threads = [threading.Thread(target=lambda: claimed.append(claim_new_dir(str(tmp_path / "runs" / "12-00-00"))))
+               for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(claimed)) == 8 and all(Path(path).is_dir() for path in claimed)
+    assert sorted(claimed)[0] == str(tmp_path / "runs" / "12-00-00")
+
+    from genpol.api import compose_config
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        first, second = compose_config([]).run_dir, compose_config([]).run_dir
+    finally:
+        os.chdir(cwd)
+    assert first != second and (tmp_path / first).is_dir() and (tmp_path / second).is_dir()
+
+    # a sweep's workers and a requeued job get the launching process's value with the pickled
+    # config (the resolver's cache), and claim nothing new
+    import cloudpickle
+    from omegaconf import OmegaConf
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        launched = compose_config([])
+        claimed = launched.run_dir
+        before = sorted(tmp_path.rglob("*"))
+        shipped = cloudpickle.loads(cloudpickle.dumps(launched))
+        job = compose_config(["seed=1"])  # what Hydra's load_sweep_config does in the worker
+        OmegaConf.copy_cache(from_config=shipped, to_config=job)
+        assert shipped.run_dir == job.run_dir == claimed
+        assert sorted(tmp_path.rglob("*")) == before
+    finally:
+        os.chdir(cwd)
+
+
+# -- joblib ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def joblib_sweep(tmp_path_factory):
+    """A real joblib multirun: 2 seeds x 2 values of updater.epochs, 2 worker processes, launched
+    from an empty directory with the default run_dir."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    cwd = tmp_path_factory.mktemp("joblib")
+    run_cli("-m", "genpol.train", "--multirun", "launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1",
+            "updater.epochs=1,2", *TINY, cwd=cwd, timeout=240)
+    sweeps = [path for path in (cwd / "runs").glob("*/*") if path.is_dir()]
+    assert len(sweeps) == 1, sweeps  # one launch, one claimed sweep directory
+    return sweeps[0]
+
+
+def test_joblib_multirun_runs_each_job_in_its_own_directory_and_process(joblib_sweep):
+    jobs = sorted((path for path in joblib_sweep.iterdir() if path.name.isdigit()), key=lambda p: int(p.name))
+    assert [job.name for job in jobs] == ["0", "1", "2", "3"]
+    summaries = [json.loads((job / "summary.json").read_text()) for job in jobs]
+    assert all(summary["env_steps"] == 512 and summary["run_dir"] == str(job) for summary, job in zip(summaries, jobs))
+    # Hydra's sweep order: seed outer, epochs inner
+    import yaml
+
+    configs = [yaml.safe_load((job / "config.yaml").read_text()) for job in jobs]
+    assert [(c["seed"], c["updater"]["epochs"]) for c in configs] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    pids = {lock_pid(job) for job in jobs}
+    assert len(pids) == 2 and os.getpid() not in pids  # two loky workers, not this process
+
+
+# -- the report --------------------------------------------------------------------------------
+
+def test_report_table_matches_a_hand_computation(joblib_sweep, capsys):
+    """2 configurations x 2 seeds: the median of two values is their mean, and the bootstrap of
+    the median of two values puts 1/4 of its mass on each value and 1/2 on their mean, so its
+    2.5 % and 97.5 % percentiles are the two values themselves."""
+    from genpol.report import main
+
+    main([str(joblib_sweep)])  # in this process: python -m genpol.report <sweep>
+    report = json.loads((joblib_sweep / "report" / "report.json").read_text())
+    text = (joblib_sweep / "report" / "report.md").read_text()
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert [row["configuration"] for row in report["rows"]] == ["updater.epochs=1", "updater.epochs=2"]
+    for row, jobs in zip(report["rows"], (["0", "2"], ["1", "3"])):
+        values = [json.loads((joblib_sweep / job / "summary.json").read_text())["eval_return_mean"] for job in jobs]
+        a, b = values
+        assert row["seeds"] == [0, 1] and row["values"] == values
+        assert row["median"] == pytest.approx((a + b) / 2, abs=1e-12)
+        assert row["mean"] == pytest.approx((a + b) / 2, abs=1e-12)
+        assert row["ci95"] == [min(a, b), max(a, b)]
+        line = (f"| {row['configuration']} | 2 | {(a + b) / 2:.2f} | [{min(a, b):.2f}, {max(a, b):.2f}] | "
+                f"{(a + b) / 2:.2f} | ![{row['configuration']}]({row['curve']}) |")
+        assert line in text
+        assert (joblib_sweep / "report" / row["curve"]).stat().st_size > 5000
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(joblib_sweep / "report" / "tb" / "updater.epochs=2" / "seed_1"))
+    events.Reload()
+    contents = events.PluginTagToContent("hparams")
+    sessions = [plugin_data_pb2.HParamsPluginData.FromString(c) for c in contents.values()]
+    start = next(s.session_start_info for s in sessions if s.HasField("session_start_info"))
+    assert start.hparams["updater.epochs"].number_value == 2 and start.hparams["seed"].number_value == 1
+    metrics = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
+    assert metrics["hparam/eval_return_mean"] == pytest.approx(report["rows"][1]["values"][1], rel=1e-6)
+
+
+def test_bootstrap_interval_of_the_median_against_the_binomial_formula():
+    """The median of a resample of 7 distinct values x_(1) < ... < x_(7) is its 4th smallest draw,
+    so P(median <= x_(j)) = P(Binomial(7, j/7) >= 4): the exact percentile interval, independently
+    of the enumeration."""
+    from scipy import stats
+
+    from genpol.report import bootstrap_median_ci
+
+    values = np.array([3.0, -1.0, 10.0, 4.0, 0.5, 7.0, 2.0])
+    ordered = np.sort(values)
+    cdf = [stats.binom.sf(3, 7, j / 7) for j in range(1, 8)]  # P(Bin >= 4)
+    low = ordered[next(j for j in range(7) if cdf[j] >= 0.025)]
+    high = ordered[next(j for j in range(7) if cdf[j] >= 0.975)]
+    assert (low, high) == (ordered[1], ordered[5])  # narrower than [min, max] with 7 seeds
+    assert bootstrap_median_ci(values) == (low, high)
+    assert bootstrap_median_ci([5.0]) == (5.0, 5.0)
+
+
+def test_learning_curve_band_is_a_student_t_interval():
+    from genpol.report import t_interval
+
+    samples = np.array([[1.0, 2.0], [3.0, 6.0]])  # 2 seeds, 2 steps: s = sqrt(2), sqrt(8)
+    mean, low, high = t_interval(samples)
+    t = 12.706204736  # t_{0.975, 1}
+    np.testing.assert_allclose(mean, [2.0, 4.0])
+    np.testing.assert_allclose(high - mean, [t * np.sqrt(2) / np.sqrt(2), t * np.sqrt(8) / np.sqrt(2)], rtol=1e-8)
+    np.testing.assert_allclose(mean - low, high - mean)
+
+
+def test_report_names_a_directory_without_runs(tmp_path):
+    from genpol.report import main
+
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(SystemExit, match=f"no finished run under {tmp_path}"):
+        main([str(tmp_path)])
+    with pytest.raises(SystemExit, match="is not a directory"):
+        main([str(tmp_path / "nowhere")])
+
+
+# -- submitit: requeue resumes -----------------------------------------------------------------
+
+REQUEUE = ["env=multigoal", "seed=0", "total_steps=8192", "updater.rollout_steps=16", "updater.epochs=1",
+           "pipeline.video=false", "pipeline.eval_episodes=2", "logger.progress_bar=false",
+           "pipeline.checkpoint_every=0", "pipeline.keep_checkpoints=3"]
+
+
+def test_submitit_requeue_resumes_from_the_checkpoint_written_at_the_signal(tmp_path):
+    """SIGUSR2 (SLURM's preemption / time-limit signal through submitit) to a job of a
+    launcher=submitit_local sweep: the run checkpoints at the end of its iteration (checkpoint_every=0
+    writes none otherwise), submitit's hook requeues the job, and the requeued job resumes from that
+    checkpoint and ends with the parameters and learner state of an uninterrupted run."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
+
+    sweep = subprocess.Popen([sys.executable, "-m", "genpol.train", "--multirun", "launcher=submitit_local", *REQUEUE,
+                              f"run_dir={tmp_path / 'sweep'}"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    job = tmp_path / "sweep" / "0"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and sweep.poll() is None:
+            progress = job / "progress.jsonl"
+            if progress.exists() and progress.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.02)
+        os.kill(lock_pid(job), signal.SIGUSR2)
+        # the uninterrupted reference, in this process while the job requeues
+        from genpol.api import train
+
+        train("multigoal", seed=0, total_steps=8192, run_dir=tmp_path / "reference",
+              overrides=[item for item in REQUEUE if not item.startswith(("env=", "seed=", "total_steps="))])
+        output, _ = sweep.communicate(timeout=180)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 0, output[-3000:]
+    log = "".join(path.read_text() for path in (tmp_path / "sweep" / ".submitit").rglob("*_log.*"))
+    assert "Requeued job" in log and f"resuming genpol:MultiGoal from {job / 'checkpoints'}" in log
+
+    steps = [int(path.name.split("_")[1]) for path in list_checkpoints(job / "checkpoints")]
+    assert len(steps) == 2 and 0 < steps[0] < 8192 and steps[1] == 8192  # the signal's checkpoint, the end
+    final = list_checkpoints(job / "checkpoints")[-1]
+    expected = list_checkpoints(tmp_path / "reference" / "checkpoints")[-1]
+    assert_trees_equal(load_policy_files(expected)[1], load_policy_files(final)[1], "policy")
+    state, expected_state = load_training_state(final), load_training_state(expected)
+    for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
+        assert_trees_equal(expected_state[key], state[key], key)
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _listening_addresses(session: int) -> list[str]:
+    """The local addresses of the TCP sockets that processes of ``session`` listen on (``ss``)."""
+    pids = subprocess.run(["ps", "-o", "pid=", "-s", str(session)], capture_output=True, text=True).stdout.split()
+    try:
+        table = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
+    except FileNotFoundError:
+        pytest.skip("ss (iproute2) is needed to check that the Ray head listens on loopback only")
+    return [line.split()[3].rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:") for line in table.splitlines()
+            if any(f"pid={pid}," in line for pid in pids)]
+
+
+def test_ray_sweep_against_a_local_head(tmp_path):
+    """A head on the loopback address only (Ray's single-machine mode: every port it listens on is
+    bound to 127.0.0.1), a 2-job sweep sent to it with launcher=ray, the head stopped: every step
+    bounded in time."""
+    pytest.importorskip("ray", reason="the cluster extra (pip install -e '.[cluster]') installs Ray")
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    ray_bin = Path(sys.executable).parent / "ray"
+    # Ray keeps unix sockets under its temp dir, whose paths must stay under 108 bytes
+    temp_dir = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    port = _free_port()
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+                             f"--temp-dir={temp_dir}"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run_cli("-m", "genpol.train", "--multirun", "launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
+                "seed=0,1", "updater.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180)
+        listening = _listening_addresses(head.pid)
+        assert listening and all(address.endswith("127.0.0.1") for address in listening), listening
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops its processes
+        try:
+            head.wait(timeout=60)
+        finally:
+            leftovers = subprocess.run(["ps", "-o", "pid=", "-s", str(head.pid)], capture_output=True, text=True)
+            for pid in leftovers.stdout.split():
+                os.kill(int(pid), signal.SIGKILL)  # processes of the session this test started
+    worker_output = "".join(path.read_text(errors="replace") for path in temp_dir.glob("session_*/logs/worker-*.out"))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    seeds = [json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["seed"] for job in ("0", "1")]
+    assert seeds == [0, 1]
+    for job in ("0", "1"):  # each job's summary was printed by a Ray worker
+        assert f'"run_dir": "{tmp_path / "sweep" / job}"' in worker_output
