@@ -184,11 +184,13 @@ def any_rank(flag: bool) -> bool:
     return sum_int(int(flag)) > 0
 
 
-def broadcast_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """Rank 0's ``tensor`` on every rank (in place)."""
-    if world_size() > 1:
-        dist.broadcast(tensor, src=0)
-    return tensor
+def broadcast_object(value: Any) -> Any:
+    """Rank 0's ``value`` (picklable) on every rank."""
+    if world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
 
 
 def broadcast_modules(modules: dict[str, nn.Module | torch.Tensor]) -> None:

@@ -49,6 +49,7 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     joined = distributed.launched_by_torchrun() and distributed.world_size() == 1
     if joined:
         cfg = distributed.init_from_torchrun(cfg)
+        run_dir = distributed.broadcast_object(str(run_dir))  # a ${now:...} default differs between ranks
     finished = False
     try:
         # under torchrun rank 0 alone holds the directory (the others write nothing there)
