@@ -123,8 +123,9 @@ def shutdown(wait_for_others: bool = True) -> None:
 def average_gradients(params: list[nn.Parameter], stats: dict[str, torch.Tensor] | None = None
                       ) -> dict[str, torch.Tensor]:
     """Replace every ``p.grad`` by its mean over ranks, and ``stats`` (scalar tensors) by theirs, in
-    one all-reduce of one flat buffer. A parameter without a gradient on every rank keeps None; one
-    with a gradient on some rank gets the mean (zeros counted for the others)."""
+    one all-reduce of one flat buffer. A parameter that no rank has a gradient for keeps None; one
+    with a gradient on some ranks only gets the mean with zeros for the others (their loss did not
+    depend on it), so every rank steps the same parameters."""
     stats = stats or {}
     reference = params[0]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -315,7 +316,7 @@ class RankCheckpointer(Checkpointer):
     def save(self, runner: Any) -> Any:
         runner.training_state()
         self._last_step = runner.global_step
-        return self.latest()
+        return f"rank 0's checkpoint in {self.checkpoints_dir}"
 
 
 def phase_callbacks(phase: Any) -> Any:
