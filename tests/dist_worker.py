@@ -3,7 +3,8 @@ one-process reference there.
 
 ``python -m torch.distributed.run --standalone --nproc_per_node=2 tests/dist_worker.py update OUT``
     one rank's share of the same fixed batch through a PPO-clip update (3 minibatch steps with a
-    norm clip and a KL-adaptive learning rate), a TRPO policy step and the observation normalizer;
+    norm clip and a KL-adaptive learning rate, then one whose target_kl early stop one half alone
+    would trigger), a TRPO policy step and the observation normalizer;
     each rank writes ``OUT/update_rank<r>.pt``.
 ``... tests/dist_worker.py train OUT <overrides...>``
     ``genpol.train``'s own pipeline on this rank's config; each rank writes its final head, critic
@@ -66,6 +67,12 @@ def updates(rank: int, world: int) -> dict[str, Any]:
                            adaptive_lr=AdaptiveLR(3e-2, target_kl=1e-4))
     head.begin_update()
     ppo_steps = [{k: float(v) for k, v in ppo.eager_step(mine).items()} for _ in range(3)]
+    # a target_kl that one half's KL passes and the mean does not: a rank on its own would stop early
+    with torch.no_grad():
+        half_kls = [float(ppo.minibatch_loss(half.obs, half.record, half.advantages, half.returns, half.values)[1]
+                          ["approx_kl"]) for half in (share(batch, 0, 2), share(batch, 1, 2))]
+    ppo.target_kl = (sum(half_kls) / 2 + max(half_kls)) / 2 / 1.5
+    stepped = ppo.eager_step(mine) is not None
     after_ppo = {f"ppo.{k}": v.detach().clone() for k, v in [*head.state_dict().items(),
                                                                   *critic.state_dict().items()]}
     head, critic = networks()
@@ -77,7 +84,8 @@ def updates(rank: int, world: int) -> dict[str, Any]:
     for step in range(3):
         observations = torch.randn(16, OBS_DIM, generator=torch.Generator().manual_seed(10 + step)) * 3 + 1
         stats.update(observations[rank * 16 // world:(rank + 1) * 16 // world])
-    return {**after_ppo, **after_trpo, "ppo_steps": ppo_steps, "trpo": trpo_stats,
+    return {**after_ppo, **after_trpo, "ppo_steps": ppo_steps, "half_kls": half_kls, "stepped": stepped,
+            "target_kl": ppo.target_kl, "trpo": trpo_stats,
             "normalizer": stats.state_dict()}
 
 

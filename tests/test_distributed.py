@@ -53,6 +53,10 @@ def test_two_process_update_equals_the_full_batch_update(tmp_path):
         for key in expected:
             assert step[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
     assert reference["ppo_steps"][1]["kl"] > 2e-4  # the adaptive rate did change between steps
+    # the 4th step: one half's approx-KL passes 1.5 x target_kl, the mean does not; both ranks step
+    threshold = 1.5 * reference["target_kl"]
+    assert max(reference["half_kls"]) > threshold > sum(reference["half_kls"]) / 2
+    assert reference["stepped"] and ranks[0]["stepped"] and ranks[1]["stepped"]
     for key in ("kl", "policy", "step_size", "gradient_norm", "approx_kl"):
         assert ranks[0]["trpo"][key] == pytest.approx(reference["trpo"][key], rel=1e-5), key
     assert reference["trpo"]["line_search_success"] == ranks[0]["trpo"]["line_search_success"] == 1.0
