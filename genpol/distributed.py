@@ -27,7 +27,7 @@ What the N processes (ranks) share, and how:
 
 Not covered (a ``ConfigError`` says so): off-policy learners (SAC/RLPD), ``pipeline=offline_to_online``
 and ``updater.compile=true``. Per-minibatch advantage normalization of PPO stays local to each rank's
-minibatch (as in rsl_rl's multi-GPU PPO). The logged episode returns are rank 0's envs'.
+minibatch (as in rsl_rl's multi-GPU PPO). The logged episode statistics are all ranks' episodes.
 """
 
 from __future__ import annotations
@@ -185,6 +185,13 @@ def any_rank(flag: bool) -> bool:
     return sum_int(int(flag)) > 0
 
 
+def all_episodes(returns: list[float], lengths: list[int]) -> tuple[list[float], list[int]]:
+    """Every rank's finished episodes (returns and lengths), concatenated in rank order, on every rank."""
+    everyone: list[Any] = [None] * world_size()
+    dist.all_gather_object(everyone, (returns, lengths))
+    return [r for part in everyone for r in part[0]], [n for part in everyone for n in part[1]]
+
+
 def broadcast_object(value: Any) -> Any:
     """Rank 0's ``value`` (picklable) on every rank."""
     if world_size() == 1:
@@ -275,8 +282,7 @@ def prepare_runner(runner: Any) -> None:
 def _rank_state(runner: Any) -> dict[str, Any]:
     """What differs between ranks: each rank's envs, last observation and random streams."""
     return {"env": runner.env.state_dict(), "obs": runner.obs, "torch_rng": torch.get_rng_state(),
-            "shuffle_rng": runner.algorithm.shuffle_generator.get_state(),
-            "recent_returns": list(runner.recent_returns)}
+            "shuffle_rng": runner.algorithm.shuffle_generator.get_state()}
 
 
 def gather_rank_states(runner: Any, state: dict[str, Any]) -> dict[str, Any]:
@@ -305,8 +311,6 @@ def load_rank_state(runner: Any, state: dict[str, Any]) -> None:
     runner.obs = own["obs"].to(runner.algorithm_device())
     torch.set_rng_state(own["torch_rng"])
     runner.algorithm.shuffle_generator.set_state(own["shuffle_rng"])
-    runner.recent_returns.clear()
-    runner.recent_returns.extend(own["recent_returns"])
 
 
 class RankCheckpointer(Checkpointer):

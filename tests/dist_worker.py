@@ -110,7 +110,7 @@ def train(run_dir: str, overrides: list[str]) -> dict[str, Any]:
         normalizer = normalizer.env
     return {"head": runner.algorithm.head.state_dict(), "critic": runner.algorithm.critic.state_dict(),
             "obs_stats": normalizer.stats.state_dict(), "global_step": runner.global_step,
-            "seed": runner.seed}
+            "seed": runner.seed, "recent_returns": list(runner.recent_returns)}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from genpol.config import ConfigError
 
 TINY = ["env=pendulum", "env.num_envs=2", "updater.rollout_steps=32", "updater.epochs=2", "updater.minibatch_size=32",
         "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false", "logger.tensorboard=false",
-        "pipeline.checkpoint_every=1"]
+        "pipeline.checkpoint_every=1", "env.max_episode_steps=50"]
 
 
 def torchrun(*args: str) -> None:
@@ -82,6 +82,9 @@ def test_both_ranks_end_with_identical_parameters_and_statistics(two_rank_run):
         for key, value in ranks[0][part].items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(value, ranks[1][part][key]), f"{part}.{key}"
+    # each rank's 2 envs ended an episode at step 50: all 4 are in both ranks' statistics
+    assert len(ranks[0]["recent_returns"]) == 4 and ranks[0]["recent_returns"] == ranks[1]["recent_returns"]
+    assert len(set(ranks[0]["recent_returns"])) == 4
     # 2 ranks x 2 envs x (1 reset + 64 steps) observations went into the shared statistics
     assert ranks[0]["obs_stats"]["count"] == pytest.approx(2 * 2 * 65, abs=1e-3)
     assert not torch.equal(ranks[0]["head"]["log_std"], torch.zeros_like(ranks[0]["head"]["log_std"]))

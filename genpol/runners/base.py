@@ -71,6 +71,9 @@ class EnvRunner(abc.ABC):
         self.episode_returns = torch.cat(self._returns).tolist() if self._returns else []
         self.episode_lengths = torch.cat(self._lengths).tolist() if self._lengths else []
         self._returns, self._lengths = [], []
+        if distributed.world_size() > 1:  # the statistics of every rank's episodes, in rank order
+            self.episode_returns, self.episode_lengths = distributed.all_episodes(self.episode_returns,
+                                                                                  self.episode_lengths)
         self.recent_returns.extend(self.episode_returns)
 
     def run(self) -> None:
