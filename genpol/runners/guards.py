@@ -108,7 +108,8 @@ def stop_if_requested(runner: Any) -> None:
     if not distributed.any_rank(STOP.signal_name is not None):
         return
     path = runner.callbacks.save_checkpoint(runner)
-    raise TrainingInterrupted(f"{STOP.signal_name or 'a signal to another rank'} received: stopped at step {runner.global_step} after writing "
+    received = STOP.signal_name or "a signal to another rank"
+    raise TrainingInterrupted(f"{received} received: stopped at step {runner.global_step} after writing "
                               f"{path}; re-run the same command to resume")
 
 

@@ -176,7 +176,8 @@ class TRPOUpdater:
         ``obs [N, D]``, ``record`` (tensors with leading dim N) and ``advantages [N]``."""
         synchronized = distributed.world_size() > 1  # torchrun: every sum below is over all ranks' data
         if self.normalize_advantage:  # over the whole rollout (all ranks' rollouts), before chunking
-            advantages = distributed.normalize_advantages(advantages) if synchronized else normalize_advantages(advantages)
+            normalize = distributed.normalize_advantages if synchronized else normalize_advantages
+            advantages = normalize(advantages)
         params = self.actor_params
         total = obs.shape[0]
         chunks = [slice(start, min(start + self.chunk_size, total)) for start in range(0, total, self.chunk_size)]
