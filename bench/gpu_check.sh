@@ -4,7 +4,8 @@
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
 # And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
 # CUDA, against 0.3-0.5 s on the 2-core CPU? About 7 minutes on a fresh machine, most of it JAX
-# compilation (110 s per batch size cold); GPU_CHECKS="playground-cuda" runs one check.
+# compilation (110 s per batch size cold); GPU_CHECKS="playground-cuda" runs one check. The
+# torchrun-cuda check (one run over all GPUs) has not run on a device yet.
 # Measured 2026-11-30 on an H200: README "Playground on a GPU".
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
@@ -63,5 +64,29 @@ if [ -n "${OUT:-}" ]; then cp bench/results/rlpd_cuda.json "$OUT/" 2>/dev/null; 
 check playground-cuda python3 bench/backends.py --device cuda --backends playground --batches 1024 4096 \
     --train-batch 4096 --iterations 3
 if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/" 2>/dev/null; fi
+# torchrun (NOT RUN on a device yet): one PPO run over every GPU with NCCL, each rank writing its
+# final parameters (tests/dist_worker.py), which must be equal; with a single GPU (NCCL cannot put
+# two ranks on one device) a 1-process torchrun on CUDA, and the 2-process gloo run on the CPU.
+torchrun_cuda() ( set -e
+ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
+tiny="env=hopper env.num_envs=8 updater.rollout_steps=64 updater.epochs=2 pipeline.video=false \
+    pipeline.eval_episodes=1 logger.progress_bar=false logger.tensorboard=false"
+compare() { python3 -c "
+import glob, sys, torch
+ranks = [torch.load(p, weights_only=True) for p in sorted(glob.glob(sys.argv[1] + '/train_rank*.pt'))]
+same = all(torch.equal(r[part][k], ranks[0][part][k]) for r in ranks for part in ('head', 'critic') for k in r[part])
+print(len(ranks), 'rank(s) on', sys.argv[2], '- steps', ranks[0]['global_step'], '- identical parameters:', same)
+assert same" "$@"; }
+rm -rf /tmp/torchrun_cuda /tmp/torchrun_cpu && mkdir -p /tmp/torchrun_cuda /tmp/torchrun_cpu
+python3 -m torch.distributed.run --standalone --nproc_per_node="$ngpu" tests/dist_worker.py train /tmp/torchrun_cuda \
+    device=cuda total_steps=$((ngpu * 8 * 64 * 3)) $tiny >/dev/null
+compare /tmp/torchrun_cuda cuda
+if [ "$ngpu" -lt 2 ]; then
+    python3 -m torch.distributed.run --standalone --nproc_per_node=2 tests/dist_worker.py train /tmp/torchrun_cpu \
+        device=cpu total_steps=$((2 * 8 * 64 * 3)) $tiny >/dev/null
+    compare /tmp/torchrun_cpu cpu
+fi
+)
+check torchrun-cuda torchrun_cuda
 echo "gpu_check: $failures failed"
 exit "$failures"

@@ -353,7 +353,8 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
             if isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
                 attributes[name] = torch.from_numpy(value.copy())
             elif isinstance(value, (bool, int, float)) and not name.startswith("__"):
-                attributes[name] = value
+                # numpy scalars (Pendulum's last_u is an np.float64) as Python numbers: weights_only loads
+                attributes[name] = value.item() if isinstance(value, np.generic) else value
         state["attributes"] = attributes
     rng = getattr(unwrapped, "_np_random", None)
     state["np_random"] = None if rng is None else rng.bit_generator.state

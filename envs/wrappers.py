@@ -34,7 +34,11 @@ class RunningMeanStd:
     def update(self, batch: torch.Tensor) -> None:
         """Fold in ``batch`` of shape ``[B, *shape]``."""
         batch_var, batch_mean = torch.var_mean(batch.to(torch.float64), dim=0, correction=0)
-        batch_count = batch.shape[0]
+        self.fold(batch_mean, batch_var, batch.shape[0])
+
+    def fold(self, batch_mean: torch.Tensor, batch_var: torch.Tensor, batch_count: int) -> None:
+        """Fold in a batch given by its mean, (biased) variance and size (also the moments of a
+        batch spread over several processes)."""
         total = self.count + batch_count
         delta = batch_mean - self.mean
         self.mean = self.mean + delta * (batch_count / total)

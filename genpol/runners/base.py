@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from envs import VectorEnv
+from genpol import distributed
 from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
@@ -70,6 +71,9 @@ class EnvRunner(abc.ABC):
         self.episode_returns = torch.cat(self._returns).tolist() if self._returns else []
         self.episode_lengths = torch.cat(self._lengths).tolist() if self._lengths else []
         self._returns, self._lengths = [], []
+        if distributed.world_size() > 1:  # the statistics of every rank's episodes, in rank order
+            self.episode_returns, self.episode_lengths = distributed.all_episodes(self.episode_returns,
+                                                                                  self.episode_lengths)
         self.recent_returns.extend(self.episode_returns)
 
     def run(self) -> None:
@@ -108,8 +112,9 @@ class EnvRunner(abc.ABC):
         return weights
 
     def training_state(self) -> dict[str, Any]:
-        """Everything besides the policy that an exact resume needs."""
-        return {
+        """Everything besides the policy that an exact resume needs (under torchrun, with every
+        rank's own envs and random streams: a collective call)."""
+        state = {
             "head": self.algorithm.head.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "env": self.env.state_dict(),
@@ -121,6 +126,7 @@ class EnvRunner(abc.ABC):
             "torch_rng": torch.get_rng_state(),
             "callbacks": self.callbacks.state_dict(),
         }
+        return distributed.gather_rank_states(self, state) if distributed.world_size() > 1 else state
 
     def load(self, policy_weights: dict[str, Any], training_state: dict[str, Any]) -> None:
         """Restore from a checkpoint written by ``policy_weights`` / ``training_state``."""
@@ -138,6 +144,8 @@ class EnvRunner(abc.ABC):
         self.recent_returns.extend(training_state["recent_returns"])
         torch.set_rng_state(training_state["torch_rng"])
         self.callbacks.load_state_dict(training_state["callbacks"])
+        if distributed.world_size() > 1 or "distributed" in training_state:
+            distributed.load_rank_state(self, training_state)
 
     def algorithm_device(self) -> torch.device:
         return next(self.algorithm.head.parameters()).device

@@ -27,6 +27,8 @@ from typing import Any, Iterator
 
 import torch
 
+from genpol import distributed
+
 LOCK_NAME = ".genpol.lock"
 
 
@@ -108,10 +110,12 @@ def request_stop(signal_name: str) -> None:
 
 def stop_if_requested(runner: Any) -> None:
     """After an iteration: if a signal asked to stop, checkpoint now and raise ``TrainingInterrupted``."""
-    if STOP.signal_name is None:
+    # under torchrun every rank stops at the same iteration, whichever of them the signal reached
+    if not distributed.any_rank(STOP.signal_name is not None):
         return
     path = runner.callbacks.save_checkpoint(runner)
-    raise TrainingInterrupted(f"{STOP.signal_name} received: stopped at step {runner.global_step} after writing "
+    received = STOP.signal_name or "a signal to another rank"
+    raise TrainingInterrupted(f"{received} received: stopped at step {runner.global_step} after writing "
                               f"{path}; re-run the same command to resume")
 
 

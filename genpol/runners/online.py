@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from envs import VectorEnv
+from genpol import distributed
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
@@ -80,7 +81,7 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
         summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
                        "seed": cfg.seed, "run_dir": str(run_dir), **(extra_summary or {})},
     )
-    callbacks = phase_callbacks(phase)
+    callbacks = distributed.phase_callbacks(phase) if distributed.world_size() > 1 else phase_callbacks(phase)
     if algorithm.on_policy:
         runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks)
     else:
@@ -89,4 +90,4 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
         runner = OffPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
                                  iteration_steps=cfg.updater.iteration_steps)
     run_phase(runner, phase, device, close=env.close)
-    return callbacks.summary.summary
+    return callbacks.summary.summary if callbacks.summary is not None else {}  # None: a rank > 0

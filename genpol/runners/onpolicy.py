@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from genpol import distributed
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.runners.base import EnvRunner
 
@@ -37,7 +38,7 @@ class OnPolicyRunner(EnvRunner):
 
     def iterate(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.global_step += self.collect()
+        self.global_step += distributed.sum_int(self.collect())  # all ranks' env steps under torchrun
         collect_time = time.perf_counter() - start
         self.algorithm.set_progress(self.global_step / self.total_steps)
         stats = self.algorithm.update()

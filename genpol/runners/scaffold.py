@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import OmegaConf
 
+from genpol import distributed
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import load_latest, remove_temporary
@@ -95,7 +96,8 @@ def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
     """Create the run directory, check a resumed config, set threads and the seed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    check_resume_config(run_dir, cfg)
+    if distributed.is_main():  # ranks > 0 run with their own seed and write nothing
+        check_resume_config(run_dir, cfg)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
     return run_dir
@@ -177,6 +179,8 @@ def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Call
     if latest is not None:
         log.info("resuming %s from %s", phase.label, latest[0])
         runner.load(latest[1], latest[2])
+    if distributed.world_size() > 1:
+        distributed.prepare_runner(runner)
     try:
         runner.run()
     finally:

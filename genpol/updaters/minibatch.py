@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from genpol import distributed
 from genpol.heads.base import PolicyHead
 from genpol.storage import Batch, RolloutStorage
 from genpol.updaters.compiled import CompiledAdamStep
@@ -120,18 +121,29 @@ class MinibatchUpdater:
         return out.total, named
 
     def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:
-        """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl."""
+        """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl.
+
+        Under torchrun the gradients and the diagnostics are averaged over ranks in one all-reduce
+        before the KL check and the clip, so every rank stops, clips and steps alike."""
         total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
-        if self.target_kl is not None and named["approx_kl"] > 1.5 * self.target_kl:
+        synchronized = distributed.world_size() > 1
+        if not synchronized and self._kl_too_large(named):
             return None
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
+        if synchronized:
+            named = distributed.average_gradients(self.actor_params + self.critic_params, named)
+            if self._kl_too_large(named):
+                return None
         if self.max_grad_norm is not None:
             for params in (self.actor_params, self.critic_params):
                 if params:
                     nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
         self.optimizer.step()
         return named
+
+    def _kl_too_large(self, named: dict[str, torch.Tensor]) -> bool:
+        return self.target_kl is not None and bool(named["approx_kl"] > 1.5 * self.target_kl)
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""

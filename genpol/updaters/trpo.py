@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from genpol import distributed
 from genpol.heads.base import PolicyHead
 from genpol.storage import RolloutStorage
 from genpol.updaters.losses import estimated_kl, normalize_advantages
@@ -62,13 +63,13 @@ def flat_grad(output: torch.Tensor, params: list[nn.Parameter], retain_graph: bo
 
 
 def conjugate_gradient(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, iterations: int,
-                       residual_tol: float = 1e-10) -> torch.Tensor:
+                       residual_tol: float = 1e-10, start: torch.Tensor | None = None) -> torch.Tensor:
     """Approximately solve ``A x = b`` for symmetric positive-definite A given as ``matvec``.
 
-    Starts from ``1e-4 * randn`` rather than 0, as sb3-contrib does: with a vanishing gradient a
-    zero start makes the first step 0/0.
+    Starts from ``start``, by default ``1e-4 * randn`` rather than 0, as sb3-contrib does: with a
+    vanishing gradient a zero start makes the first step 0/0.
     """
-    x = 1e-4 * torch.randn_like(b)
+    x = 1e-4 * torch.randn_like(b) if start is None else start
     residual = b - matvec(x)
     residual_norm = residual @ residual
     if residual_norm < residual_tol:
@@ -173,8 +174,10 @@ class TRPOUpdater:
         """The natural-gradient step with line search on one batch; returns diagnostics.
 
         ``obs [N, D]``, ``record`` (tensors with leading dim N) and ``advantages [N]``."""
-        if self.normalize_advantage:
-            advantages = normalize_advantages(advantages)  # over the whole rollout, before chunking
+        synchronized = distributed.world_size() > 1  # torchrun: every sum below is over all ranks' data
+        if self.normalize_advantage:  # over the whole rollout (all ranks' rollouts), before chunking
+            normalize = distributed.normalize_advantages if synchronized else normalize_advantages
+            advantages = normalize(advantages)
         params = self.actor_params
         total = obs.shape[0]
         chunks = [slice(start, min(start + self.chunk_size, total)) for start in range(0, total, self.chunk_size)]
@@ -205,6 +208,8 @@ class TRPOUpdater:
                     chunk_surrogate, chunk_kl, log_ratio = surrogate_and_kl(index)
                     surrogate, kl = surrogate + float(chunk_surrogate), kl + float(chunk_kl)
                     log_ratios.append(log_ratio)
+            if synchronized:  # every rank takes the same line-search decision
+                surrogate, kl = distributed.average_floats(surrogate, kl)
             return surrogate, kl, torch.cat(log_ratios)
 
         # Per-chunk work sits in functions so that each chunk's graph is freed on return, before
@@ -231,6 +236,12 @@ class TRPOUpdater:
                 chunk_grad, chunk_surrogate = chunk_gradient(index)
                 gradient += chunk_grad
                 old_surrogate += chunk_surrogate
+        start = None
+        if synchronized:  # one all-reduce: the gradient, the surrogate and CG's random start
+            flat = distributed.average_tensor(torch.cat([gradient, gradient.new_tensor([old_surrogate]),
+                                                         1e-4 * torch.randn_like(gradient)]))
+            size = gradient.numel()
+            gradient, old_surrogate, start = flat[:size], float(flat[size]), flat[size + 1:]
 
         def fisher_vector_product(vector: torch.Tensor) -> torch.Tensor:
             if retained_grad_kl is not None:
@@ -239,9 +250,11 @@ class TRPOUpdater:
                 product = torch.zeros_like(vector)
                 for index in range(len(chunks)):
                     product += chunk_fisher_product(index, vector)
+            if synchronized:
+                product = distributed.average_tensor(product)
             return product + self.cg_damping * vector
 
-        direction = conjugate_gradient(fisher_vector_product, gradient, self.cg_iterations)
+        direction = conjugate_gradient(fisher_vector_product, gradient, self.cg_iterations, start=start)
         curvature = float(direction @ fisher_vector_product(direction))
         retained_grad_kl = None  # frees the graph before the line search
         max_step = math.sqrt(2 * self.target_kl / curvature) if curvature > 0 else 0.0
@@ -258,9 +271,12 @@ class TRPOUpdater:
             if not accepted:
                 vector_to_parameters(original, params)
                 new_surrogate, new_kl, log_ratio = evaluate_batch()
+        approx_kl, ratio_deviation = float(estimated_kl(log_ratio)), float((log_ratio.exp() - 1).abs().mean())
+        if synchronized:
+            approx_kl, ratio_deviation = distributed.average_floats(approx_kl, ratio_deviation)
         return {
-            "approx_kl": float(estimated_kl(log_ratio)),
-            "ratio_deviation": float((log_ratio.exp() - 1).abs().mean()),
+            "approx_kl": approx_kl,
+            "ratio_deviation": ratio_deviation,
             "policy": -new_surrogate,
             "kl": new_kl,
             "line_search_success": float(accepted),
@@ -278,6 +294,8 @@ class TRPOUpdater:
                 value_loss = (batch.returns - self.critic(batch.obs)).square().mean()
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 value_loss.backward()
+                if distributed.world_size() > 1:
+                    distributed.average_gradients(list(self.critic.parameters()))
                 self.critic_optimizer.step()
                 value_losses.append(value_loss.detach())
         stats["value"] = float(torch.stack(value_losses).mean())
