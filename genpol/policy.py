@@ -160,7 +160,6 @@ class TrainedPolicy:
         return (action[0] if single else action).cpu().numpy()
 
 
-@torch.no_grad()
 class EpisodeResults(NamedTuple):
     """One entry per env: ``returns [N]``, ``lengths [N]``, and ``success [N]`` (bool: the env flagged
     success at some step of the episode) or None for an env that does not define success."""
@@ -170,6 +169,7 @@ class EpisodeResults(NamedTuple):
     success: np.ndarray | None
 
 
+@torch.no_grad()
 def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int) -> EpisodeResults:
     """One episode per env (env i reset with ``seed + i``); see ``EpisodeResults``.
 
