@@ -188,7 +188,8 @@ class GymVectorEnv(VectorEnv):
             raise EnvError(f"{self.env_id}: genpol needs a 1-D Box action space, got {single_act}")
         if not isinstance(single_obs, gym.spaces.Box) or len(single_obs.shape) != 1:
             self._envs.close()
-            raise EnvError(f"{self.env_id}: genpol needs a 1-D Box observation space, got {single_obs}")
+            raise EnvError(f"{self.env_id}: genpol needs a 1-D Box observation space (or a goal env's Dict of "
+                           f"them), got {single_obs}")
         self.obs_dim = int(single_obs.shape[0])
         # goal envs (gymnasium-robotics) flag success at every step; DiscardInfo keeps that flag
         self.reports_success = _find_wrapper(self._envs.envs[0], FlattenGoalObservation) is not None

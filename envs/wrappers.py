@@ -140,7 +140,8 @@ class EpisodeStats(VectorEnvWrapper):
         return obs, reward, terminated, truncated, info
 
     def own_state(self) -> dict[str, Any]:
-        return {"returns": self._returns.clone(), "lengths": self._lengths.clone(), "succeeded": self._succeeded.clone()}
+        return {"returns": self._returns.clone(), "lengths": self._lengths.clone(),
+                "succeeded": self._succeeded.clone()}
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self._returns.copy_(state["returns"])

@@ -1,7 +1,8 @@
 """``python -m genpol.evaluate run_dir=<path> episodes=<int> video=true``
 
 Reports the deterministic and stochastic mean return (and success rate, where the env defines
-success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes ``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
+success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
+``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
 """
 
 from __future__ import annotations

@@ -127,11 +127,11 @@ def test_noise_free_controller_scores_near_minaris_reference_max():
     assert eval_maze_map("PointMaze_Medium-v3")[6][6] == "g"
 
 
-def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys):
+def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys, monkeypatch):
     d4rl_path = tmp_path / "maze.hdf5"
+    monkeypatch.chdir(tmp_path)  # a relative Minari root (minari 0.5.4 mishandles one unless made absolute)
     report = maze_main(["--env", "PointMaze_UMaze-v3", "--steps", "1200", "--num-envs", "2", "--eval-episodes", "0",
-                        "--d4rl", str(d4rl_path), "--minari", "genpol/pointmaze/umaze-v0",
-                        "--minari-root", str(tmp_path / "minari")])
+                        "--d4rl", str(d4rl_path), "--minari", "genpol/pointmaze/umaze-v0", "--minari-root", "minari"])
     assert "controller success rate 1.000" in capsys.readouterr().out
     d4rl = load_dataset(str(d4rl_path))
     minari = load_dataset("genpol/pointmaze/umaze-v0", minari_root=tmp_path / "minari")

@@ -185,10 +185,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     segments, stats = collect_segments(args.env, args.steps, args.num_envs, args.seed, args.noise,
                                        args.max_segment_steps)
+    minari_id = f"D4RL/pointmaze/{maze.lower()}{'-dense' if reward_type == 'dense' else ''}-v2"
     report: dict[str, Any] = {"env": args.env, "seed": args.seed, "noise_std": args.noise, **stats,
                               "reference_scores": None if reference is None else
-                              {"source": f"Minari D4RL/pointmaze/{maze.lower()}{'-dense' if reward_type == 'dense' else ''}"
-                                         "-v2 metadata", "ref_min_score": reference[0], "ref_max_score": reference[1]}}
+                              {"source": f"Minari {minari_id} metadata", "ref_min_score": reference[0],
+                               "ref_max_score": reference[1]}}
     print(f"controller success rate {stats['success_rate']:.3f} over {stats['segments']} goal-to-goal segments "
           f"(mean length {stats['segment_length_mean']}, {stats['env_steps_per_s']:.0f} env steps/s)")
     if args.eval_episodes:
