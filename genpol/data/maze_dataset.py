@@ -90,7 +90,7 @@ def collect_segments(gym_id: str, steps: int, num_envs: int = 8, seed: int = 0, 
 
     current = [fresh(row) for row in obs]
     segments: list[dict[str, np.ndarray]] = []
-    stored, clipped, start = 0, 0, time.perf_counter()
+    stored, clipped, start, cpu_start = 0, 0, time.perf_counter(), time.process_time()
     while stored < steps:
         actions, was_clipped = controller.act(obs)
         next_obs, reward, terminated, truncated, info = env.step(torch.as_tensor(actions, dtype=torch.float32))
@@ -116,14 +116,14 @@ def collect_segments(gym_id: str, steps: int, num_envs: int = 8, seed: int = 0, 
                 current[i] = fresh(next_obs[i])
         obs = next_obs
     env.close()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     lengths = np.array([len(s["actions"]) for s in segments])
     reached = np.array([s["success"] for s in segments])
     stats = {"segments": len(segments), "transitions": int(lengths.sum()), "success_rate": float(reached.mean()),
              "segment_length_mean": float(lengths[reached].mean()) if reached.any() else None,
              "segment_length_p95": float(np.percentile(lengths[reached], 95)) if reached.any() else None,
              "clipped_action_fraction": clipped / max(int(lengths.sum()), 1), "seconds": seconds,
-             "env_steps_per_s": int(lengths.sum()) / seconds}
+             "cpu_seconds": cpu_seconds, "env_steps_per_s": int(lengths.sum()) / seconds}
     return segments, stats
 
 
