@@ -108,6 +108,7 @@ class EpisodeStats(VectorEnvWrapper):
         self._no_episodes = torch.zeros(0, device=self.device)
         self._no_lengths = torch.zeros(0, dtype=torch.int64, device=self.device)
         self._succeeded = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._no_successes = torch.zeros(0, dtype=torch.bool, device=self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         self._returns.zero_()
@@ -136,7 +137,7 @@ class EpisodeStats(VectorEnvWrapper):
             info["episode_return"] = self._no_episodes
             info["episode_length"] = self._no_lengths
             if self.reports_success:
-                info["episode_success"] = self._succeeded[ended]  # empty, [0]
+                info["episode_success"] = self._no_successes
         return obs, reward, terminated, truncated, info
 
     def own_state(self) -> dict[str, Any]:

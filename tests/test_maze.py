@@ -86,19 +86,25 @@ def test_envs_without_success_report_none():
         env.close()
 
 
-def test_bfs_path_is_shortest_and_walls_are_refused():
+def test_bfs_path_is_shortest_dfs_is_minaris_and_walls_are_refused():
     grid = MazeGrid(maze_map_of("PointMaze_Medium-v3"))
-    path = grid.shortest_path((1, 1), (6, 6))
+    path = grid.path((1, 1), (6, 6))
     assert path[0] == (1, 1) and path[-1] == (6, 6)
     assert all(grid.free[cell] for cell in path)
     assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in zip(path, path[1:]))
     # by hand on the map: (1,1) (1,2) (2,2) (3,2) (3,3) (3,4) (4,4) (4,5) (4,6) (5,6) (6,6), the Manhattan
     # distance 10 plus one: no shorter path exists
     assert len(path) == 11
+    # Minari's DFS (stack; neighbours right, left, up, down; marked when pushed), traced by hand: it
+    # dives down the left corridor first
+    assert grid.path((1, 1), (6, 6), "dfs") == [(1, 1), (2, 1), (2, 2), (3, 2), (4, 2), (4, 1), (5, 1), (6, 1),
+                                                (6, 2), (6, 3), (5, 3), (5, 4), (4, 4), (4, 5), (4, 6), (5, 6), (6, 6)]
     open_grid = MazeGrid(maze_map_of("PointMaze_Open-v3"))
-    assert len(open_grid.shortest_path((1, 1), (3, 5))) == 1 + 2 + 4  # Manhattan distance without walls
+    assert len(open_grid.path((1, 1), (3, 5))) == 1 + 2 + 4  # Manhattan distance without walls
     with pytest.raises(ValueError, match="wall"):
-        grid.shortest_path((0, 0), (6, 6))
+        grid.path((0, 0), (6, 6))
+    with pytest.raises(ValueError, match="unknown maze solver"):
+        grid.path((1, 1), (6, 6), "astar")
     np.testing.assert_allclose(grid.center((6, 6)), [2.5, -2.5])
     assert grid.cell_of(np.array([2.3, -2.7])) == (6, 6)
 

@@ -2,9 +2,10 @@
 
 The controller is the one D4RL's maze2d and Minari's pointmaze datasets were made with:
 
-* plan a path of cells from the ball's cell to the goal's cell; here breadth-first search, which
-  gives a shortest path (D4RL's Q-iteration does too, up to ties; Minari's data used DFS, whose
-  paths are longer, see §13b);
+* plan a path of cells from the ball's cell to the goal's cell: breadth-first search by default,
+  which gives a shortest path (D4RL's Q-iteration does too, up to ties), or Minari's depth-first
+  search (``solver="dfs"``), whose paths are longer; Minari's data and reference maxima used DFS
+  (§13b);
 * waypoints are the centers of the path's cells after the ball's own, each minus
   ``U(0, 1) * jitter`` per axis (jitter 0.2), and the goal itself, exactly, last;
 * ``a = p_gain * (w - x) - d_gain * v`` with p 10, d 1, toward the current waypoint ``w``; the
@@ -64,19 +65,27 @@ class MazeGrid:
     def free_cells(self) -> list[Cell]:
         return [(int(i), int(j)) for i, j in zip(*np.nonzero(self.free))]
 
-    def shortest_path(self, start: Cell, goal: Cell) -> list[Cell]:
-        """Cells from ``start`` to ``goal`` inclusive, 4-connected through free cells (BFS)."""
+    def path(self, start: Cell, goal: Cell, solver: str = "bfs") -> list[Cell]:
+        """Cells from ``start`` to ``goal`` inclusive, 4-connected through free cells.
+
+        ``"bfs"`` gives a shortest path. ``"dfs"`` is the depth-first search of Minari's pointmaze
+        datasets (``maze_solver.DFS``): a stack, cells marked as found when pushed, neighbours pushed
+        in the order right, left, up, down (``(i, j+1), (i, j-1), (i-1, j), (i+1, j)``), so its paths
+        match those datasets'. The two searches differ only in which end of the frontier they take.
+        """
+        if solver not in ("bfs", "dfs"):
+            raise ValueError(f"unknown maze solver '{solver}'; choose bfs or dfs")
         if not (self.free[start] and self.free[goal]):
             raise ValueError(f"no path from {start} to {goal}: {'start' if not self.free[start] else 'goal'} "
                              "is a wall cell")
         parent: dict[Cell, Cell | None] = {start: None}
         frontier = deque([start])
         while frontier:
-            cell = frontier.popleft()
+            cell = frontier.pop() if solver == "dfs" else frontier.popleft()
             if cell == goal:
                 break
             i, j = cell
-            for step in ((i - 1, j), (i + 1, j), (i, j - 1), (i, j + 1)):
+            for step in ((i, j + 1), (i, j - 1), (i - 1, j), (i + 1, j)):
                 if 0 <= step[0] < self.height and 0 <= step[1] < self.width and self.free[step] \
                         and step not in parent:
                     parent[step] = cell
@@ -97,21 +106,22 @@ class WaypointController:
     Args:
         grid: the maze.
         rng: draws the waypoint jitter.
+        solver: ``"bfs"`` or ``"dfs"`` (``MazeGrid.path``).
         p_gain, d_gain: ``a = p_gain * (w - x) - d_gain * v`` (D4RL/Minari: 10 and 1).
         threshold: distance at which the next waypoint becomes the target (0.1).
         jitter: waypoints are cell centers minus ``U(0, 1) * jitter`` per axis (0.2).
     """
 
-    def __init__(self, grid: MazeGrid, rng: np.random.Generator, p_gain: float = 10.0, d_gain: float = 1.0,
-                 threshold: float = 0.1, jitter: float = 0.2):
-        self.grid, self.rng = grid, rng
+    def __init__(self, grid: MazeGrid, rng: np.random.Generator, solver: str = "bfs", p_gain: float = 10.0,
+                 d_gain: float = 1.0, threshold: float = 0.1, jitter: float = 0.2):
+        self.grid, self.rng, self.solver = grid, rng, solver
         self.p_gain, self.d_gain, self.threshold, self.jitter = p_gain, d_gain, threshold, jitter
         self.goal: np.ndarray | None = None
         self.waypoints: list[np.ndarray] = []
         self.current = 0
 
     def plan(self, position: np.ndarray, goal: np.ndarray) -> None:
-        path = self.grid.shortest_path(self.grid.cell_of(position), self.grid.cell_of(goal))
+        path = self.grid.path(self.grid.cell_of(position), self.grid.cell_of(goal), self.solver)
         self.waypoints = [self.grid.center(cell) - self.rng.uniform(size=2) * self.jitter for cell in path[1:-1]]
         self.waypoints.append(np.array(goal, dtype=np.float64))
         self.goal = np.array(goal, dtype=np.float64)
@@ -134,9 +144,10 @@ class BatchController:
     ``act(obs [N, 8]) -> (actions [N, 2], clipped [N])``: ``clipped`` flags actions that the clip changed.
     """
 
-    def __init__(self, grid: MazeGrid, num_envs: int, seed: int, noise_std: float = 0.0, **gains: float):
+    def __init__(self, grid: MazeGrid, num_envs: int, seed: int, noise_std: float = 0.0, solver: str = "bfs",
+                 **gains: float):
         self.rng = np.random.default_rng(seed)
-        self.controllers = [WaypointController(grid, self.rng, **gains) for _ in range(num_envs)]
+        self.controllers = [WaypointController(grid, self.rng, solver, **gains) for _ in range(num_envs)]
         self.noise_std = noise_std
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
