@@ -2,7 +2,9 @@
 
 Ids take a backend prefix:
 
-* ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box observations and actions;
+* ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box actions and 1-D Box observations, or a goal
+  env's dict of them, flattened as [observation, achieved_goal, desired_goal] (``envs.goal_envs``;
+  gymnasium-robotics' ids such as ``gym:PointMaze_Medium-v3`` import the package on demand);
 * ``dmc:<domain>-<task>`` - the dm_control suite, e.g. ``dmc:cheetah-run``;
 * ``playground:<Env>`` - MuJoCo Playground (MJX on JAX, CPU or GPU), e.g. ``playground:CheetahRun``;
 * ``envpool:<task>`` - EnvPool's C++ MuJoCo and dm_control tasks, e.g. ``envpool:HalfCheetah-v5``;
@@ -105,8 +107,9 @@ BACKENDS: dict[str, Callable[..., VectorEnv]] = {"gym": _make_gym, "dmc": _make_
 def known_ids() -> list[str]:
     """A few example ids (the gym backend accepts every registered gymnasium id)."""
     return ["gym:HalfCheetah-v5", "gym:Hopper-v5", "gym:Walker2d-v5", "gym:Ant-v5", "gym:Pendulum-v1",
-            "dmc:cheetah-run", "dmc:cartpole-balance", "dmc:walker-walk", "playground:CheetahRun",
-            "playground:CartpoleBalance", "envpool:HalfCheetah-v5", "envpool:CheetahRun-v1", "genpol:MultiGoal"]
+            "gym:PointMaze_Medium-v3", "dmc:cheetah-run", "dmc:cartpole-balance", "dmc:walker-walk",
+            "playground:CheetahRun", "playground:CartpoleBalance", "envpool:HalfCheetah-v5", "envpool:CheetahRun-v1",
+            "genpol:MultiGoal"]
 
 
 def backend_prefix(env_id: str) -> str:

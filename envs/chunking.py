@@ -38,11 +38,15 @@ class ActionChunking(gym.Wrapper):
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         chunk = np.asarray(action).reshape(self.steps, -1)
         total = 0.0
+        succeeded = False  # a chunk succeeds if any of its env steps did
         for executed, single in enumerate(chunk, start=1):
             obs, reward, terminated, truncated, info = self.env.step(single)
             total += float(reward)
+            succeeded = succeeded or bool(info.get("success", False))
             if terminated or truncated:
                 break
         info = dict(info)
         info["env_steps"] = executed
+        if "success" in info:
+            info["success"] = succeeded
         return obs, total, terminated, truncated, info

@@ -13,6 +13,14 @@ just ended is the first observation of its next episode, and the true last obser
   and the returned observation elsewhere,
 * ``info["episode_return"]`` / ``info["episode_length"]`` (added by ``EpisodeStats``) are ``[K]``
   tensors for the K episodes that ended at this step, in env order.
+
+An env that defines success (``reports_success``: goal envs such as PointMaze) also returns
+
+* ``info["success"]``: ``[N]`` bool, the env's success flag for the step just taken (for an env whose
+  episode ended, the flag of that episode's last step),
+* ``info["episode_success"]`` (added by ``EpisodeStats``): ``[K]`` bool, whether each ended episode
+  was successful at any of its steps (a continuing maze pays on every step inside the goal radius
+  and may drift out again; an episodic one terminates at the successful step).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ class VectorEnv(abc.ABC):
     max_episode_steps: int | None = None
     env_id: str = "?"
     provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
+    reports_success: bool = False  # every step's info holds "success" [N] (see the module docstring)
     # Modules another process must import before it can build this env again (``envs.imports``):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
@@ -123,6 +132,7 @@ class VectorEnvWrapper(VectorEnv):
         self.max_episode_steps = env.max_episode_steps
         self.env_id = env.env_id
         self.provides_episode_stats = env.provides_episode_stats
+        self.reports_success = env.reports_success
         self.imports = env.imports
 
     def reset(self, seed: int | None = None) -> torch.Tensor:

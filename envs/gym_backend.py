@@ -21,6 +21,8 @@ import torch
 
 from envs.chunking import ActionChunking
 from envs.core import EnvError, StepResult, VectorEnv
+from envs.goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space, provider_of,
+                            restore_goal_env_state, success_flag)
 from envs.imports import import_user_module
 
 try:  # MuJoCo is optional for gymnasium itself; genpol installs it.
@@ -100,6 +102,13 @@ def resolve_gym_id(env_id: str) -> tuple[str, tuple[str, ...]]:
             raise EnvError(f"module '{module_name}' registers no gymnasium id '{gym_id}' (in gym:{env_id}); "
                            f"the ids it registers: {listing}.{hint}")
         return gym_id, ()
+    provider = provider_of(gym_id)
+    if gym_id not in gym.registry and provider is not None:
+        try:
+            import_user_module(provider, f"gym:{env_id}")
+        except EnvError as error:
+            raise EnvError(f"gym:{env_id} is registered by the optional package {provider}, which failed to import "
+                           f"(pip install gymnasium-robotics): {error}") from None
     if gym_id not in gym.registry:
         raise EnvError(f"unknown gymnasium id 'gym:{env_id}'.{_suggest_gym_id(env_id)} If a module of yours "
                        f"registers it, name the module: gym:<module>:{env_id}, or env.imports=[<module>]")
@@ -160,6 +169,8 @@ class GymVectorEnv(VectorEnv):
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
                     env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
+                if is_goal_space(env.observation_space):
+                    env = FlattenGoalObservation(env)  # [observation, achieved_goal, desired_goal]
                 env = DiscardInfo(env)
                 return ActionChunking(env, action_chunk) if action_chunk > 1 else env
 
@@ -177,8 +188,11 @@ class GymVectorEnv(VectorEnv):
             raise EnvError(f"{self.env_id}: genpol needs a 1-D Box action space, got {single_act}")
         if not isinstance(single_obs, gym.spaces.Box) or len(single_obs.shape) != 1:
             self._envs.close()
-            raise EnvError(f"{self.env_id}: genpol needs a 1-D Box observation space, got {single_obs}")
+            raise EnvError(f"{self.env_id}: genpol needs a 1-D Box observation space (or a goal env's Dict of "
+                           f"them), got {single_obs}")
         self.obs_dim = int(single_obs.shape[0])
+        # goal envs (gymnasium-robotics) flag success at every step; DiscardInfo keeps that flag
+        self.reports_success = _find_wrapper(self._envs.envs[0], FlattenGoalObservation) is not None
         self.act_dim = int(single_act.shape[0])
         self.action_low = torch.as_tensor(single_act.low, dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(single_act.high, dtype=torch.float32, device=self.device)
@@ -213,6 +227,8 @@ class GymVectorEnv(VectorEnv):
             for i in np.flatnonzero(done_mask):
                 final_obs[i] = self._to_torch(info_np["final_obs"][i])
         info = {"final_obs": final_obs}
+        if self.reports_success:
+            info["success"] = self._success(info_np)
         if self.action_chunk > 1:
             info["env_steps"] = self._executed_steps(info_np)
         return (
@@ -222,6 +238,17 @@ class GymVectorEnv(VectorEnv):
             self._to_torch(truncated, torch.bool),
             info,
         )
+
+    def _success(self, info_np: dict[str, Any]) -> torch.Tensor:
+        """``[N]`` bool: the success flag of each env's step (of the ended episode's last step where one
+        ended: SAME_STEP autoreset moves that step's info to ``final_info``)."""
+        success = np.zeros(self.num_envs, dtype=bool)
+        if "success" in info_np:
+            success |= np.asarray(info_np["success"], dtype=bool) & info_np["_success"]
+        ended = info_np.get("_final_info")
+        if ended is not None and ended.any() and "success" in info_np["final_info"]:
+            success = np.where(ended, np.asarray(info_np["final_info"]["success"], dtype=bool), success)
+        return torch.as_tensor(success, device=self.device)
 
     def _executed_steps(self, info_np: dict[str, Any]) -> torch.Tensor:
         """Env steps each env executed in this chunk (fewer than the chunk where an episode ended)."""
@@ -264,6 +291,7 @@ class GymVectorEnv(VectorEnv):
     @staticmethod
     def _configure_renderer(unwrapped: Any) -> None:
         """No shadows for gymnasium's own MuJoCo renderer: about 3x faster with Mesa's software EGL."""
+        unwrapped = inner_mujoco_env(unwrapped) or unwrapped  # PointMaze renders through its point_env
         renderer = getattr(unwrapped, "mujoco_renderer", None)
         if renderer is None or mujoco is None:
             return
@@ -300,29 +328,35 @@ DERIVED_FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "subtree_com", "cin
 
 
 class DiscardInfo(gym.Wrapper):
-    """Returns an empty info dict from ``step`` and ``reset``.
+    """Returns an empty info dict from ``step`` and ``reset``, but for the step's success flag.
 
     The vector-env protocol never exposes a gymnasium env's own info (HalfCheetah's reward terms,
     positions, ...), but ``SyncVectorEnv`` merges every key of every env into arrays at every step:
     profiled at 8 % of a 32-env HalfCheetah step. (``ActionChunking`` sits above this wrapper, so
     its ``env_steps`` survives; the final observations come from the vector env, not the info.)
+    An env that flags success (``success`` or ``is_success``) keeps it, as ``{"success": bool}``.
     """
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, _ = self.env.step(action)
-        return obs, reward, terminated, truncated, {}
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        success = success_flag(info)
+        return obs, reward, terminated, truncated, {} if success is None else {"success": success}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, _ = self.env.reset(**kwargs)
         return obs, {}
 
 
-def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
+def _find_wrapper(env: gym.Env, kind: type) -> Any | None:
     while isinstance(env, gym.Wrapper):
-        if isinstance(env, gym.wrappers.TimeLimit):
+        if isinstance(env, kind):
             return env
         env = env.env
     return None
+
+
+def _time_limit(env: gym.Env) -> gym.wrappers.TimeLimit | None:
+    return _find_wrapper(env, gym.wrappers.TimeLimit)
 
 
 def _is_mujoco(unwrapped: Any) -> bool:
@@ -339,12 +373,16 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
     """
     unwrapped = env.unwrapped
     state: dict[str, Any] = {}
-    if _is_mujoco(unwrapped):
+    inner = inner_mujoco_env(unwrapped) if mujoco is not None else None  # a goal env's simulator
+    sim = inner if inner is not None else (unwrapped if _is_mujoco(unwrapped) else None)
+    if sim is not None:
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        buffer = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
-        mujoco.mj_getState(unwrapped.model, unwrapped.data, buffer, spec)
+        buffer = np.empty(mujoco.mj_stateSize(sim.model, spec))
+        mujoco.mj_getState(sim.model, sim.data, buffer, spec)
         state["mujoco"] = torch.from_numpy(buffer)
-        state["derived"] = {name: torch.from_numpy(getattr(unwrapped.data, name).copy()) for name in DERIVED_FIELDS}
+        state["derived"] = {name: torch.from_numpy(getattr(sim.data, name).copy()) for name in DERIVED_FIELDS}
+        if sim is not unwrapped:  # a goal env around a MuJoCo env: its goal and the inner env's RNG too
+            state["goal_env"] = goal_env_state(unwrapped)
     elif not hasattr(unwrapped, "state"):
         state["inexact"] = True
     else:
@@ -366,12 +404,15 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
 def _restore_env_state(env: gym.Env, state: dict[str, Any]) -> None:
     unwrapped = env.unwrapped
     if "mujoco" in state:
-        if not _is_mujoco(unwrapped):
+        sim = inner_mujoco_env(unwrapped) if "goal_env" in state else unwrapped
+        if sim is None or not _is_mujoco(sim):
             raise EnvError("saved env state is a MuJoCo state but the env is not a MuJoCo env")
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
-        mujoco.mj_setState(unwrapped.model, unwrapped.data, state["mujoco"].numpy(), spec)
+        mujoco.mj_setState(sim.model, sim.data, state["mujoco"].numpy(), spec)
         for name, value in state["derived"].items():
-            getattr(unwrapped.data, name)[:] = value.numpy()
+            getattr(sim.data, name)[:] = value.numpy()
+        if "goal_env" in state:
+            restore_goal_env_state(unwrapped, state["goal_env"])
     elif state.get("inexact"):
         warnings.warn(f"{env.spec.id if env.spec else unwrapped}: this env's state cannot be saved; the resumed "
                       "run continues its episodes from wherever the new env is", RuntimeWarning, stacklevel=2)

@@ -38,7 +38,7 @@ SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one 
 SPIN_SECONDS = 0.002
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "env_id", "action_chunk",
-            "imports")
+            "imports", "reports_success")
 
 
 def _poll(semaphore: Any, seconds: float) -> bool:
@@ -63,6 +63,8 @@ def _write_step(buffers: dict[str, torch.Tensor], rows: slice, result: StepResul
     buffers["final_obs"][rows] = info["final_obs"]
     if "env_steps" in info:
         buffers["env_steps"][rows] = info["env_steps"]
+    if "success" in info:
+        buffers["success"][rows] = info["success"]
 
 
 def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, kwargs: dict[str, Any],
@@ -218,7 +220,7 @@ class SubprocVectorEnv(VectorEnv):
         shapes = {"actions": ((n, self.act_dim), torch.float32), "obs": ((n, self.obs_dim), torch.float32),
                   "final_obs": ((n, self.obs_dim), torch.float32), "reward": ((n,), torch.float32),
                   "terminated": ((n,), torch.bool), "truncated": ((n,), torch.bool),
-                  "env_steps": ((n,), torch.int64)}
+                  "env_steps": ((n,), torch.int64), "success": ((n,), torch.bool)}
         return {name: torch.zeros(shape, dtype=dtype).share_memory_() for name, (shape, dtype) in shapes.items()}
 
     def _dead(self, w: int) -> EnvError:
@@ -283,6 +285,8 @@ class SubprocVectorEnv(VectorEnv):
         info: dict[str, Any] = {"final_obs": buffers["final_obs"].to(self.device, copy=True)}
         if self.action_chunk > 1:
             info["env_steps"] = buffers["env_steps"].to(self.device, copy=True)
+        if self.reports_success:
+            info["success"] = buffers["success"].to(self.device, copy=True)
         return (buffers["obs"].to(self.device, copy=True), buffers["reward"].to(self.device, copy=True),
                 buffers["terminated"].to(self.device, copy=True), buffers["truncated"].to(self.device, copy=True),
                 info)

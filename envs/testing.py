@@ -35,6 +35,7 @@ RULES = (
     "episode statistics",          # provides_episode_stats: returns and lengths of the ended episodes
     "seeded reset",                # the same seed gives the same episodes; (optionally) seeds differ
     "exact resume",                # state_dict -> torch.save/load(weights_only) -> load_state_dict continues exactly
+    "success flag",                # reports_success: every step's info["success"] is [N] bool on the device
 )
 
 
@@ -132,7 +133,29 @@ def check_vector_env(make_env: str | Callable[[], Any], *, steps: int = 200, see
     _check_seeding(make, env_id, actions, seed, distinct_seeds)
     checked.append("seeded reset")
     checked += _check_exact_resume(make, env_id, actions, seed, exact_resume)
+    checked += _check_success_flag(make, env_id, actions, seed)
     return checked
+
+
+def _check_success_flag(make: Callable[[], Any], env_id: str, actions: torch.Tensor, seed: int) -> list[str]:
+    """For an env that ``reports_success``: ``info["success"]`` ``[N]`` bool on the device at every step."""
+    env = make()
+    try:
+        if not getattr(env, "reports_success", False):
+            return []
+        with _Rule("success flag", env_id) as rule:
+            env.reset(seed)
+            for t, action in enumerate(actions):
+                success = env.step(action)[4].get("success")
+                if not isinstance(success, torch.Tensor) or tuple(success.shape) != (env.num_envs,) \
+                        or success.dtype != torch.bool or success.device != env.device:
+                    seen = (list(success.shape), success.dtype, success.device) if isinstance(success, torch.Tensor) \
+                        else type(success).__name__
+                    rule.fail(f"at step {t}: info['success'] must be [{env.num_envs}] bool on {env.device} when "
+                              f"reports_success is True, got {seen}")
+        return ["success flag"]
+    finally:
+        _close(env)
 
 
 def _close(env: Any) -> None:

@@ -98,7 +98,8 @@ class ActionRescale(VectorEnvWrapper):
 
 
 class EpisodeStats(VectorEnvWrapper):
-    """Adds ``episode_return`` and ``episode_length`` ``[K]`` to ``info`` for episodes that just ended.
+    """Adds ``episode_return`` and ``episode_length`` ``[K]`` to ``info`` for episodes that just ended,
+    and ``episode_success`` ``[K]`` (success at any step) where the env ``reports_success``.
 
     A backend that computes them itself (inside a jitted step, ``provides_episode_stats``) is passed
     through unchanged.
@@ -110,10 +111,13 @@ class EpisodeStats(VectorEnvWrapper):
         self._lengths = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self._no_episodes = torch.zeros(0, device=self.device)
         self._no_lengths = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self._succeeded = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._no_successes = torch.zeros(0, dtype=torch.bool, device=self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         self._returns.zero_()
         self._lengths.zero_()
+        self._succeeded.zero_()
         return self.env.reset(seed)
 
     def step(self, actions: torch.Tensor) -> StepResult:
@@ -123,22 +127,32 @@ class EpisodeStats(VectorEnvWrapper):
         self._returns += reward
         self._lengths += info.get("env_steps", 1)  # chunked envs execute several env steps per step
         ended = terminated | truncated
+        if self.reports_success:
+            self._succeeded |= info["success"]
         if ended.any():
             info["episode_return"] = self._returns[ended].float()
             info["episode_length"] = self._lengths[ended]
             self._returns.masked_fill_(ended, 0.0)
             self._lengths.masked_fill_(ended, 0)
+            if self.reports_success:
+                info["episode_success"] = self._succeeded[ended]
+                self._succeeded.masked_fill_(ended, False)
         else:
             info["episode_return"] = self._no_episodes
             info["episode_length"] = self._no_lengths
+            if self.reports_success:
+                info["episode_success"] = self._no_successes
         return obs, reward, terminated, truncated, info
 
     def own_state(self) -> dict[str, Any]:
-        return {"returns": self._returns.clone(), "lengths": self._lengths.clone()}
+        return {"returns": self._returns.clone(), "lengths": self._lengths.clone(),
+                "succeeded": self._succeeded.clone()}
 
     def load_own_state(self, state: dict[str, Any]) -> None:
         self._returns.copy_(state["returns"])
         self._lengths.copy_(state["lengths"])
+        if "succeeded" in state:  # checkpoints from before success tracking have none
+            self._succeeded.copy_(state["succeeded"])
 
 
 class ObservationNormalizer(VectorEnvWrapper):

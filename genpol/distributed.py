@@ -185,11 +185,12 @@ def any_rank(flag: bool) -> bool:
     return sum_int(int(flag)) > 0
 
 
-def all_episodes(returns: list[float], lengths: list[int]) -> tuple[list[float], list[int]]:
-    """Every rank's finished episodes (returns and lengths), concatenated in rank order, on every rank."""
+def all_episodes(*statistics: list) -> tuple[list, ...]:
+    """Every rank's finished-episode statistics (e.g. returns, lengths, successes), each list
+    concatenated in rank order, on every rank."""
     everyone: list[Any] = [None] * world_size()
-    dist.all_gather_object(everyone, (returns, lengths))
-    return [r for part in everyone for r in part[0]], [n for part in everyone for n in part[1]]
+    dist.all_gather_object(everyone, statistics)
+    return tuple([value for part in everyone for value in part[k]] for k in range(len(statistics)))
 
 
 def broadcast_object(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """``python -m genpol.evaluate run_dir=<path> episodes=<int> video=true``
 
-Reports the deterministic and stochastic mean return of a run's latest checkpoint (or of
-``checkpoint=<dir>``) and writes ``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
+Reports the deterministic and stochastic mean return (and success rate, where the env defines
+success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
+``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from omegaconf import DictConfig
 from envs import EnvError, VideoRecorder
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
-from genpol.policy import TrainedPolicy, run_episodes
+from genpol.policy import TrainedPolicy, evaluate_episodes
 from genpol.runners.scaffold import run_name
 
 register_configs()
@@ -35,7 +36,7 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
         video_dir = Path(cfg.video_dir) / run_name(run_dir) if cfg.video else None
         env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir, video_prefix=mode)
         try:
-            returns, lengths = run_episodes(
+            returns, lengths, success = evaluate_episodes(
                 env, lambda obs: policy.act(obs, deterministic=mode == "deterministic"), cfg.seed)
             recorder = env.find(VideoRecorder)
             if recorder is not None:
@@ -45,6 +46,8 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
         results[f"{mode}_return_mean"] = float(returns.mean())
         results[f"{mode}_return_std"] = float(returns.std())
         results[f"{mode}_length_mean"] = float(lengths.mean())
+        if success is not None:  # envs that define success (goal envs such as PointMaze)
+            results[f"{mode}_success_rate"] = float(success.mean())
     if run_dir.is_dir():
         (run_dir / "evaluation.json").write_text(json.dumps(results, indent=2))
     return results

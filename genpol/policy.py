@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -160,10 +160,18 @@ class TrainedPolicy:
         return (action[0] if single else action).cpu().numpy()
 
 
+class EpisodeResults(NamedTuple):
+    """One entry per env: ``returns [N]``, ``lengths [N]``, and ``success [N]`` (bool: the env flagged
+    success at some step of the episode) or None for an env that does not define success."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    success: np.ndarray | None
+
+
 @torch.no_grad()
-def run_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
-                 seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One episode per env (env i reset with ``seed + i``): ``(returns [N], lengths [N])``.
+def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int) -> EpisodeResults:
+    """One episode per env (env i reset with ``seed + i``); see ``EpisodeResults``.
 
     Every env runs exactly its first episode, so short episodes are not over-represented (the bias
     of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
@@ -172,9 +180,21 @@ def run_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
     active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+    succeeded = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    reports_success = getattr(env, "reports_success", False)
     while active.any():
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        obs, reward, terminated, truncated, info = env.step(act(obs))
         returns += reward * active
         lengths += active.long()
+        if reports_success:
+            succeeded |= info["success"] & active
         active &= ~(terminated | truncated)
-    return returns.cpu().numpy(), lengths.cpu().numpy()
+    return EpisodeResults(returns.cpu().numpy(), lengths.cpu().numpy(),
+                          succeeded.cpu().numpy() if reports_success else None)
+
+
+def run_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns [N], lengths [N])`` of ``evaluate_episodes``."""
+    results = evaluate_episodes(env, act, seed)
+    return results.returns, results.lengths

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
-
 from envs import VectorEnv, VideoRecorder
 from genpol.callbacks.base import Callback, failure_hint, log
-from genpol.policy import run_episodes
+from genpol.policy import EpisodeResults, evaluate_episodes
 
 EVAL_SEED = 10_000  # reset seeds 10000, 10001, ...: disjoint from training seeds, as in ANCHORS.md
 
@@ -24,6 +22,9 @@ class Evaluation(Callback):
         every: iterations between evaluations; 0 evaluates only at the end.
         video_dir: where the final evaluation writes ``final-episode0.mp4`` (None: no video).
         normalized_score: ``mean return -> score`` (e.g. D4RL's), logged as ``eval/normalized_score``.
+
+    Where the env defines success (``reports_success``), the fraction of episodes that succeeded is
+    logged as ``eval/success_rate`` and kept as ``final_success_rate``.
     """
 
     def __init__(self, make_env: Callable[[int, Path | None, str], VectorEnv], episodes: int,
@@ -36,38 +37,43 @@ class Evaluation(Callback):
         self.history: list[tuple[int, float]] = []  # (global_step, mean return)
         self.final_return: float | None = None
         self.final_score: float | None = None
+        self.final_success_rate: float | None = None  # for envs that define success
         self.normalized_score = normalized_score
         self.video_path: Path | None = None
         self.video_error: str | None = None  # why the final video is missing, if it failed
 
-    def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[np.ndarray, Path | None]:
+    def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[EpisodeResults, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
         try:
-            returns, _ = run_episodes(env, lambda obs: runner.head.act(obs, deterministic=True), EVAL_SEED)
+            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=True), EVAL_SEED)
             recorder = env.find(VideoRecorder)
             video = recorder.paths[0] if recorder is not None and recorder.paths else None
         finally:
             env.close()
-        return returns, video
+        return results, video
 
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         if self.every and runner.iteration % self.every == 0:
-            returns, _ = self.evaluate(runner)
+            results, _ = self.evaluate(runner)
+            returns = results.returns
             self.history.append((runner.global_step, float(returns.mean())))
             metrics["eval/episodic_return"] = float(returns.mean())
+            if results.success is not None:
+                metrics["eval/success_rate"] = float(results.success.mean())
             if self.normalized_score is not None:
                 metrics["eval/normalized_score"] = float(self.normalized_score(float(returns.mean())))
 
     def on_train_end(self, runner: Any) -> None:
         try:
-            returns, self.video_path = self.evaluate(runner, self.video_dir)
+            results, self.video_path = self.evaluate(runner, self.video_dir)
         except Exception as error:  # noqa: BLE001 - rendering is optional: keep the return without it
             if self.video_dir is None:
                 raise
             self.video_error = failure_hint(error)
             log.warning("the final evaluation's video failed, evaluating without it: %s", self.video_error)
-            returns, self.video_path = self.evaluate(runner, None)
-        self.final_return = float(returns.mean())
+            results, self.video_path = self.evaluate(runner, None)
+        self.final_return = float(results.returns.mean())
+        self.final_success_rate = None if results.success is None else float(results.success.mean())
         if self.normalized_score is not None:
             self.final_score = float(self.normalized_score(self.final_return))
         if not self.history or self.history[-1][0] != runner.global_step:

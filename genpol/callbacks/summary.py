@@ -50,7 +50,9 @@ class Summary(Callback):
     evaluation, the learning curve) to its one-line cause; the weights are never among them.
 
     ``episodic_return_mean`` is the mean return of the last 20 training episodes (raw rewards);
-    ``eval_return_mean`` is the final deterministic evaluation's mean; ``sps`` counts env steps per
+    ``eval_return_mean`` is the final deterministic evaluation's mean; where the env defines success,
+    ``eval_success_rate`` is that evaluation's fraction of successful episodes and ``success_rate``
+    the fraction among the last 20 training episodes (both None otherwise); ``sps`` counts env steps per
     second of collecting and updating, ``wall_time_s`` everything since the run first started
     (evaluation, checkpoints and resumes included).
     """
@@ -93,6 +95,9 @@ class Summary(Callback):
             "episodic_return_mean": float(np.mean(runner.recent_returns)) if runner.recent_returns else None,
             "eval_return_mean": evaluation.final_return if evaluation is not None else None,
             "eval_normalized_score": evaluation.final_score if evaluation is not None else None,
+            "eval_success_rate": evaluation.final_success_rate if evaluation is not None else None,
+            "success_rate": float(np.mean(runner.recent_successes)) if getattr(runner, "recent_successes", None)
+            else None,
             "eval_episodes": evaluation.episodes if evaluation is not None else 0,
             "sps": runner.global_step / runner.wall_time if runner.wall_time > 0 else None,
             "train_time_s": runner.wall_time,

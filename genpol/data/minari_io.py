@@ -25,7 +25,8 @@ def _datasets_root(root: str | Path | None) -> Iterator[None]:
         yield
         return
     previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    # absolute: minari 0.5.4 joins a relative root onto itself when it sizes a new dataset
+    os.environ["MINARI_DATASETS_PATH"] = str(Path(root).expanduser().resolve())
     try:
         yield
     finally:

@@ -34,10 +34,14 @@ def d4rl_normalized_score(env_name: str, returns: float | np.ndarray) -> float |
 
 
 def reference_returns(metadata: dict, env_id: str) -> tuple[float, float] | None:
-    """``(random, expert)`` returns for normalized scores: a Minari dataset's own ``ref_min_score`` /
-    ``ref_max_score`` when it has them (never mixed with D4RL's), else D4RL's for the env's task."""
-    if metadata.get("ref_min_score") is not None and metadata.get("ref_max_score") is not None:
-        return float(metadata["ref_min_score"]), float(metadata["ref_max_score"])
+    """``(random, expert)`` returns for normalized scores: the dataset's own ``ref_min_score`` /
+    ``ref_max_score`` when it has them (a Minari dataset's metadata, or a D4RL file's ``metadata/``
+    group, as ``genpol.data.maze_dataset`` writes; never mixed with D4RL's), else D4RL's for the
+    env's task."""
+    for prefix in ("", "metadata/"):
+        low, high = metadata.get(f"{prefix}ref_min_score"), metadata.get(f"{prefix}ref_max_score")
+        if low is not None and high is not None:
+            return float(low), float(high)
     name = d4rl_env_name(env_id)
     return None if name is None else D4RL_REFERENCE[name]
 

@@ -47,8 +47,11 @@ class EnvRunner(abc.ABC):
         self.episode_returns: list[float] = []  # episodes finished in the latest iteration
         self.episode_lengths: list[int] = []
         self.recent_returns: deque[float] = deque(maxlen=20)  # the last 20 finished episodes
+        self.episode_successes: list[bool] = []  # envs that define success only
+        self.recent_successes: deque[bool] = deque(maxlen=20)
         self._returns: list[torch.Tensor] = []
         self._lengths: list[torch.Tensor] = []
+        self._successes: list[torch.Tensor] = []
 
     @property
     def head(self) -> PolicyHead:
@@ -66,15 +69,19 @@ class EnvRunner(abc.ABC):
         if info["episode_return"].numel():
             self._returns.append(info["episode_return"])
             self._lengths.append(info["episode_length"])
+            if "episode_success" in info:
+                self._successes.append(info["episode_success"])
 
     def close_episodes(self) -> None:
         self.episode_returns = torch.cat(self._returns).tolist() if self._returns else []
         self.episode_lengths = torch.cat(self._lengths).tolist() if self._lengths else []
-        self._returns, self._lengths = [], []
+        self.episode_successes = torch.cat(self._successes).tolist() if self._successes else []
+        self._returns, self._lengths, self._successes = [], [], []
         if distributed.world_size() > 1:  # the statistics of every rank's episodes, in rank order
-            self.episode_returns, self.episode_lengths = distributed.all_episodes(self.episode_returns,
-                                                                                  self.episode_lengths)
+            self.episode_returns, self.episode_lengths, self.episode_successes = distributed.all_episodes(
+                self.episode_returns, self.episode_lengths, self.episode_successes)
         self.recent_returns.extend(self.episode_returns)
+        self.recent_successes.extend(self.episode_successes)
 
     def run(self) -> None:
         """Iterate until ``total_steps``. After each iteration: stop on NaN or inf (before any
@@ -97,6 +104,8 @@ class EnvRunner(abc.ABC):
             if self.episode_returns:
                 metrics["charts/episodic_return"] = float(np.mean(self.episode_returns))
                 metrics["charts/episodic_length"] = float(np.mean(self.episode_lengths))
+            if self.episode_successes:
+                metrics["charts/success_rate"] = float(np.mean(self.episode_successes))
             self.callbacks.on_iteration_end(self, metrics)
             stop_if_requested(self)
         self.callbacks.on_train_end(self)
@@ -123,6 +132,7 @@ class EnvRunner(abc.ABC):
             "iteration": self.iteration,
             "wall_time": self.wall_time,
             "recent_returns": list(self.recent_returns),
+            "recent_successes": list(self.recent_successes),
             "torch_rng": torch.get_rng_state(),
             "callbacks": self.callbacks.state_dict(),
         }
@@ -142,6 +152,7 @@ class EnvRunner(abc.ABC):
         self.iteration = int(training_state["iteration"])
         self.wall_time = float(training_state["wall_time"])
         self.recent_returns.extend(training_state["recent_returns"])
+        self.recent_successes.extend(training_state.get("recent_successes", []))  # older checkpoints: none
         torch.set_rng_state(training_state["torch_rng"])
         self.callbacks.load_state_dict(training_state["callbacks"])
         if distributed.world_size() > 1 or "distributed" in training_state:

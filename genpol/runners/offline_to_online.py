@@ -34,7 +34,7 @@ from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.chunking import imitation_horizon
-from genpol.policy import make_policy_spec, run_episodes
+from genpol.policy import evaluate_episodes, make_policy_spec
 from genpol.runners.bc import BCRunner
 from genpol.runners.online import off_policy_env_settings, run_online
 from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase
@@ -109,7 +109,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
     try:
         with torch.no_grad():
-            returns, _ = run_episodes(eval_env, lambda o: head.act(o, deterministic=True), EVAL_SEED)
+            returns, _, success = evaluate_episodes(eval_env, lambda o: head.act(o, deterministic=True), EVAL_SEED)
     finally:
         eval_env.close()
     rows = [json.loads(line) for line in (directory / "progress.jsonl").read_text().splitlines() if line.strip()]
@@ -117,6 +117,8 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
                "final_loss": rows[-1]["pretrain/loss"] if rows else None, "wall_time_s": runner.wall_time,
                "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
                "dataset_return_mean": float(dataset.episode_returns().mean())}
+    if success is not None:
+        summary["eval_success_rate"] = float(success.mean())
     if normalized is not None:
         summary["normalized_score"] = float(normalized(float(returns.mean())))
         summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
