@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
-from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
+from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -27,6 +27,9 @@ HEAD_FACTORIES = {
     "diffusion-ddim-chunk": lambda: DiffusionHead(OBS_DIM, ACT_DIM, act_steps=3, horizon_steps=4, denoising_steps=20,
                                                   use_ddim=True, ddim_steps=4, ft_denoising_steps=4,
                                                   hidden_sizes=(32, 32, 32)),
+    "consistency": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32, 32)),
+    "consistency-3-step-huber": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), sampling_steps=3,
+                                                        ct_distance="pseudo_huber", min_sampling_std=0.3),
 }
 
 

@@ -17,7 +17,7 @@ from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, requ
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
 from genpol.config.offpolicy import SACConfig
-from genpol.config.policy import (DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
+from genpol.config.policy import (ConsistencyPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
                                   PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
@@ -123,7 +123,8 @@ class EvaluateConfig:
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
                                    "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
-                                   "tanh_gaussian": TanhGaussianPolicyConfig}
+                                   "tanh_gaussian": TanhGaussianPolicyConfig,
+                                   "consistency": ConsistencyPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
                                     "sac": SACConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
