@@ -29,7 +29,7 @@ HEAD_FACTORIES = {
                                                   hidden_sizes=(32, 32, 32)),
     "consistency": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32, 32)),
     "consistency-3-step-huber": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), sampling_steps=3,
-                                                        ct_distance="pseudo_huber", min_sampling_std=0.3),
+                                                        ct_distance="pseudo_huber", min_sampling_std=0.3, scale_input=False),
 }
 
 

@@ -290,6 +290,8 @@ class ConsistencyPolicyConfig(PolicyConfig):
     """Weight each sample by 100 / (tau_{n+1} - tau_n) (the reference's scale_consis_loss)."""
     min_sampling_std: float = 0.1
     """On-policy sampler: std floor of every step and std of the last one (exploration)."""
+    scale_input: bool = True
+    """Scale F_theta's noisy-action input by c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM); false: raw, as the reference."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of the value network."""
     critic_activation: str = "mish"
