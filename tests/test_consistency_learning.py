@@ -4,6 +4,7 @@ offline-to-online pipeline runs it end to end, and PPO through its stochastic sa
 import json
 
 import numpy as np
+import pytest
 import torch
 
 import envs
@@ -83,3 +84,32 @@ def test_consistency_bc_then_ppo_through_the_offline_to_online_cli(tmp_path, hop
     assert np.isfinite(pretrained["eval_return_mean"]) and summary["env_steps"] >= 128
     spec = json.loads(next((tmp_path / "run" / "checkpoints").glob("*/policy/policy.json")).read_text())
     assert spec["head"]["kwargs"]["ct_total_steps"] == 200  # the CT schedule spans the pretraining run
+
+
+SMALL = ["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
+         "policy.hidden_sizes=[64,64,64]", "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
+
+
+def test_ppo_through_the_stochastic_consistency_sampler_reaches_the_goals(tmp_path):
+    """40960 env steps (measured 26 s on a loaded 2-core CPU; seed 0: deterministic eval 14.3,
+    100 stochastic episodes all at a goal). A random policy averages 2.98, a goal pays 10."""
+    from genpol.api import load_policy, train
+
+    summary = train(env="multigoal", policy="consistency", updater="ppo", total_steps=40_960, run_dir=tmp_path / "run",
+                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=50", "updater.minibatch_size=256"])
+    assert summary["eval_return_mean"] > 10.0, summary
+    assert summary["episodic_return_mean"] > 10.0, summary
+    coverage = goal_coverage(load_policy(tmp_path / "run"), episodes=100, seed=0)
+    assert coverage.goal_counts.sum() >= 80, coverage.goal_counts
+
+
+@pytest.mark.parametrize("updater", ["spo", "aspo", "trpo"])
+def test_every_on_policy_updater_trains_the_consistency_head(tmp_path, updater):
+    """Two short iterations each: the per-step ratios [B, T] and (TRPO) the exact KL go through."""
+    from genpol.api import train
+
+    summary = train(env="multigoal", policy="consistency", updater=updater, total_steps=4096, run_dir=tmp_path / "run",
+                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=4"])
+    assert summary["env_steps"] >= 4096 and np.isfinite(summary["eval_return_mean"])
+    rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["losses/approx_kl"]) for row in rows) and rows[-1]["losses/approx_kl"] > 0
