@@ -41,6 +41,8 @@ CASES = {
     "policy-fpo": ["env=pendulum", "policy=fpo", *ON_POLICY],
     "policy-policyflow": ["env=pendulum", "policy=policyflow", *ON_POLICY],
     "policy-tanh_gaussian": ["env=pendulum", "policy=tanh_gaussian", *ON_POLICY],
+    "policy-consistency": ["env=pendulum", "policy=consistency", "policy.hidden_sizes=[32,32,32]",
+                           "policy.critic_hidden_sizes=[32,32]", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
