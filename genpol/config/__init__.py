@@ -16,7 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
-from genpol.config.offpolicy import SACConfig
+from genpol.config.offpolicy import QGradientConfig, SACConfig
 from genpol.config.policy import (ConsistencyPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
                                   PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
@@ -126,7 +126,7 @@ POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOP
                                    "tanh_gaussian": TanhGaussianPolicyConfig,
                                    "consistency": ConsistencyPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
-                                    "sac": SACConfig}
+                                    "sac": SACConfig, "consistency_ac": QGradientConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
