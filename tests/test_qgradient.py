@@ -129,3 +129,24 @@ def test_consistency_ac_learns_multigoal_online(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     assert rows[-1]["charts/episodic_return"] > 8.0, [row.get("charts/episodic_return") for row in rows]
     assert np.isfinite(rows[-1]["losses/q_loss"]) and "losses/bc_loss" in rows[-1]
+
+
+def test_the_same_learner_trains_a_diffusion_head_as_diffusion_ql():
+    """DPPO's head with 5 DDPM steps has reparameterized sampling: the Q-loss reaches every denoising step."""
+    from genpol.heads import DiffusionHead
+
+    torch.manual_seed(0)
+    head = DiffusionHead(OBS_DIM, ACT_DIM, denoising_steps=5, ft_denoising_steps=5, hidden_sizes=(16, 16, 16))
+    cfg = QGradientConfig(batch_size=8, learning_starts=0, critic_hidden_sizes=[16], act_candidates=3)
+    algorithm = QGradientActor(head, cfg, total_steps=100, num_envs=N, obs_dim=OBS_DIM, act_dim=ACT_DIM,
+                               capacity=64, device=torch.device("cpu"))
+    for _ in range(4):
+        algorithm.process_env_step(torch.randn(N, OBS_DIM), torch.rand(N, ACT_DIM) * 2 - 1, torch.randn(N),
+                                   torch.zeros(N), {"final_obs": torch.randn(N, OBS_DIM)})
+    loss, _ = algorithm.actor_loss(algorithm.sampler.sample(8))
+    loss.backward()
+    assert head.denoiser.body.input.weight.grad.abs().sum() > 0
+    before = [p.detach().clone() for p in head.parameters()]
+    named = algorithm.gradient_step()
+    assert np.isfinite(float(named["q_loss"])) and any(not torch.equal(b, p) for b, p in zip(before, head.parameters()))
+    assert algorithm.act(torch.randn(N, OBS_DIM)).shape == (N, ACT_DIM)
