@@ -1,8 +1,8 @@
 """Losses and action selection of the Q-gradient actors (Diffusion-QL, Consistency-AC; ALGORITHMS.md
 8.3 and 9b) as pure functions: tensors in, a scalar loss or a choice out.
 
-The learner that calls them (twin critics, an EMA actor for the TD target, the replay) is not in
-genpol yet; these are its math, each tested against an independent computation:
+``genpol.algorithms.qgradient.QGradientActor`` (twin critics, an EMA actor for the TD target, the
+replay) calls them; each is tested against an independent computation:
 
 * ``normalized_q_loss``: Diffusion-QL's L_Q = -mean_b Q_i(s, a_theta) / mean_b |Q_j(s, a_theta)|.detach(),
   with (i, j) one ordered pair of distinct critics drawn at random (the reference flips a coin
