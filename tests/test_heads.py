@@ -12,7 +12,7 @@ import torch
 from conftest import REPO
 
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
-from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
+from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
 from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
@@ -34,6 +34,9 @@ HEAD_FACTORIES = {
     "diffusion-ddim-chunk": lambda: DiffusionHead(OBS_DIM, ACT_DIM, act_steps=3, horizon_steps=4, denoising_steps=20,
                                                   use_ddim=True, ddim_steps=4, ft_denoising_steps=4,
                                                   hidden_sizes=(32, 32, 32)),
+    "consistency": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32, 32)),
+    "consistency-3-step-huber": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), sampling_steps=3,
+                                                        ct_distance="pseudo_huber", min_sampling_std=0.3, scale_input=False),
 }
 
 

@@ -46,6 +46,8 @@ CASES = {
     "policy-policyflow": ["env=pendulum", "policy=policyflow", *ON_POLICY],
     "policy-tanh_gaussian": ["env=pendulum", "policy=tanh_gaussian", *ON_POLICY],
     "policy-custom": ["env=pendulum", "policy=custom", "policy.family=laplace_head:LaplaceHead", *ON_POLICY],
+    "policy-consistency": ["env=pendulum", "policy=consistency", "policy.hidden_sizes=[32,32,32]",
+                           "policy.critic_hidden_sizes=[32,32]", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
@@ -56,6 +58,9 @@ CASES = {
     "experiment-sac": ["+experiment=sac", "env=hopper", *OFF_POLICY],
     "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "updater.num_qs=3", "updater.utd=2",
                         "DATASET"],
+    "experiment-consistency_ac": ["+experiment=consistency_ac", "policy.hidden_sizes=[32,32,32]", "DATASET",
+                                  "updater.critic_hidden_sizes=[32,32]", "updater.learning_starts=16", "updater.batch_size=16",
+                                  "updater.iteration_steps=32", "updater.act_candidates=4", "total_steps=64", *OFFLINE],
     "experiment-dppo_hopper": ["+experiment=dppo_hopper", *SMALL_DIFFUSION, "policy.ft_denoising_steps=2",
                                *ON_POLICY, "total_steps=128", *OFFLINE, "pipeline.compile_sampling=false",
                                "DATASET"],

@@ -19,7 +19,7 @@ from genpol.updaters.schedules import AdaptiveLR
 from genpol.updaters.trpo import TRPOUpdater
 
 ON_POLICY = ("ppo", "spo", "aspo", "trpo")
-OFF_POLICY = ("sac",)
+OFF_POLICY = ("sac", "consistency_ac")
 
 __all__ = ["Algorithm", "OnPolicyAlgorithm", "ON_POLICY", "OFF_POLICY", "make_algorithm", "make_critic",
            "make_updater", "is_off_policy", "learner_needs", "check_learner"]
@@ -78,6 +78,10 @@ def make_algorithm(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = No
             obs_dim=env.obs_dim, gamma=cfg.updater.gamma, gae_lambda=cfg.updater.gae_lambda, seed=cfg.seed,
             lr_schedule=cfg.updater.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
         )
+    if name == "consistency_ac":
+        from genpol.algorithms.qgradient import make_qgradient
+
+        return make_qgradient(cfg, head, env, offline)
     from genpol.algorithms.sac import make_sac
 
     return make_sac(cfg, head, env, offline)
@@ -87,6 +91,10 @@ def learner_needs(updater_name: str) -> frozenset:
     """The head capabilities the learner ``updater_name`` uses."""
     if updater_name in ON_POLICY:
         return OnPolicyAlgorithm.needs
+    if updater_name == "consistency_ac":
+        from genpol.algorithms.qgradient import QGradientActor
+
+        return QGradientActor.needs
     from genpol.algorithms.sac import SAC
 
     return SAC.needs

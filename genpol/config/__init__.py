@@ -16,8 +16,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, claim_new_dir, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
-from genpol.config.offpolicy import SACConfig
-from genpol.config.policy import (CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
+from genpol.config.offpolicy import QGradientConfig, SACConfig
+from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
                                   PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
@@ -125,9 +125,10 @@ class EvaluateConfig:
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
                                    "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
-                                   "tanh_gaussian": TanhGaussianPolicyConfig, "custom": CustomPolicyConfig}
+                                   "tanh_gaussian": TanhGaussianPolicyConfig,
+                                   "consistency": ConsistencyPolicyConfig, "custom": CustomPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
-                                    "sac": SACConfig}
+                                    "sac": SACConfig, "consistency_ac": QGradientConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),

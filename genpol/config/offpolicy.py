@@ -114,3 +114,54 @@ class SACConfig:
         if self.max_grad_norm is not None:
             require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
         require(self.iteration_steps >= 1, "updater.iteration_steps", ">= 1", self.iteration_steps)
+
+
+@dataclass
+class QGradientConfig(SACConfig):
+    """Consistency-AC (Ding & Jin 2024) / Diffusion-QL: a Q-gradient actor on SAC's replay and twin
+    critics, TD targets from an EMA actor, no entropy term (``genpol.algorithms.qgradient``)."""
+
+    name: str = "consistency_ac"
+    """Updater name; selects the learner."""
+    eta: float = 1.0
+    """Weight of the normalized Q-loss (8.3: 1.0 halfcheetah/walker-medium, 0.1 hopper-medium)."""
+    bc_coef: float = 1.0
+    """Weight of the head's imitation loss on the batch's actions (the CT loss); 0 online from scratch."""
+    actor_ema_decay: float = 0.995
+    """EMA decay of the actor that draws the TD target's next actions."""
+    actor_ema_every: int = 5
+    """Actor steps between EMA updates."""
+    actor_ema_start: int = 1000
+    """Actor step from which the EMA averages (before: a copy)."""
+    act_candidates: int = 50
+    """Head samples per state when acting, one drawn with probability softmax(min Q) (1: the head's sample)."""
+    explore_initial: float = 1.0
+    """Probability of a uniform random action at the start (8.4's epsilon schedule)."""
+    explore_final: float = 0.01
+    """... decayed linearly to this ..."""
+    explore_fraction: float = 0.1
+    """... over this fraction of total_steps."""
+    ent_coef: str = "0"
+    """No entropy term (fixed at 0; the field is SAC's)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of each critic (reference: 3 x 256 Mish)."""
+    critic_activation: str = "mish"
+    """Activation of the critics."""
+    max_grad_norm: Optional[float] = 1.0
+    """Gradient-norm clip of actor and critics (reference: 1-10 per task)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.eta >= 0, "updater.eta", ">= 0", self.eta)
+        require(self.bc_coef >= 0, "updater.bc_coef", ">= 0", self.bc_coef)
+        require(self.eta > 0 or self.bc_coef > 0, "updater.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
+        require(0.0 < self.actor_ema_decay < 1.0, "updater.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
+        require(self.actor_ema_every >= 1, "updater.actor_ema_every", ">= 1", self.actor_ema_every)
+        require(self.act_candidates >= 1, "updater.act_candidates", ">= 1", self.act_candidates)
+        for key in ("explore_initial", "explore_final"):
+            require(0.0 <= getattr(self, key) <= 1.0, f"updater.{key}", "in [0, 1]", getattr(self, key))
+        require(0.0 < self.explore_fraction <= 1.0, "updater.explore_fraction", "in (0, 1]", self.explore_fraction)
+        require(self.ent_coef in ("0", "0.0"), "updater.ent_coef", "0 (a Q-gradient actor has no entropy term)",
+                self.ent_coef)
+        require(self.batching == "sb3", "updater.batching", "sb3 (one actor step per critic step)", self.batching)
+        require(not self.compile, "updater.compile", "false (not supported by this learner yet)", self.compile)

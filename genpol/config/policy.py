@@ -264,3 +264,70 @@ class CustomPolicyConfig(PolicyConfig):
 
     def head_kwargs(self) -> dict[str, Any]:
         return dict(self.kwargs)
+
+
+@dataclass
+class ConsistencyPolicyConfig(PolicyConfig):
+    """Consistency policy (Ding & Jin 2024): few-step sampler, consistency-training BC, and genpol's
+    stochastic multistep sampler with per-step Gaussian log-probs for the on-policy updaters."""
+
+    family: str = "consistency"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of F_theta (reference: 3 x 256)."""
+    activation: str = "mish"
+    """Activation of F_theta."""
+    time_dim: int = 16
+    """Size of the noise-level embedding."""
+    sampling_steps: int = 2
+    """T: network calls per action (reference: 2, 5 on some tasks)."""
+    sigma_data: float = 0.5
+    """sigma_data of c_skip / c_out."""
+    eps: float = 0.002
+    """Smallest noise level; f(a, eps) = a."""
+    tau_max: float = 80.0
+    """Largest noise level (the sampler's start)."""
+    tau_min_sampling: float = 2.0
+    """Smallest noise level the sampler re-noises to (levels: linspace(this, tau_max, T))."""
+    rho: float = 7.0
+    """rho of the Karras boundaries."""
+    ct_initial_scales: int = 2
+    """N(0) of the consistency-training schedule."""
+    ct_final_scales: int = 150
+    """N grows to this + 1 over ct_total_steps."""
+    ct_total_steps: int = 20000
+    """Training steps over which N grows (the yaml ties it to pipeline.pretrain_steps)."""
+    target_decay: float = 0.995
+    """EMA decay of the consistency-training target network."""
+    target_every: int = 5
+    """Training steps between target updates."""
+    target_start: int = 1000
+    """Training step from which the target is an EMA (before: a copy)."""
+    ct_distance: str = "l2"
+    """Consistency-training distance: ``l2`` or ``pseudo_huber``."""
+    ct_loss_scale: bool = True
+    """Weight each sample by 100 / (tau_{n+1} - tau_n) (the reference's scale_consis_loss)."""
+    min_sampling_std: float = 0.1
+    """On-policy sampler: std floor of every step and std of the last one (exploration)."""
+    scale_input: bool = True
+    """Scale F_theta's noisy-action input by c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM); false: raw, as the reference."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "mish"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.sampling_steps >= 1, "policy.sampling_steps", ">= 1", self.sampling_steps)
+        require(self.time_dim >= 2 and self.time_dim % 2 == 0, "policy.time_dim", "an even number >= 2", self.time_dim)
+        require(0 < self.eps < self.tau_min_sampling <= self.tau_max, "policy.tau_min_sampling",
+                f"in (eps={self.eps}, tau_max={self.tau_max}]", self.tau_min_sampling)
+        require(self.sigma_data > 0, "policy.sigma_data", "> 0", self.sigma_data)
+        require(2 <= self.ct_initial_scales <= self.ct_final_scales, "policy.ct_initial_scales",
+                f"in [2, ct_final_scales={self.ct_final_scales}]", self.ct_initial_scales)
+        require(self.ct_total_steps >= 1, "policy.ct_total_steps", ">= 1", self.ct_total_steps)
+        require(0.0 < self.target_decay < 1.0, "policy.target_decay", "in (0, 1)", self.target_decay)
+        require(self.target_every >= 1, "policy.target_every", ">= 1", self.target_every)
+        require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
+                self.ct_distance)
+        require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)

@@ -7,6 +7,7 @@ import importlib
 from typing import Any
 
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
+from genpol.heads.consistency import ConsistencyHead
 from genpol.heads.diffusion import DiffusionHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
@@ -14,10 +15,10 @@ from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
-    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead)
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead)
 }
 
-__all__ = ["HEADS", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 

@@ -48,7 +48,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from genpol.heads.base import PolicyHead, RatioTerms, Record
+from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
 from genpol.heads.chunking import ChunkedActions
 from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
 
@@ -92,6 +92,8 @@ class DiffusionHead(ChunkedActions, PolicyHead):
     """
 
     family = "diffusion"
+    # rsample: the stochastic chain keeps its graph, so Q-gradient learners (Diffusion-QL) train through it
+    capabilities = PolicyHead.capabilities | {Capability.REPARAMETERIZED}
     has_exact_kl = True
     has_entropy = False
 
@@ -277,6 +279,10 @@ class DiffusionHead(ChunkedActions, PolicyHead):
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         return self._run_chain(obs, deterministic)[0][:, : self.executed_dim]
+
+    def rsample(self, obs: torch.Tensor) -> torch.Tensor:
+        """The stochastic chain with its graph (every denoising step differentiable): ``[B, act_dim]``."""
+        return self._run_chain(obs, deterministic=False)[0][:, : self.executed_dim]
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
         log_probs, _ = self.chain_log_probs(obs, record["chain"])
