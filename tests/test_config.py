@@ -44,7 +44,8 @@ EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "conf
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_bundle_composes_and_validates(experiment):
     """The README and bench scripts point users at these bundles: each must compose into a valid config."""
-    extra = ["dataset.path=data/hopper_medium-v5.hdf5"] if experiment == "dppo_hopper" else []  # it names no default
+    needs_data = experiment in ("dppo_hopper", "consistency_ac")  # offline-to-online bundles name no default
+    extra = ["dataset.path=data/hopper_medium-v5.hdf5"] if needs_data else []
     cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
     assert cfg.total_steps > 0
     if experiment == "fpo":

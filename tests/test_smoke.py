@@ -35,6 +35,7 @@ CASES = {
        ("halfcheetah", "hopper", "walker2d", "pendulum", "dmc", "multigoal")},
     "env-gym": ["env=gym", "env.id=MountainCarContinuous-v0", *ON_POLICY],
     "env-envpool": ["env=envpool", "env.id=HalfCheetah-v5", *ON_POLICY],
+    "env-pointmaze_medium": ["env=pointmaze_medium", *ON_POLICY],
     "env-custom": ["env=custom", "env.id=custom_envs.batched:make_env", *ON_POLICY],
     # CartpoleBalance with 4 envs for training and evaluation, as test_playground.py: one MJX
     # compilation shared in this process (the group's CheetahRun costs minutes of compilation on CPU)
