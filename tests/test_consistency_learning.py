@@ -60,6 +60,7 @@ def test_consistency_bc_keeps_the_four_modes_of_a_multimodal_expert():
     runner = BCRunner(head, obs / OBS_SCALE, actions, steps=2000, batch_size=256, lr=3e-3, min_lr=1e-4,
                       ema_start=1000, ema_every=1, log_every=1000)
     runner.run()
+    assert head.ct_step == 2000  # the EMA weights came back, the CT schedule's position with them
     coverage = goal_coverage(ScaledPolicy(head), episodes=100, seed=0)
     assert coverage.goals_covered(0.02) >= 3, coverage.goal_counts
     assert coverage.goal_counts.sum() >= 50, coverage.goal_counts
@@ -71,7 +72,7 @@ def test_consistency_bc_keeps_the_four_modes_of_a_multimodal_expert():
 
 
 def test_consistency_bc_then_ppo_through_the_offline_to_online_cli(tmp_path, hopper_dataset):
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     run_cli("-m", "genpol.train", "env=hopper", "policy=consistency", "pipeline=offline_to_online",
             f"dataset.path={hopper_dataset}", "policy.hidden_sizes=[32,32,32]", "policy.critic_hidden_sizes=[32]",

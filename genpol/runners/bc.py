@@ -101,7 +101,11 @@ class BCRunner:
         """The EMA weights (the head's own until the EMA has started)."""
         if int(self.ema.n_averaged) == 0:
             return self.head.state_dict()
-        return self.ema.module.state_dict()
+        state = self.ema.module.state_dict()
+        # a module's extra state holds training counters (the consistency head's CT step), which the
+        # EMA copy never advances: keep the head's own, or online training would restart its schedule
+        state.update({key: value for key, value in self.head.state_dict().items() if key.endswith("_extra_state")})
+        return state
 
     def use_ema_weights(self) -> None:
         self.head.load_state_dict(self.ema_head_state())
