@@ -34,10 +34,12 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     SIGINT make it checkpoint at the end of the current iteration and raise ``TrainingInterrupted``.
     """
     from genpol.runners.guards import hold_run_dir, stop_on_signals
+    from genpol.runners.gorl import train_gorl
     from genpol.runners.offline_to_online import train_offline_to_online
     from genpol.runners.online import train_online
 
-    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online}
+    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online,
+                 "gorl": train_gorl}
     with hold_run_dir(run_dir), stop_on_signals():
         return pipelines[cfg.pipeline.name](cfg, run_dir)
 

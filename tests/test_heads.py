@@ -10,6 +10,7 @@ import torch
 
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
+from genpol.heads.latent import LatentDecoderHead
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -27,7 +28,16 @@ HEAD_FACTORIES = {
     "diffusion-ddim-chunk": lambda: DiffusionHead(OBS_DIM, ACT_DIM, act_steps=3, horizon_steps=4, denoising_steps=20,
                                                   use_ddim=True, ddim_steps=4, ft_denoising_steps=4,
                                                   hidden_sizes=(32, 32, 32)),
+    # GoRL: a trained (non-zero) decoder, so the contract covers the decoder's path too
+    "gorl": lambda: _trained_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16),
+                                                       decoder_hidden_sizes=(16, 16), latent_l2_coef=1e-3)),
+    "gorl-identity": lambda: LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), decoder_hidden_sizes=(16,)),
 }
+
+
+def _trained_decoder(head):
+    head.decoder.load_state_dict(head.new_decoder().state_dict())
+    return head
 
 
 @pytest.fixture(params=sorted(HEAD_FACTORIES))

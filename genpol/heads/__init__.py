@@ -9,14 +9,16 @@ from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Recor
 from genpol.heads.diffusion import DiffusionHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
+from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
-    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead)
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead,
+                               LatentDecoderHead)
 }
 
-__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 
