@@ -64,10 +64,10 @@ def test_the_decoder_learns_a_bimodal_target_from_the_gaussian_prior():
     torch.manual_seed(0)
     head = LatentDecoderHead(2, 1, hidden_sizes=(8,), decoder_hidden_sizes=(64, 64))
     generator = torch.Generator().manual_seed(1)
-    obs = torch.randn(4096, 2, generator=generator)
-    sign = torch.randint(0, 2, (4096, 1), generator=generator).float() * 2 - 1
-    actions = 1.5 * sign + 0.1 * torch.randn(4096, 1, generator=generator)
-    weights, report = DecoderTraining(epochs=40, batch_size=256, lr=3e-3, patience=40).fit(head, obs, actions, seed=0)
+    obs = torch.randn(2048, 2, generator=generator)
+    sign = torch.randint(0, 2, (2048, 1), generator=generator).float() * 2 - 1
+    actions = 1.5 * sign + 0.1 * torch.randn(2048, 1, generator=generator)
+    weights, report = DecoderTraining(epochs=40, batch_size=128, lr=3e-3, patience=40).fit(head, obs, actions, seed=0)
     assert report["best_val_loss"] < report["history"][0]["val_loss"]
     head.decoder.load_state_dict(weights)
     with torch.no_grad():
@@ -188,3 +188,29 @@ def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path
     summary_a, summary_b = (json.loads((d / "summary.json").read_text()) for d in (reference, run_dir))
     for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
         assert summary_a[key] == summary_b[key], key
+
+
+@pytest.mark.parametrize("updater", ["ppo", "spo", "aspo", "trpo"])
+def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updater):
+    """One stage-1 update (a trained decoder, stage 1's clip and grad-norm) on real MultiGoal rollouts."""
+    from genpol.algorithms import make_algorithm
+    from genpol.api import compose_config
+    from genpol.build import make_env, make_head
+    from genpol.config import validate
+    from genpol.runners.gorl import stage_updater
+    from genpol.runners.onpolicy import OnPolicyRunner
+
+    args = [a for a in ARGS if not a.startswith(("updater.minibatch_size", "updater.epochs"))]
+    cfg = validate(compose_config([*args, f"updater={updater}", "updater.rollout_steps=16"]))
+    cfg = stage_updater(cfg, stage=1)
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim)
+    head.decoder.load_state_dict(head.new_decoder().state_dict())
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    OnPolicyRunner(env, make_algorithm(cfg, head, env), total_steps=256, seed=0).run()
+    env.close()
+    after = head.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("decoder."))
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("encoder."))
+    if updater != "trpo":
+        assert (cfg.updater.clip_range, cfg.updater.max_grad_norm) == (0.3, 1.0)
