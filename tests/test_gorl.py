@@ -147,6 +147,18 @@ def test_stage_transitions_and_budget_accounting(reference_run):
     assert "decoder/stage_0/val_loss" in events.Tags()["scalars"]
 
 
+def test_a_resume_that_would_change_the_stage_budgets_is_refused(reference_run):
+    from genpol.api import compose_config
+    from genpol.config import validate
+    from genpol.train import run_training
+
+    run_dir, _ = reference_run
+    cfg = validate(compose_config([*[a for a in ARGS if not a.startswith("total_steps")], "total_steps=4096",
+                                   f"run_dir={run_dir}"]))
+    with pytest.raises(ConfigError, match=r"stage budgets \[512, 1536\]"):
+        run_training(cfg, run_dir)
+
+
 def test_the_run_checkpoint_is_the_combined_policy_of_the_last_best_encoder(reference_run):
     from genpol.api import evaluate, load_policy
 

@@ -87,6 +87,20 @@ def stage_updater(cfg: TrainConfig, stage: int) -> TrainConfig:
     return dataclasses.replace(cfg, updater=dataclasses.replace(updater, **changes))
 
 
+def check_budgets(run_dir: Path, budgets: list[int]) -> None:
+    """Record the stage budgets on a first start; refuse a resume that would change them. (The
+    scaffold lets ``total_steps`` change on a resume, which extends an online run; here it would
+    re-split the stages that already ran.)"""
+    path = run_dir / "stage_budgets.json"
+    if not path.exists():
+        write_json_atomic({"encoder_env_steps": budgets}, path)
+        return
+    saved = json.loads(path.read_text())["encoder_env_steps"]
+    if saved != budgets:
+        raise ConfigError(f"{run_dir} holds a GoRL run with stage budgets {saved}; total_steps and "
+                          f"pipeline.stage_weights now give {budgets}. Use another run_dir, or the saved config.")
+
+
 def write_json_atomic(payload: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2))
@@ -106,15 +120,14 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     run_dir = prepare_run(cfg, run_dir)
     start = time.perf_counter()
     pipeline, device = cfg.pipeline, torch.device(cfg.device)
+    budgets = stage_budgets(cfg.total_steps, list(pipeline.stage_weights))
+    check_budgets(run_dir, budgets)
     stack = env_stack(cfg.policy)
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(device)
-    if not isinstance(head, LatentDecoderHead):
-        raise ConfigError(f"pipeline=gorl needs policy=gorl, got policy={cfg.policy.family}")
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, device, stack)
-    budgets = stage_budgets(cfg.total_steps, list(pipeline.stage_weights))
     stages: list[dict[str, Any]] = []
     offset = 0  # encoder env steps of the finished stages: the x-axis of TensorBoard
     best_weights: dict[str, Any] = {}
