@@ -58,7 +58,8 @@ def run(name: str, task: str, overrides: list[str], seed: int) -> dict:
             "stage_final_eval_returns": [stage["final_eval_return"] for stage in summary["stages"]],
             "decoder_best_val_losses": [stage.get("decoder_best_val_loss") for stage in summary["stages"][:-1]],
             "encoder_env_steps": summary["encoder_env_steps"], "collection_env_steps": summary["collection_env_steps"],
-            "total_env_steps": summary["total_env_steps"], "wall_time_s": time.perf_counter() - start}
+            "total_env_steps": summary["total_env_steps"], "wall_time_s": time.perf_counter() - start,
+            "overrides": overrides}
 
 
 def main() -> None:
@@ -73,7 +74,9 @@ def main() -> None:
     from genpol.api import load_policy
     from genpol.multigoal_analysis import goal_coverage
 
-    runs = []
+    # runs of earlier invocations stay (a later run of the same task, method and seed replaces its own)
+    path = RESULTS / "gorl.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
     for task in args.tasks:
         overrides = hopper_overrides(args) if task == "hopper" else multigoal_overrides(args)
         for seed in args.seeds:
@@ -85,11 +88,11 @@ def main() -> None:
                                    "episodes_per_goal": coverage.goal_counts.tolist(),
                                    "angular_entropy_at_start": coverage.angular_entropy,
                                    "stochastic_return": coverage.mean_return})
-                runs.append(result)
+                runs = [r for r in runs if (r["task"], r["method"], r["seed"]) != (task, name, seed)] + [result]
                 print(json.dumps({k: v for k, v in result.items() if k != "run_dir"}), flush=True)
                 RESULTS.mkdir(exist_ok=True)
-                (RESULTS / "gorl.json").write_text(json.dumps(
-                    {"benchmark": "gorl", "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(args),
+                path.write_text(json.dumps(
+                    {"benchmark": "gorl", "date": time.strftime("%Y-%m-%d %H:%M"), "last_args": vars(args),
                      "machine": "2 shared CPU cores, torch 1 thread", "runs": runs}, indent=2))
 
 
