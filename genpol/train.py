@@ -41,11 +41,12 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     Started by torchrun with several processes, it joins their process group for the run (each
     rank with its own seed, see ``genpol.distributed``) and leaves it at the end.
     """
+    from genpol.runners.gorl import train_gorl
     from genpol.runners.guards import TrainingInterrupted, hold_run_dir, stop_on_signals
     from genpol.runners.offline_to_online import train_offline_to_online
     from genpol.runners.online import train_online
 
-    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online}
+    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online, "gorl": train_gorl}
     joined = distributed.launched_by_torchrun() and distributed.world_size() == 1
     if joined:
         cfg = distributed.init_from_torchrun(cfg)

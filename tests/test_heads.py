@@ -16,6 +16,7 @@ from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, 
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
 from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
+from genpol.heads.latent import LatentDecoderHead
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -37,7 +38,16 @@ HEAD_FACTORIES = {
     "consistency": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32, 32)),
     "consistency-3-step-huber": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), sampling_steps=3,
                                                         ct_distance="pseudo_huber", min_sampling_std=0.3, scale_input=False),
+    # GoRL: a trained (non-zero) decoder, so the contract covers the decoder's path too
+    "gorl": lambda: _trained_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16),
+                                                       decoder_hidden_sizes=(16, 16), latent_l2_coef=1e-3)),
+    "gorl-identity": lambda: LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), decoder_hidden_sizes=(16,)),
 }
+
+
+def _trained_decoder(head):
+    head.decoder.load_state_dict(head.new_decoder().state_dict())
+    return head
 
 
 @pytest.fixture(params=sorted(HEAD_FACTORIES))

@@ -49,6 +49,7 @@ CASES = {
     "policy-custom": ["env=pendulum", "policy=custom", "policy.family=laplace_head:LaplaceHead", *ON_POLICY],
     "policy-consistency": ["env=pendulum", "policy=consistency", "policy.hidden_sizes=[32,32,32]",
                            "policy.critic_hidden_sizes=[32,32]", *ON_POLICY],
+    "policy-gorl": ["env=pendulum", "policy=gorl", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
@@ -56,6 +57,9 @@ CASES = {
     "experiment-trpo_mujoco": ["+experiment=trpo_mujoco", "updater.rollout_steps=8", "total_steps=64"],
     "experiment-fpo": ["+experiment=fpo", *ON_POLICY],
     "experiment-policyflow": ["+experiment=policyflow", *ON_POLICY, "pipeline.compile_sampling=false"],
+    # GoRL: two stages on MultiGoal (collection and a decoder fit between them), the video of the final policy
+    "experiment-gorl": ["+experiment=gorl", "env=multigoal", *ON_POLICY, "pipeline.stage_weights=[1,1]",
+                        "pipeline.collect_steps=64", "pipeline.decoder_epochs=2", "pipeline.decoder_batch_size=16"],
     "experiment-sac": ["+experiment=sac", "env=hopper", *OFF_POLICY],
     "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "updater.num_qs=3", "updater.utd=2",
                         "DATASET"],

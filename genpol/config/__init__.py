@@ -15,10 +15,12 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, claim_new_dir, require
 from genpol.config.env import DatasetConfig, EnvConfig
-from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
+from genpol.config.pipeline import (GoRLPipelineConfig, LoggerConfig, OfflineToOnlinePipelineConfig,
+                                   OnlinePipelineConfig)
 from genpol.config.offpolicy import QGradientConfig, SACConfig
-from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
-                                  PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
+from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig,
+                                  FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
+                                  PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
@@ -64,6 +66,11 @@ class TrainConfig:
         if getattr(self.pipeline, "name", None) == "offline_to_online":
             require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                      self.dataset.path)
+        if getattr(self.pipeline, "name", None) == "gorl":
+            require(getattr(self.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
+                    "retrain the latent-decoder head's decoder)", getattr(self.policy, "family", None))
+            require(self.updater.name in ("ppo", "spo", "aspo", "trpo"), "updater", "an on-policy updater (ppo, spo, "
+                    "aspo or trpo) for pipeline=gorl: the encoder is a latent Gaussian policy", self.updater.name)
         if getattr(self.policy, "family", None) == "diffusion":
             policy, pipeline = self.policy, self.pipeline
             sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
@@ -125,12 +132,12 @@ class EvaluateConfig:
 
 POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
                                    "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
-                                   "tanh_gaussian": TanhGaussianPolicyConfig,
+                                   "tanh_gaussian": TanhGaussianPolicyConfig, "gorl": GoRLPolicyConfig,
                                    "consistency": ConsistencyPolicyConfig, "custom": CustomPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
                                     "sac": SACConfig, "consistency_ac": QGradientConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
-                                     "offline_to_online": OfflineToOnlinePipelineConfig}
+                                     "offline_to_online": OfflineToOnlinePipelineConfig, "gorl": GoRLPipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
                            *PIPELINE_SCHEMAS.values(), DatasetConfig, LoggerConfig, TrainConfig, EvaluateConfig]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import List
 
 from genpol.config.base import require
 
@@ -69,6 +70,65 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
         require(self.pretrain_lr > 0, "pipeline.pretrain_lr", "> 0", self.pretrain_lr)
         require(0.0 < self.ema_decay < 1.0, "pipeline.ema_decay", "in (0, 1)", self.ema_decay)
         require(self.pretrain_log_every >= 1, "pipeline.pretrain_log_every", ">= 1", self.pretrain_log_every)
+
+
+@dataclass
+class GoRLPipelineConfig(OnlinePipelineConfig):
+    """GoRL's stages in one run (ALGORITHMS.md 6.2): in every stage a fresh encoder learns by the
+    on-policy updater with the decoder frozen; then, except after the last stage, the best encoder
+    and the current decoder collect (s, pre-tanh a), and a new decoder learns by flow matching from
+    N(0, I) onto those actions. ``total_steps`` is the encoder budget of all stages together (the
+    paper's x-axis); collection steps are counted apart. Needs ``policy=gorl``."""
+
+    name: str = "gorl"
+    """Pipeline name."""
+    stage_weights: List[float] = field(default_factory=lambda: [2.0, 2.0, 1.0, 1.0])
+    """Relative encoder budgets of the stages (their number is its length): stage k trains for
+    total_steps * w_k / sum(w). GoRL: 60M, 60M, 30M, 30M of 180M = [2, 2, 1, 1]."""
+    clip_range_first: float = 0.15
+    """updater.clip_range in stage 0 (GoRL: 0.15); PPO-family updaters only."""
+    clip_range_later: float = 0.3
+    """updater.clip_range in stages 1+ (GoRL: 0.3)."""
+    max_grad_norm_first: float = 0.5
+    """updater.max_grad_norm in stage 0 (GoRL: 0.5); PPO-family updaters only."""
+    max_grad_norm_later: float = 1.0
+    """updater.max_grad_norm in stages 1+ (GoRL: 1.0)."""
+    latent_l2_first: float = 5e-4
+    """Encoder penalty c_z (mean(mu^2) + mean(sigma^2)) in stage 0 (GoRL: 5e-4; 0 for BallInCup)."""
+    latent_l2_later: float = 1e-3
+    """Encoder penalty c_z in stages 1+ (GoRL: 1e-3)."""
+    collect_steps: int = 20_000_000
+    """Env steps of data collection after each stage but the last (GoRL: 20 x ~0.98M)."""
+    decoder_epochs: int = 50
+    """Passes over the collected data per decoder training (GoRL: 50)."""
+    decoder_batch_size: int = 8192
+    """Actions per decoder gradient step (GoRL: 8192)."""
+    decoder_lr: float = 3e-4
+    """Adam learning rate of the decoder (GoRL: 3e-4)."""
+    decoder_pairs: int = 8
+    """(t, noise) pairs drawn per action in the flow-matching loss (GoRL: 8)."""
+    decoder_validation: float = 0.1
+    """Fraction of the collected actions held out for validation (GoRL: 0.1)."""
+    decoder_patience: int = 20
+    """Epochs without a better validation loss before the decoder training stops (GoRL: 20)."""
+    decoder_max_samples: int = 10_000_000
+    """At most this many collected actions are used, a random subset (GoRL: 10M)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(len(self.stage_weights) >= 1 and all(w > 0 for w in self.stage_weights), "pipeline.stage_weights",
+                "a non-empty list of positive weights", self.stage_weights)
+        for key in ("clip_range_first", "clip_range_later"):
+            require(0.0 < getattr(self, key) < 1.0, f"pipeline.{key}", "in (0, 1)", getattr(self, key))
+        for key in ("max_grad_norm_first", "max_grad_norm_later", "decoder_lr"):
+            require(getattr(self, key) > 0, f"pipeline.{key}", "> 0", getattr(self, key))
+        for key in ("latent_l2_first", "latent_l2_later"):
+            require(getattr(self, key) >= 0, f"pipeline.{key}", ">= 0", getattr(self, key))
+        for key in ("collect_steps", "decoder_epochs", "decoder_batch_size", "decoder_pairs", "decoder_patience",
+                    "decoder_max_samples"):
+            require(getattr(self, key) >= 1, f"pipeline.{key}", ">= 1", getattr(self, key))
+        require(0.0 < self.decoder_validation < 1.0, "pipeline.decoder_validation", "in (0, 1)",
+                self.decoder_validation)
 
 
 @dataclass

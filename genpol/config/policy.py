@@ -331,3 +331,40 @@ class ConsistencyPolicyConfig(PolicyConfig):
         require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
                 self.ct_distance)
         require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)
+
+
+@dataclass
+class GoRLPolicyConfig(PolicyConfig):
+    """GoRL latent-decoder head (Gaussian encoder in z-space, frozen flow decoder, tanh) and its
+    critic; defaults are GoRL's (Brax DMC sizes). Stage settings live in ``pipeline=gorl``."""
+
+    family: str = "gorl"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    """Hidden layer widths of the encoder (it outputs the latent mean and raw scale)."""
+    activation: str = "silu"
+    """Activation of the encoder."""
+    decoder_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64, 64, 64])
+    """Hidden layer widths of the decoder's velocity network."""
+    decoder_activation: str = "silu"
+    """Activation of the decoder."""
+    time_embed_dim: int = 8
+    """Size of the decoder's sinusoidal time embedding."""
+    integration_steps: int = 10
+    """Euler steps of the decoder, from x = z to the pre-tanh action."""
+    zero_init_decoder: bool = True
+    """Zero decoder weights, so stage 0's decoder is exactly the identity (GoRL)."""
+    latent_l2_coef: float = 0.0
+    """Penalty c_z (mean(mu^2) + mean(sigma^2)) on the encoder; pipeline=gorl sets it per stage."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256, 256, 256])
+    """Hidden layer widths of the value network (Brax: 256 x 5)."""
+    critic_activation: str = "silu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_network("decoder_hidden_sizes", self.decoder_hidden_sizes, self.decoder_activation)
+        require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
+                "an even number >= 2", self.time_embed_dim)
+        require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        require(self.latent_l2_coef >= 0, "policy.latent_l2_coef", ">= 0", self.latent_l2_coef)
