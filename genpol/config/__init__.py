@@ -16,7 +16,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import LoggerConfig, OfflineToOnlinePipelineConfig, OnlinePipelineConfig
-from genpol.config.offpolicy import SACConfig
+from genpol.config.offpolicy import ExpoConfig, SACConfig
 from genpol.config.policy import (DiffusionPolicyConfig, FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig,
                                   PolicyConfig, PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
@@ -24,7 +24,7 @@ from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfi
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "DiffusionPolicyConfig", "FlowPolicyConfig",
            "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig", "ASPOConfig",
-           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "TanhGaussianPolicyConfig", "TrainConfig", "EvaluateConfig",
+           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig", "TanhGaussianPolicyConfig", "TrainConfig", "EvaluateConfig",
            "ALL_SCHEMAS", "register_configs", "validate"]
 
 
@@ -125,7 +125,7 @@ POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOP
                                    "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
                                    "tanh_gaussian": TanhGaussianPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
-                                    "sac": SACConfig}
+                                    "sac": SACConfig, "expo": ExpoConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),

@@ -7,13 +7,15 @@ from typing import Any
 
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
 from genpol.heads.diffusion import DiffusionHead
+from genpol.heads.edit import OnTheFlyPolicy
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
-    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead)
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead,
+                                      OnTheFlyPolicy)
 }
 
 __all__ = ["HEADS", "build_head", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "HeadCapabilityError", "PolicyHead",
