@@ -109,8 +109,10 @@ def on_the_fly_actions(obs: torch.Tensor, base: PolicyHead, edit: EditPolicy, cr
                        deterministic_edit: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """EXPO's on-the-fly policy for a batch of states ``obs [B, D]``: ``num_samples`` base candidates
     per state (one batched ``base.candidates`` call), the first ``n_edit`` of them edited, and the
-    argmax of the subset-min Q over all ``num_samples + n_edit``. Returns ``(actions [B, A], q [B])``."""
-    base_actions = base.candidates(obs, num_samples)
+    argmax of the subset-min Q over all ``num_samples + n_edit``. Returns ``(actions [B, A], q [B])``.
+    Base samples are clipped to [-1, 1] first (a Gaussian base's are unbounded): the critics value, and
+    the env executes, actions in the box."""
+    base_actions = base.candidates(obs, num_samples).clamp(-1.0, 1.0)
     candidates = base_actions
     if n_edit > 0:
         edited = edit.edit_candidates(obs, base_actions[:, :n_edit], deterministic_edit)
