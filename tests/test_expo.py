@@ -184,6 +184,19 @@ def test_the_on_the_fly_policy_rebuilds_from_its_spec_and_acts_deterministically
     assert policy.act(obs, deterministic=False).shape == (7, ACT_DIM)
 
 
+@pytest.mark.parametrize("family", ["fpo", "policyflow", "diffusion"])
+def test_flow_and_diffusion_bases_train_and_act(family):
+    from genpol.heads import build_head
+
+    kwargs = {"fpo": {"hidden_sizes": (16,)}, "policyflow": {"hidden_sizes": (16,)},
+              "diffusion": {"denoising_steps": 4, "ft_denoising_steps": 4, "hidden_sizes": (16, 16)}}[family]
+    algorithm = tiny_expo(head=build_head(family, OBS_DIM, ACT_DIM, **kwargs))
+    named = algorithm.rlpd_round()
+    assert all(torch.isfinite(value).all() for value in named.values()) and algorithm.base_steps == 1
+    actions = algorithm.act(torch.randn(5, OBS_DIM))
+    assert actions.shape == (5, ACT_DIM) and actions.abs().max() <= 1.0
+
+
 class NoCandidates(GaussianHead):
     capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION})
 
