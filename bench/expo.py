@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -86,11 +87,12 @@ class Learner:
         if learn:
             self.algorithm.update()
 
-    def segment(self, steps: int) -> float:
-        start = time.perf_counter()
+    def segment(self, steps: int) -> tuple[float, float]:
+        """(wall ms, process CPU ms) per env step; CPU well below wall means another job held the core."""
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             self.step()
-        return (time.perf_counter() - start) / steps * 1000
+        return (time.perf_counter() - start) / steps * 1000, (time.process_time() - cpu) / steps * 1000
 
 
 def candidate_cost(expo: Any, repeats: int = 10) -> dict[str, float]:
@@ -99,16 +101,19 @@ def candidate_cost(expo: Any, repeats: int = 10) -> dict[str, float]:
 
     obs = expo.sampler.sample(256).next_obs
     cfg = expo.cfg
-    timings: dict[str, list[float]] = {"base_samples_ms": [], "on_the_fly_ms": []}
+    timings: dict[str, list[float]] = {"base_samples_ms": [], "on_the_fly_ms": [], "base_samples_cpu_ms": [],
+                                       "on_the_fly_cpu_ms": []}
     with torch.no_grad():
         for _ in range(repeats):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             expo.head.candidates(obs, cfg.num_samples)
             timings["base_samples_ms"].append((time.perf_counter() - start) * 1000)
-            start = time.perf_counter()
+            timings["base_samples_cpu_ms"].append((time.process_time() - cpu) * 1000)
+            start, cpu = time.perf_counter(), time.process_time()
             on_the_fly_actions(obs, expo.head, expo.edit, expo.critic_target, cfg.num_samples, cfg.n_edit,
                                expo._subset_heads())
             timings["on_the_fly_ms"].append((time.perf_counter() - start) * 1000)
+            timings["on_the_fly_cpu_ms"].append((time.process_time() - cpu) * 1000)
     return {key: statistics.median(values) for key, values in timings.items()}
 
 
@@ -121,7 +126,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "2000", "--num-envs", "2",
                       "--d4rl", offline_path])
         learners = {"expo": Learner("expo", args, offline_path), "rlpd": Learner("rlpd", args, offline_path)}
-        rows: dict[str, list[float]] = {name: [] for name in learners}
+        rows: dict[str, list[tuple[float, float]]] = {name: [] for name in learners}
         for round_index in range(args.rounds):
             order = list(learners) if round_index % 2 == 0 else list(reversed(learners))
             for name in order:
@@ -133,17 +138,20 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
                     "batch_size": 256, "offline_ratio": 0.5, "torch_threads": 1, "compile": False,
                     "expo_base": "diffusion DDPM T=10, 256x3", "num_samples": expo_cfg.num_samples,
                     "n_edit": expo_cfg.n_edit, "rounds": args.rounds, "steps_per_round": args.steps},
-        "ms_per_env_step": {name: statistics.median(values) for name, values in rows.items()},
+        "ms_per_env_step": {name: statistics.median(wall for wall, _ in values) for name, values in rows.items()},
+        "cpu_ms_per_env_step": {name: statistics.median(cpu for _, cpu in values) for name, values in rows.items()},
+        "load_average": list(os.getloadavg()),
         "ms_per_env_step_rounds": rows,
         "candidates_per_minibatch": candidates,
         "candidates_per_env_step_ms": candidates["on_the_fly_ms"] * args.utd,
     }
     result["expo_over_rlpd"] = result["ms_per_env_step"]["expo"] / result["ms_per_env_step"]["rlpd"]
+    result["expo_over_rlpd_cpu"] = result["cpu_ms_per_env_step"]["expo"] / result["cpu_ms_per_env_step"]["rlpd"]
     (RESULTS / "expo_cost.json").write_text(json.dumps(result, indent=2))
-    print(f"| learner | ms per env step (median of {args.rounds}) |\n|---|---|")
+    print(f"| learner | wall ms per env step (median of {args.rounds}) | CPU ms |\n|---|---|---|")
     for name, value in result["ms_per_env_step"].items():
-        print(f"| {name} | {value:.1f} |")
-    print(f"EXPO / RLPD: {result['expo_over_rlpd']:.2f}x; candidates for 256 next states: base samples "
+        print(f"| {name} | {value:.1f} | {result['cpu_ms_per_env_step'][name]:.1f} |")
+    print(f"EXPO / RLPD: {result['expo_over_rlpd']:.2f}x wall, {result['expo_over_rlpd_cpu']:.2f}x CPU; candidates for 256 next states: base samples "
           f"{candidates['base_samples_ms']:.1f} ms, on-the-fly choice {candidates['on_the_fly_ms']:.1f} ms "
           f"(x UTD {args.utd} = {result['candidates_per_env_step_ms']:.0f} ms per env step)")
     return result

@@ -227,15 +227,15 @@ TINY_EXPO = ["updater.learning_starts=128", "updater.num_qs=3", "updater.utd=2",
 def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(tmp_path, hopper_dataset):
     run_dir = tmp_path / "run"
     run_cli("-m", "genpol.train", "+experiment=expo", "env=hopper", "pipeline=offline_to_online",
-            f"dataset.path={hopper_dataset}", "total_steps=256", "pipeline.pretrain_steps=40",
+            f"dataset.path={hopper_dataset}", "total_steps=192", "pipeline.pretrain_steps=40",
             "pipeline.pretrain_log_every=20", "pipeline.video=false", *TINY_EXPO, f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["updater"] == "expo" and summary["pretrained"]["gradient_steps"] == 40
     from genpol.checkpoint import load_training_state, resolve_checkpoint
 
     state = load_training_state(resolve_checkpoint(run_dir))["algorithm"]
-    # 128 learning env steps, each one round: 2 critic minibatches, one base and one edit step
-    assert state["critic_steps"] == 128 * 2 and state["base_steps"] == 128 and state["actor_steps"] == 128
+    # 64 learning env steps, each one round: 2 critic minibatches, one base and one edit step
+    assert state["critic_steps"] == 64 * 2 and state["base_steps"] == 64 and state["actor_steps"] == 64
     assert state["replay"]["offline"]["fingerprint"]["transitions"] > 500
     result = run_cli("-m", "genpol.evaluate", f"run_dir={run_dir}", "episodes=2", "video=false")
     evaluation = json.loads(result.stdout[result.stdout.index("{"):])
@@ -250,8 +250,8 @@ def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(t
 
 
 def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
-    """SIGKILL an EXPO run (offline data mixed in) after its 2nd checkpoint and re-run it: the policy
-    (EMA base, edit policy, target critics), the base, the learner's whole state (critics, optimizers,
+    """SIGKILL an EXPO run (offline data mixed in) after its 3rd checkpoint (step 192; it learns from
+    step 128 on) and re-run it: the policy (EMA base, edit policy, target critics), the base, the learner's whole state (critics, optimizers,
     temperature, replay, generators), the env and torch's RNG equal an uninterrupted run's."""
     import os
     import signal
@@ -265,7 +265,8 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
 
     def start(run_dir):
         args = ["+experiment=expo", "env=hopper", "env.num_envs=2", f"dataset.path={hopper_dataset}",
-                "total_steps=384", "pipeline.checkpoint_every=1", "pipeline.video=false", *TINY_EXPO,
+                "total_steps=256", "pipeline.checkpoint_every=1", "pipeline.video=false", "updater.iteration_steps=64",
+                *[arg for arg in TINY_EXPO if not arg.startswith("updater.iteration_steps")],
                 f"run_dir={run_dir}"]
         return subprocess.Popen([sys.executable, "-m", "genpol.train", *args], cwd=REPO, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -277,24 +278,24 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
     reference = start(tmp_path / "reference")
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     interrupted = start(tmp_path / "interrupted")
-    marker = tmp_path / "interrupted" / "checkpoints" / "step_000000000256"
+    marker = tmp_path / "interrupted" / "checkpoints" / "step_000000000192"
     deadline = time.time() + 300
     while not marker.exists() and time.time() < deadline and interrupted.poll() is None:
         time.sleep(0.01)
     interrupted.send_signal(signal.SIGKILL)
     interrupted.wait(timeout=60)
     assert interrupted.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    assert "step_000000000384" not in {p.name for p in list_checkpoints(tmp_path / "interrupted" / "checkpoints")}
+    assert "step_000000000256" not in {p.name for p in list_checkpoints(tmp_path / "interrupted" / "checkpoints")}
     resumed = start(tmp_path / "interrupted")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
     name_a, weights_a, state_a = final(tmp_path / "reference")
     name_b, weights_b, state_b = final(tmp_path / "interrupted")
-    assert name_a == name_b == "step_000000000384"
+    assert name_a == name_b == "step_000000000256"
     assert_trees_equal(weights_a, weights_b, "policy")
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
         assert_trees_equal(state_a[key], state_b[key], key)
-    assert state_a["algorithm"]["base_steps"] == (384 - 128) and "edit_optimizer" in state_a["algorithm"]
+    assert state_a["algorithm"]["base_steps"] == (256 - 128) and "edit_optimizer" in state_a["algorithm"]
 
 
 def contextual_bandit_run(iterations: int = 100):
