@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from genpol.algorithms.expo import EXPO
 from genpol.api import compose_config
@@ -17,7 +16,6 @@ from genpol.heads import DiffusionHead, GaussianHead, head_from_spec
 from genpol.heads.base import Capability
 from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions, select_by_q
 from genpol.qensemble import QEnsemble, critic_mlp
-from genpol.storage.replay import ReplayBatch
 
 from conftest import run_cli
 
