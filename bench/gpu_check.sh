@@ -3,9 +3,10 @@
 # is raw CheetahRun stepping at 1024 / 4096 envs, and what fraction of it does Gaussian PPO
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
 # And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
-# CUDA, against 0.3-0.5 s on the 2-core CPU? About 7 minutes on a fresh machine, most of it JAX
-# compilation (110 s per batch size cold); GPU_CHECKS="playground-cuda" runs one check. The
-# torchrun-cuda check (one run over all GPUs) has not run on a device yet.
+# CUDA, against 0.3-0.5 s on the 2-core CPU? And EXPO's (the same critics plus diffusion candidates)?
+# About 7 minutes on a fresh machine, most of it JAX compilation (110 s per batch size cold);
+# GPU_CHECKS="playground-cuda" runs one check. The torchrun-cuda, gorl-playground and expo-cuda checks
+# have not run on a device yet.
 # Measured 2026-11-30 on an H200: README "Playground on a GPU".
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
@@ -61,6 +62,23 @@ json.dump({'rlpd_full_recipe_cuda_sps': sps}, open('bench/results/rlpd_cuda.json
 )
 check rlpd-cuda rlpd_cuda
 if [ -n "${OUT:-}" ]; then cp bench/results/rlpd_cuda.json "$OUT/" 2>/dev/null; fi
+# EXPO's full recipe on CUDA (10 LayerNorm critics of 256 x 3, UTD 20, a DDPM T = 10 base with 8 candidates
+# and 8 edits for every next state of each minibatch): 5000 random steps, then 300 learning steps
+expo_cuda() ( set -e
+test -f /tmp/hopper_random.hdf5 || python3 -m genpol.data.collect --policy random --env gym:Hopper-v5 --steps 2000 \
+    --num-envs 4 --d4rl /tmp/hopper_random.hdf5 >/dev/null
+python3 -m genpol.train +experiment=expo env=hopper device=cuda dataset.path=/tmp/hopper_random.hdf5 total_steps=5300 \
+    updater.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
+    logger.progress_bar=false run_dir=/tmp/expo_cuda >/dev/null
+python3 -c "
+import json
+rows = [json.loads(l) for l in open('/tmp/expo_cuda/progress.jsonl')][-3:]
+sps = [r['charts/SPS'] for r in rows]
+print('EXPO full recipe on CUDA: env-steps/s', [round(v, 1) for v in sps], '-> ms per env step', round(1000 / max(sps), 1))
+json.dump({'expo_full_recipe_cuda_sps': sps}, open('bench/results/expo_cuda.json', 'w'))"
+)
+check expo-cuda expo_cuda
+if [ -n "${OUT:-}" ]; then cp bench/results/expo_cuda.json "$OUT/" 2>/dev/null; fi
 check playground-cuda python3 bench/backends.py --device cuda --backends playground --batches 1024 4096 \
     --train-batch 4096 --iterations 3
 if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/" 2>/dev/null; fi

@@ -1,6 +1,6 @@
 """Learning methods (see ``genpol.algorithms.base``) and the registry that builds them from the
-``updater`` config group: ``ppo``, ``spo``, ``aspo``, ``trpo`` (on-policy) and ``sac`` (off-policy;
-RLPD is a configuration of it)."""
+``updater`` config group: ``ppo``, ``spo``, ``aspo``, ``trpo`` (on-policy), ``sac`` (off-policy;
+RLPD is a configuration of it) and ``expo`` (built on it)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from genpol.updaters.schedules import AdaptiveLR
 from genpol.updaters.trpo import TRPOUpdater
 
 ON_POLICY = ("ppo", "spo", "aspo", "trpo")
-OFF_POLICY = ("sac", "consistency_ac")
+OFF_POLICY = ("sac", "consistency_ac", "expo")
 
 __all__ = ["Algorithm", "OnPolicyAlgorithm", "ON_POLICY", "OFF_POLICY", "make_algorithm", "make_critic",
            "make_updater", "is_off_policy", "learner_needs", "check_learner"]
@@ -84,6 +84,10 @@ def make_algorithm(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = No
         return make_qgradient(cfg, head, env, offline)
     from genpol.algorithms.sac import make_sac
 
+    if name == "expo":
+        from genpol.algorithms.expo import EXPO
+
+        return make_sac(cfg, head, env, offline, algorithm_class=EXPO)
     return make_sac(cfg, head, env, offline)
 
 
@@ -95,6 +99,10 @@ def learner_needs(updater_name: str) -> frozenset:
         from genpol.algorithms.qgradient import QGradientActor
 
         return QGradientActor.needs
+    if updater_name == "expo":
+        from genpol.algorithms.expo import EXPO
+
+        return EXPO.needs
     from genpol.algorithms.sac import SAC
 
     return SAC.needs

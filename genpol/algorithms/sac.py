@@ -148,14 +148,19 @@ class SAC(Algorithm):
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(loss, q [E, B], target [B])`` of one critic step; the TD target without gradients."""
         with torch.no_grad():
-            next_actions, next_log_prob = self.head.rsample_log_prob(batch.next_obs)
-            next_q = self.critic_target(batch.next_obs, next_actions)
-            if subset_heads is not None:
-                next_q = next_q.index_select(0, subset_heads)
-            target = td_target(batch.rewards, batch.dones, next_q.min(dim=0).values,
-                               next_log_prob if self.cfg.backup_entropy else None, alpha, self.cfg.gamma)
+            target = self._td_target(batch, alpha, subset_heads)
         q = self.critic(batch.obs, batch.actions)
         return critic_loss(q, target, self.cfg.critic_reduction), q, target
+
+    def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
+        """``y [B]``: the target critics' (subset-)minimum at ``a' ~ pi(s')`` with the soft backup.
+        The one piece of the critic step a learner with another next-action rule (EXPO) replaces."""
+        next_actions, next_log_prob = self.head.rsample_log_prob(batch.next_obs)
+        next_q = self.critic_target(batch.next_obs, next_actions)
+        if subset_heads is not None:
+            next_q = next_q.index_select(0, subset_heads)
+        return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values,
+                         next_log_prob if self.cfg.backup_entropy else None, alpha, self.cfg.gamma)
 
     def _actor_loss_eager(self, obs: torch.Tensor, actions_pi: torch.Tensor, log_prob: torch.Tensor,
                           alpha: torch.Tensor) -> torch.Tensor:
@@ -276,13 +281,14 @@ class SAC(Algorithm):
             self.env_steps = 0
 
 
-def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> SAC:
-    """SAC from a ``TrainConfig``; the replay holds ``updater.buffer_size`` transitions (its memory
-    grows as it fills, up to that bound)."""
+def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None,
+             algorithm_class: type[SAC] = SAC) -> SAC:
+    """SAC (or ``algorithm_class``, a learner built on it such as EXPO) from a ``TrainConfig``; the
+    replay holds ``updater.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
     if cfg.updater.offline_ratio > 0 and offline is None:
         from genpol.config import ConfigError
 
         raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
                           "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-    return SAC(head, cfg.updater, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
+    return algorithm_class(head, cfg.updater, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
                capacity=cfg.updater.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline)

@@ -17,7 +17,7 @@ from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, clai
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import (GoRLPipelineConfig, LoggerConfig, OfflineToOnlinePipelineConfig,
                                    OnlinePipelineConfig)
-from genpol.config.offpolicy import QGradientConfig, SACConfig
+from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
 from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig,
                                   FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
@@ -26,7 +26,7 @@ from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfi
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "DiffusionPolicyConfig", "FlowPolicyConfig",
            "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig", "ASPOConfig",
-           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "TanhGaussianPolicyConfig", "CustomPolicyConfig", "TrainConfig", "EvaluateConfig",
+           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig", "QGradientConfig", "TanhGaussianPolicyConfig", "CustomPolicyConfig", "TrainConfig", "EvaluateConfig",
            "ALL_SCHEMAS", "register_configs", "validate"]
 
 
@@ -135,7 +135,8 @@ POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOP
                                    "tanh_gaussian": TanhGaussianPolicyConfig, "gorl": GoRLPolicyConfig,
                                    "consistency": ConsistencyPolicyConfig, "custom": CustomPolicyConfig}
 UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
-                                    "sac": SACConfig, "consistency_ac": QGradientConfig}
+                                    "sac": SACConfig, "consistency_ac": QGradientConfig,
+                                    "expo": ExpoConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig, "gorl": GoRLPipelineConfig}
 ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),

@@ -165,3 +165,71 @@ class QGradientConfig(SACConfig):
                 self.ent_coef)
         require(self.batching == "sb3", "updater.batching", "sb3 (one actor step per critic step)", self.batching)
         require(not self.compile, "updater.compile", "false (not supported by this learner yet)", self.compile)
+
+
+@dataclass
+class ExpoConfig(SACConfig):
+    """EXPO (ALGORITHMS.md 7): RLPD's critics and batching around an expressive base policy (the
+    ``policy`` group: any head with imitation and batched candidates, DDPM diffusion by default),
+    trained only by imitation, and a small tanh-Gaussian edit policy; it acts by argmax-Q over base
+    samples and their edits. Defaults: EXPO's scripts (10 LayerNorm critics of 256 x 3, subset-min 2,
+    no entropy backup, UTD 20, half of every batch offline, 5000 random steps)."""
+
+    name: str = "expo"
+    """Updater name; selects the learner."""
+    num_samples: int = 8
+    """Base-policy samples per state of the on-the-fly policy (EXPO's scripts: 8)."""
+    n_edit: int = 8
+    """How many of those are also edited (the first n_edit); the argmax runs over num_samples + n_edit."""
+    edit_scale: float = 0.05
+    """beta: an edit changes each action dimension by at most this (a' = clip(a + beta u))."""
+    edit_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the edit policy (on s and a)."""
+    edit_activation: str = "relu"
+    """Activation of the edit policy."""
+    base_ema_tau: float = 0.001
+    """EMA rate of the acting copy of the base policy (ema <- (1 - tau) ema + tau base, per base step)."""
+    learning_starts: int = 5000
+    """Env steps of uniform random actions before learning starts."""
+    utd: int = 20
+    """Critic minibatches per env step; one base and one edit step follow them."""
+    batching: str = "rlpd"
+    """EXPO uses RLPD's batching only."""
+    num_qs: int = 10
+    """Critics in the ensemble."""
+    num_min_qs: Optional[int] = 2
+    """Size of the random subset whose minimum ranks candidates and forms the target."""
+    critic_layer_norm: bool = True
+    """LayerNorm after every hidden layer of each critic."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of each critic."""
+    critic_init: str = "xavier"
+    """``torch`` or ``xavier`` (jaxrl's, EXPO's)."""
+    critic_reduction: str = "mean"
+    """Critic loss: mean over heads and batch of (Q_i - y)^2."""
+    actor_q_reduction: str = "mean"
+    """Q in the edit loss: the ensemble mean (EXPO)."""
+    target_entropy_scale: float = -0.5
+    """Target entropy of the edit policy = target_entropy_scale x |A| (EXPO: -|A| / 2)."""
+    temperature_loss: str = "alpha"
+    """Temperature loss form (jaxrl's alpha (H - H_target))."""
+    backup_entropy: bool = False
+    """EXPO backs up no entropy."""
+    offline_ratio: float = 0.5
+    """Share of every batch drawn from dataset.path (set it to 0 to learn from online data only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_samples >= 1, "updater.num_samples", ">= 1", self.num_samples)
+        require(0 <= self.n_edit <= self.num_samples, "updater.n_edit", f"in [0, num_samples={self.num_samples}]",
+                self.n_edit)
+        require(self.edit_scale > 0, "updater.edit_scale", "> 0", self.edit_scale)
+        require(len(self.edit_hidden_sizes) >= 1 and all(w >= 1 for w in self.edit_hidden_sizes),
+                "updater.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
+        require(self.edit_activation in ACTIVATION_NAMES, "updater.edit_activation", f"one of {ACTIVATION_NAMES}",
+                self.edit_activation)
+        require(0.0 < self.base_ema_tau <= 1.0, "updater.base_ema_tau", "in (0, 1]", self.base_ema_tau)
+        require(self.batching == "rlpd", "updater.batching", "rlpd for EXPO", self.batching)
+        require(self.actor_q_reduction == "mean", "updater.actor_q_reduction", "mean for EXPO's edit loss",
+                self.actor_q_reduction)
+        require(not self.compile, "updater.compile", "false for EXPO (its steps run eager)", self.compile)

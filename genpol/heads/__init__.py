@@ -9,6 +9,7 @@ from typing import Any
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
 from genpol.heads.consistency import ConsistencyHead
 from genpol.heads.diffusion import DiffusionHead
+from genpol.heads.edit import OnTheFlyPolicy
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.latent import LatentDecoderHead
@@ -17,7 +18,7 @@ from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead,
-                               LatentDecoderHead)
+                               LatentDecoderHead, OnTheFlyPolicy)
 }
 
 __all__ = ["HEADS", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",

@@ -67,7 +67,8 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     if it holds any; callbacks, checkpoints, evaluation and the summary."""
     device = torch.device(cfg.device)
     algorithm = make_algorithm(cfg, head, env, offline)
-    policy_spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
+    # the head evaluation acts with (EXPO's on-the-fly policy carries its critics): what policy/ rebuilds
+    policy_spec = make_policy_spec(algorithm.acting_head(), env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                                    (cfg.env.render_width, cfg.env.render_height))
     pipeline = cfg.pipeline
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
