@@ -44,7 +44,6 @@ from torch import nn
 
 from envs.core import VectorEnvWrapper
 from envs.wrappers import RunningMeanStd
-from genpol.callbacks.checkpointing import Checkpointer
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError
 
@@ -312,24 +311,3 @@ def load_rank_state(runner: Any, state: dict[str, Any]) -> None:
     runner.obs = own["obs"].to(runner.algorithm_device())
     torch.set_rng_state(own["torch_rng"])
     runner.algorithm.shuffle_generator.set_state(own["shuffle_rng"])
-
-
-class RankCheckpointer(Checkpointer):
-    """The checkpointer of ranks > 0: on the same schedule as rank 0's, it hands over this rank's
-    state (``runner.training_state`` joins the gather) and writes nothing."""
-
-    def save(self, runner: Any) -> Any:
-        runner.training_state()
-        self._last_step = runner.global_step
-        return f"rank 0's checkpoint in {self.checkpoints_dir}"
-
-
-def phase_callbacks(phase: Any) -> Any:
-    """Rank 0: the phase's usual callbacks. Other ranks: only a ``RankCheckpointer`` (no files)."""
-    from genpol.runners.scaffold import PhaseCallbacks, phase_callbacks as all_callbacks
-
-    if is_main():
-        return all_callbacks(phase)
-    checkpointer = RankCheckpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
-                                    phase.keep_checkpoints)
-    return PhaseCallbacks([checkpointer], checkpointer, None)

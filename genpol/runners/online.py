@@ -15,7 +15,6 @@ from typing import Any, Callable
 import torch
 
 from envs import VectorEnv
-from genpol import distributed
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
@@ -82,7 +81,7 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
         summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
                        "seed": cfg.seed, "run_dir": str(run_dir), **(extra_summary or {})},
     )
-    callbacks = distributed.phase_callbacks(phase) if distributed.world_size() > 1 else phase_callbacks(phase)
+    callbacks = phase_callbacks(phase)
     if algorithm.on_policy:
         runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks)
     else:

@@ -153,7 +153,23 @@ class PhaseCallbacks:
     summary: Summary | None
 
 
+class RankCheckpointer(Checkpointer):
+    """The checkpointer of ranks > 0 under torchrun: on the same schedule as rank 0's, it hands over
+    this rank's state (``runner.training_state`` joins the gather) and writes nothing."""
+
+    def save(self, runner: Any) -> Any:
+        runner.training_state()
+        self._last_step = runner.global_step
+        return f"rank 0's checkpoint in {self.checkpoints_dir}"
+
+
 def phase_callbacks(phase: Phase) -> PhaseCallbacks:
+    """The phase's callbacks; under torchrun, ranks > 0 get only a ``RankCheckpointer`` (rank 0 does
+    all I/O)."""
+    if not distributed.is_main():
+        checkpointer = RankCheckpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
+                                        phase.keep_checkpoints)
+        return PhaseCallbacks([checkpointer], checkpointer, None)
     phase.directory.mkdir(parents=True, exist_ok=True)
     callbacks: list[Callback] = [] if phase.evaluation is None else [phase.evaluation]
     callbacks.append(MetricsFile(phase.metrics_path))
