@@ -39,7 +39,11 @@ _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into
 
 
 def _make_gl_context_current(width: int, height: int) -> None:
+    """Make genpol's EnvPool context current in this thread, creating it once. Every render call
+    needs this: MuJoCo's own renderers (videos of other envs in the same process) make their
+    contexts current, and EnvPool would otherwise draw into one of those, or a freed one."""
     if _GL_CONTEXTS:
+        _GL_CONTEXTS[0].make_current()
         return
     backend = os.environ.get("MUJOCO_GL", "egl")
     if backend == "egl":
