@@ -4,10 +4,12 @@
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
 # And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
 # CUDA, against 0.3-0.5 s on the 2-core CPU? And EXPO's (the same critics plus diffusion candidates)?
-# About 7 minutes on a fresh machine, most of it JAX compilation (110 s per batch size cold);
-# GPU_CHECKS="playground-cuda" runs one check. The torchrun-cuda, gorl-playground and expo-cuda checks
-# have not run on a device yet.
-# Measured 2026-11-30 on an H200: README "Playground on a GPU".
+# All checks together do not fit one 10-minute device call (GoRL's alone trains 6M encoder steps):
+# pick with GPU_CHECKS="versions playground-cuda ..." (the names are the `check` lines below) and
+# give each call its own budget. Playground's checks take about 5 minutes on a fresh machine, most
+# of it JAX compilation (110 s per batch size cold). The torchrun-cuda, gorl-playground and
+# expo-cuda checks have not run on a device yet.
+# Measured 2026-11-30 on an H200: docs/benchmarks.md, "Playground on a GPU".
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
 # genpol's other dependencies. Prepare the wheels here once with bench/fetch_gpu_wheels.sh (they go

@@ -8,7 +8,7 @@ DPPO's default acts in chunks of 4 actions: its row is one single-action call (a
 ``dppo-k20-chunk4`` divides the chunk's call by the 4 actions it yields.
 
 Timing: ``head.act(obs, deterministic=False)`` under ``torch.no_grad``, one torch thread, eager,
-after warm-up; the median over repeats (the minimum too). The target of issue 14 is consistency
+after warm-up; the median over repeats (the minimum too). The target is consistency
 <= 0.15 x DPPO's latency. The machine is shared, so the load average is recorded with the numbers.
 
     python bench/latency.py [--repeats 200]

@@ -31,6 +31,14 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _work_in_tmp(tmp_path, monkeypatch):
+    """A config composed without ``run_dir`` claims ``runs/<date>/<time>`` under the working
+    directory (the default's resolver creates it): keep those out of the checkout. Subprocesses
+    run from ``REPO`` (``run_cli``), so only in-process work moves."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def hopper_dataset(tmp_path_factory):
     """A D4RL file of >= 600 random-policy Hopper-v5 transitions in complete episodes, made by

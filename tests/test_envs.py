@@ -1,5 +1,7 @@
 """The vector-env protocol, run against every backend, and the wrappers against independent math."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,9 @@ import torch
 import envs
 from envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
                   RunningMeanStd)
+
+NEEDS_ENVPOOL = pytest.mark.skipif(importlib.util.find_spec("envpool") is None,
+                                   reason="the envpool extra is not installed")
 
 # The protocol conformance suite runs against every backend. Playground keeps 4 envs throughout,
 # so that its jitted functions compile once per (size, time limit).
@@ -16,8 +21,8 @@ BACKENDS = [
     pytest.param("dmc:cartpole-balance", 2, id="dmc-cartpole"),
     pytest.param("playground:CartpoleBalance", 4, id="playground-cartpole"),
     pytest.param("genpol:MultiGoal", 4, id="genpol-multigoal"),
-    pytest.param("envpool:Hopper-v5", 3, id="envpool-hopper"),
-    pytest.param("envpool:CheetahRun-v1", 2, id="envpool-dmc-cheetah"),
+    pytest.param("envpool:Hopper-v5", 3, id="envpool-hopper", marks=NEEDS_ENVPOOL),
+    pytest.param("envpool:CheetahRun-v1", 2, id="envpool-dmc-cheetah", marks=NEEDS_ENVPOOL),
 ]
 
 
@@ -215,7 +220,7 @@ def test_state_dict_continues_the_episode_exactly(env_id):
 
 
 @pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "dmc:cheetah-run", "genpol:MultiGoal",
-                                    "envpool:HalfCheetah-v5"])
+                                    pytest.param("envpool:HalfCheetah-v5", marks=NEEDS_ENVPOOL)])
 def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
     import imageio.v3 as iio
 

@@ -13,10 +13,10 @@ from conftest import REPO
 
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
+from genpol.heads.latent import LatentDecoderHead
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
 from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
-from genpol.heads.latent import LatentDecoderHead
 
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
@@ -162,3 +162,12 @@ def test_gaussian_log_ratio_kl_entropy_and_nll_match_torch_distributions():
     assert torch.allclose(terms.entropy, new.entropy().sum(-1), atol=1e-5)
     assert torch.allclose(head.imitation_loss(obs, action), -new.log_prob(action).sum(-1).mean(), atol=1e-5)
     assert torch.allclose(record["log_prob"], old.log_prob(action).sum(-1), atol=1e-5)
+
+
+def test_every_registered_head_family_is_in_the_contract():
+    """A head registered in ``HEADS`` without a line in ``HEAD_FACTORIES`` would escape these tests."""
+    from genpol.heads import HEADS
+
+    covered = {factory().family for factory in HEAD_FACTORIES.values()}
+    acting_only = {"expo"}  # EXPO's on-the-fly policy acts and reloads only (tests/test_expo.py)
+    assert set(HEADS) - acting_only <= covered, sorted(set(HEADS) - acting_only - covered)

@@ -24,10 +24,11 @@ from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, D
 from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
-           "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "DiffusionPolicyConfig", "FlowPolicyConfig",
-           "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig", "ASPOConfig",
-           "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig", "QGradientConfig", "TanhGaussianPolicyConfig", "CustomPolicyConfig", "TrainConfig", "EvaluateConfig",
-           "ALL_SCHEMAS", "register_configs", "validate"]
+           "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "GoRLPipelineConfig", "DiffusionPolicyConfig",
+           "FlowPolicyConfig", "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig",
+           "TanhGaussianPolicyConfig", "ConsistencyPolicyConfig", "GoRLPolicyConfig", "CustomPolicyConfig",
+           "ASPOConfig", "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig",
+           "QGradientConfig", "TrainConfig", "EvaluateConfig", "ALL_SCHEMAS", "register_configs", "validate"]
 
 
 @dataclass
