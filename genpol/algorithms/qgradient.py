@@ -12,11 +12,13 @@ One gradient step, on SAC's replay, twin critics and Polyak targets (``genpol.al
 
 Acting: uniform random actions until ``learning_starts``; then, with probability epsilon (linear
 from ``explore_initial`` to ``explore_final`` over ``explore_fraction`` of the run; 8.4's schedule),
-a uniform random action, else one of ``act_candidates`` head samples drawn with probability
-softmax(min_i Q_i) (8.3's evaluation rule; 1 candidate = the head's own sample).
+a uniform random action, else one of ``act_candidates`` samples of the online head drawn with
+probability softmax(min_i Q_target,i) (8.3's evaluation rule, as the references' ``sample_action``;
+1 candidate = the head's own sample).
 
-Evaluation inside the run acts with the head itself (``act(deterministic=True)``): the checkpoint's
-``policy/`` holds the head only, so softmax-Q evaluation from a checkpoint is not available yet.
+Evaluation (in the run, ``genpol.evaluate``, ``load_policy``) acts with ``acting_head()``: the
+``SoftmaxQPolicy`` of the online head and the target critics, which a checkpoint's ``policy/``
+holds and rebuilds; its deterministic action is the softmax draw from a fixed seed.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from torch import nn
 from envs import VectorEnv
 from genpol.algorithms.sac import SAC
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.heads.softmax_q import SoftmaxQPolicy
 from genpol.storage.replay import OfflineReplay, ReplayBatch
-from genpol.updaters.qgradient_losses import q_gradient_actor_loss, softmax_q_choice
+from genpol.updaters.qgradient_losses import q_gradient_actor_loss
 from genpol.updaters.sac_losses import critic_loss, td_target
 
 
@@ -53,6 +56,7 @@ class QGradientActor(SAC):
         self.total_steps = total_steps
         self.ema_head = copy.deepcopy(head).requires_grad_(False)
         self.pair_generator = torch.Generator().manual_seed(seed + 5)
+        self.softmax_q = SoftmaxQPolicy(obs_dim, act_dim, head, self.critic_target, cfg.act_candidates)
 
     # ------------------------------------------------------------------ acting
     def epsilon(self) -> float:
@@ -61,21 +65,16 @@ class QGradientActor(SAC):
         fraction = min(self.env_steps / horizon, 1.0)
         return self.cfg.explore_initial + fraction * (self.cfg.explore_final - self.cfg.explore_initial)
 
-    @torch.no_grad()
-    def select(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
-        """``obs [N, D]`` -> ``[N, A]``: one of ``num_candidates`` head samples per state, softmax(min Q)."""
-        if num_candidates == 1:
-            return self.head.act(obs, deterministic=False)
-        candidates = self.head.candidates(obs, num_candidates)
-        flat_obs = obs.repeat_interleave(num_candidates, dim=0)
-        q = self.critic(flat_obs, candidates.reshape(-1, self.act_dim)).min(dim=0).values
-        return softmax_q_choice(candidates, q.view(obs.shape[0], num_candidates))
+    def acting_head(self) -> PolicyHead:
+        """What acts after ``learning_starts`` and what evaluation and a checkpoint's ``policy/`` use: the
+        softmax-Q policy (online head, target critics), or the head itself with one candidate."""
+        return self.head if self.cfg.act_candidates == 1 else self.softmax_q
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         if self.env_steps < self.cfg.learning_starts:
             return super().act(obs)
-        actions = self.select(obs, self.cfg.act_candidates)
+        actions = self.acting_head().act(obs, deterministic=False)
         explore = torch.rand(obs.shape[0], generator=self.explore_generator) < self.epsilon()
         if explore.any():
             uniform = 2 * torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator) - 1

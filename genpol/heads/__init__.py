@@ -14,11 +14,12 @@ from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.policyflow import PolicyFlowHead
+from genpol.heads.softmax_q import SoftmaxQPolicy
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead,
-                               LatentDecoderHead, OnTheFlyPolicy)
+                               LatentDecoderHead, OnTheFlyPolicy, SoftmaxQPolicy)
 }
 
 __all__ = ["HEADS", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",

@@ -11,7 +11,7 @@ EXPO never takes a Q-gradient through its expressive base policy. It acts throug
   for every state of a batch in one call (no Python loop per state).
 
 ``OnTheFlyPolicy`` bundles a base head, an edit policy and a Q-ensemble into the head that EXPO acts
-and is evaluated with. It is registered as the ``expo`` family so that a checkpoint's ``policy/``
+and is evaluated with (a ``genpol.heads.acting.CandidatePolicy``, as Consistency-AC's softmax-Q head). It is registered as the ``expo`` family so that a checkpoint's ``policy/``
 (its spec and weights: base, edit policy *and* critics) rebuilds it with ``head_from_spec``, and
 ``python -m genpol.evaluate`` and ``load_policy`` act with argmax-Q like the training run did. It
 only acts: it has no capabilities, so no learner can be asked to train it.
@@ -25,7 +25,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
+from genpol.heads.acting import CandidatePolicy
+from genpol.heads.base import PolicyHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 from genpol.qensemble import QEnsemble
 from genpol.updaters.sac_losses import actor_loss
@@ -120,13 +121,14 @@ def on_the_fly_actions(obs: torch.Tensor, base: PolicyHead, edit: EditPolicy, cr
     return select_by_q(obs, candidates, critic, subset_heads)
 
 
-class OnTheFlyPolicy(PolicyHead):
+class OnTheFlyPolicy(CandidatePolicy):
     """The acting half of EXPO as one head: ``act(s)`` is ``on_the_fly_actions`` with ``base`` (the EMA
     base policy during training), the edit policy and ``critic`` (the target critics).
 
     ``deterministic=True`` edits with the mean edit and draws the base candidates and the subset of
-    heads from a fixed seed (the caller's RNG untouched), so the action is a function of the batch of
-    states, as the diffusion head's deterministic action is; otherwise the draws use torch's RNG.
+    heads from a fixed seed (the caller's RNG untouched; ``CandidatePolicy.act``), so the action is a
+    function of the batch of states, as the diffusion head's deterministic action is; otherwise the
+    draws use torch's RNG.
 
     Args:
         obs_dim, act_dim: sizes.
@@ -136,30 +138,24 @@ class OnTheFlyPolicy(PolicyHead):
     """
 
     family = "expo"
-    capabilities = frozenset()  # acts only: EXPO trains its parts, no learner trains this bundle
+    description = "EXPO's on-the-fly policy"
+    trained_part = "base policy"
 
     def __init__(self, obs_dim: int, act_dim: int, base: PolicyHead | dict[str, Any],
                  edit: EditPolicy | dict[str, Any], critic: QEnsemble | dict[str, Any], num_samples: int = 8,
                  n_edit: int = 8, num_min_qs: int = 2):
         super().__init__(obs_dim, act_dim)
-        if isinstance(base, dict):
-            from genpol.heads import head_from_spec  # the registry imports this module
-
-            base = head_from_spec(base)
+        base = self.sampling_head(base)
         if isinstance(edit, dict):
             edit = EditPolicy(obs_dim, act_dim, **edit)
-        if isinstance(critic, dict):
-            critic = QEnsemble(obs_dim, act_dim, **critic)
+        critic = self.critic_module(critic)
         if num_samples < 1 or not 0 <= n_edit <= num_samples:
             raise ValueError(f"need num_samples >= 1 and n_edit in [0, num_samples], got {num_samples}, {n_edit}")
         if not 1 <= num_min_qs <= critic.num_qs:
             raise ValueError(f"num_min_qs must be in [1, {critic.num_qs}], got {num_min_qs}")
         self.base, self.edit, self.critic = base, edit, critic
         self.num_samples, self.n_edit, self.num_min_qs = num_samples, n_edit, num_min_qs
-        critic_kwargs = {"num_qs": critic.num_qs, "hidden_sizes": list(critic.hidden_sizes),
-                         "activation": critic.activation_name, "layer_norm": critic.layer_norm,
-                         "layer_norm_eps": critic.layer_norm_eps}
-        self.spec_kwargs = {"base": base.spec(), "edit": dict(edit.spec_kwargs), "critic": critic_kwargs,
+        self.spec_kwargs = {"base": base.spec(), "edit": dict(edit.spec_kwargs), "critic": self.critic_spec(),
                             "num_samples": num_samples, "n_edit": n_edit, "num_min_qs": num_min_qs}
 
     def subset_heads(self) -> torch.Tensor | None:
@@ -169,23 +165,8 @@ class OnTheFlyPolicy(PolicyHead):
         heads = torch.randperm(self.critic.num_qs)[:self.num_min_qs]
         return heads.to(self.critic.weights[0].device)
 
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        if not deterministic:
-            return on_the_fly_actions(obs, self.base, self.edit, self.critic, self.num_samples, self.n_edit,
-                                      self.subset_heads())[0]
-        devices = [obs.device] if obs.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(0)
-            return on_the_fly_actions(obs, self.base, self.edit, self.critic, self.num_samples, self.n_edit,
-                                      self.subset_heads(), deterministic_edit=True)[0]
-
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
-        raise HeadCapabilityError("the expo head (EXPO's on-the-fly policy) only acts; it has no on-policy record")
-
-    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
-        raise HeadCapabilityError("the expo head (EXPO's on-the-fly policy) has no on-policy log-ratio")
-
-    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        raise HeadCapabilityError("the expo head (EXPO's on-the-fly policy) is not trained by imitation; "
-                                  "its base policy is")
+    def choose(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """The subset of heads is drawn before the candidates (the RNG order of every EXPO release)."""
+        subset_heads = self.subset_heads()
+        return on_the_fly_actions(obs, self.base, self.edit, self.critic, self.num_samples, self.n_edit,
+                                  subset_heads, deterministic_edit=deterministic)[0]
