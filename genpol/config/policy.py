@@ -359,7 +359,7 @@ class GoRLPolicyConfig(PolicyConfig):
     """flow: conditional flow matching, Euler from x = z; ddim: epsilon-prediction DDPM network,
     deterministic DDIM (eta 0) from x_T = z (GoRL's PPO + Diffusion)."""
     diffusion_timesteps: int = 10
-    """T of the ddim decoder's cosine DDPM schedule (>= integration_steps); unused by flow."""
+    """T of the ddim decoder's cosine DDPM schedule (a multiple of integration_steps); unused by flow."""
     latent_l2_coef: float = 0.0
     """Penalty c_z (mean(mu^2) + mean(sigma^2)) on the encoder; pipeline=gorl sets it per stage."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256, 256, 256])
@@ -375,7 +375,7 @@ class GoRLPolicyConfig(PolicyConfig):
         require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
         require(self.decoder in ("flow", "ddim"), "policy.decoder", "flow or ddim", self.decoder)
         if self.decoder == "ddim":
-            require(self.diffusion_timesteps >= self.integration_steps, "policy.diffusion_timesteps",
-                    f">= policy.integration_steps ({self.integration_steps}) for the ddim decoder",
+            require(self.diffusion_timesteps % self.integration_steps == 0, "policy.diffusion_timesteps",
+                    f"a multiple of policy.integration_steps ({self.integration_steps}) for the ddim decoder",
                     self.diffusion_timesteps)
         require(self.latent_l2_coef >= 0, "policy.latent_l2_coef", ">= 0", self.latent_l2_coef)

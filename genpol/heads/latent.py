@@ -18,8 +18,8 @@ The DDIM variant (``decoder="ddim"``, GoRL's "PPO + Diffusion"): the decoder net
 eps(x_k, k, s) of a DDPM with diffusers' cosine schedule of ``diffusion_timesteps`` steps, and decodes
 by deterministic DDIM (eta = 0) in ``integration_steps`` steps from x_T = z; it is trained by the
 standard epsilon loss from the same fixed prior N(0, I). A zero noise network is not the identity
-under DDIM: each step scales x by sqrt(abar_prev / abar), ~203x over the default 10 steps (abar_T =
-2.4e-5). So in stage 0 the DDIM head *bypasses* its decoder (``decoder_bypassed``, a persistent
+under DDIM: each step scales x by sqrt(abar_prev / abar), 1 / sqrt(abar_T) = 7.1x over the default
+10 steps (``latent_ddim``). So in stage 0 the DDIM head *bypasses* its decoder (``decoder_bypassed``, a persistent
 buffer, set by ``zero_init_decoder``): g(s, z) = z exactly, as GoRL's own stage-0 ``IdentityDecoder``;
 ``load_decoder`` (the pipeline's first distilled decoder) clears it.
 
@@ -61,7 +61,7 @@ class LatentDecoderHead(PolicyHead):
         zero_init_decoder: all decoder weights 0, so the decoder is the identity (stage 0); the
             ddim decoder is bypassed until ``load_decoder`` (see the module docstring).
         decoder: ``flow`` (conditional flow matching, Euler from x = z) or ``ddim``.
-        diffusion_timesteps: T of the ddim decoder's DDPM training schedule (>= integration_steps).
+        diffusion_timesteps: T of the ddim decoder's DDPM training schedule (a multiple of integration_steps).
         latent_l2_coef: weight c_z of the penalty c_z (mean(mu^2) + mean(sigma^2)) added to the policy
             loss; the GoRL pipeline sets it per stage.
     """
