@@ -118,7 +118,8 @@ def test_stage_zero_bypasses_the_ddim_decoder_exactly():
                                    zero_init_decoder=False)
     unbypassed.load_decoder({k: torch.zeros_like(v) for k, v in unbypassed.decoder.state_dict().items()})
     scale = 1 / unbypassed.schedule.alpha_bar[0].sqrt()
-    assert scale == pytest.approx(1 / math.sqrt(cosine_alpha_bar(10 / 11)), rel=1e-4) and 7 < scale < 7.2 and torch.allclose(unbypassed.decode(obs, z), z * scale, rtol=1e-4)
+    assert scale == pytest.approx(1 / math.sqrt(cosine_alpha_bar(10 / 11)), rel=1e-4) and 7 < scale < 7.2
+    assert torch.allclose(unbypassed.decode(obs, z), z * scale, rtol=1e-4)
     # a distilled decoder ends the bypass, also in a reloaded checkpoint
     head.load_decoder(head.new_decoder().state_dict())
     assert not torch.equal(head.decode(obs, z), z)
@@ -150,7 +151,8 @@ def test_config_names_a_bad_decoder_or_too_few_timesteps():
     with pytest.raises(ConfigError, match="policy.decoder"):
         validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddpm"]))
     with pytest.raises(ConfigError, match="policy.diffusion_timesteps"):
-        validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddim", "policy.diffusion_timesteps=15"]))
+        validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddim",
+                                 "policy.diffusion_timesteps=15"]))
     with pytest.raises(ValueError, match=r"integration_steps \(4\) to divide diffusion_timesteps \(10\)"):
         LatentDecoderHead(OBS_DIM, ACT_DIM, decoder="ddim", integration_steps=4)
     cfg = validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddim"]))

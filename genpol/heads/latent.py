@@ -17,10 +17,10 @@ Gaussian PPO with tanh-squashed actions.
 The DDIM variant (``decoder="ddim"``, GoRL's "PPO + Diffusion"): the decoder network predicts the noise
 eps(x_k, k, s) of a DDPM with diffusers' cosine schedule of ``diffusion_timesteps`` steps, and decodes
 by deterministic DDIM (eta = 0) in ``integration_steps`` steps from x_T = z; it is trained by the
-standard epsilon loss from the same fixed prior N(0, I). A zero noise network is not the identity
-under DDIM: each step scales x by sqrt(abar_prev / abar), 1 / sqrt(abar_T) = 7.1x over the default
-10 steps (``latent_ddim``). So in stage 0 the DDIM head *bypasses* its decoder (``decoder_bypassed``, a persistent
-buffer, set by ``zero_init_decoder``): g(s, z) = z exactly, as GoRL's own stage-0 ``IdentityDecoder``;
+standard epsilon loss from the same fixed prior N(0, I) (``latent_ddim``). A zero noise network is
+not the identity under DDIM: each step scales x by sqrt(abar_prev / abar), 7.1x over the default 10
+steps. So in stage 0 the DDIM head *bypasses* its decoder (``decoder_bypassed``, a persistent buffer
+set by ``zero_init_decoder``): g(s, z) = z exactly, as GoRL's own stage-0 ``IdentityDecoder``;
 ``load_decoder`` (the pipeline's first distilled decoder) clears it.
 
 Conventions: flow_core's (t = 0 noise, t = 1 action); GoRL's code runs the mirror image
@@ -38,8 +38,8 @@ from torch import nn
 
 from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
 from genpol.heads.flow_core import VelocityNetwork, flow_matching_loss, integrate
-from genpol.heads.latent_ddim import DDIMSchedule
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
+from genpol.heads.latent_ddim import DDIMSchedule
 from genpol.nets import MLP
 
 MIN_SCALE, MAX_SCALE = 1e-3, 10.0
@@ -61,7 +61,8 @@ class LatentDecoderHead(PolicyHead):
         zero_init_decoder: all decoder weights 0, so the decoder is the identity (stage 0); the
             ddim decoder is bypassed until ``load_decoder`` (see the module docstring).
         decoder: ``flow`` (conditional flow matching, Euler from x = z) or ``ddim``.
-        diffusion_timesteps: T of the ddim decoder's DDPM training schedule (a multiple of integration_steps).
+        diffusion_timesteps: T of the ddim decoder's DDPM training schedule (a multiple of
+            integration_steps).
         latent_l2_coef: weight c_z of the penalty c_z (mean(mu^2) + mean(sigma^2)) added to the policy
             loss; the GoRL pipeline sets it per stage.
     """
@@ -186,8 +187,8 @@ class LatentDecoderHead(PolicyHead):
         noise = torch.randn(obs.shape[0], pairs, self.act_dim, device=obs.device)
         return self.decoder_error(obs, pre_tanh_actions, t, noise, decoder).mean(dim=1)
 
-    def decoder_error(self, obs: torch.Tensor, pre_tanh_actions: torch.Tensor, t: torch.Tensor, noise: torch.Tensor,
-                      decoder: VelocityNetwork | None = None) -> torch.Tensor:
+    def decoder_error(self, obs: torch.Tensor, pre_tanh_actions: torch.Tensor, t: torch.Tensor,
+                      noise: torch.Tensor, decoder: VelocityNetwork | None = None) -> torch.Tensor:
         """Per-draw decoder loss ``[B, N]`` at given ``t [B, N]`` in [0, 1) and ``noise [B, N, A]``.
 
         flow: conditional flow matching, unweighted velocity error (GoRL's ``compute_cfm_loss``).
@@ -199,8 +200,9 @@ class LatentDecoderHead(PolicyHead):
         return self.schedule.epsilon_error(decoder, obs, pre_tanh_actions, t, noise)
 
     def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """The decoder's flow-matching loss on expert ``actions [B, A]`` in [-1, 1] (mapped through
-        atanh). The head keeps its decoder frozen, so this is a measurement, not a BC objective: the
-        head declares no ``IMITATION`` capability and GoRL trains its decoder in its own phase."""
+        """The decoder's loss (flow matching, or ddim's epsilon loss) on expert ``actions [B, A]`` in
+        [-1, 1] (mapped through atanh). The head keeps its decoder frozen, so this is a measurement,
+        not a BC objective: the head declares no ``IMITATION`` capability and GoRL trains its decoder
+        in its own phase."""
         pre_tanh = torch.atanh(actions.clamp(-ATANH_LIMIT, ATANH_LIMIT))
         return self.decoder_loss(obs, pre_tanh).mean()
