@@ -15,6 +15,7 @@ encoder with its decoder), each stage's best evaluation, encoder / collection / 
 and wall time. Writes ``bench/results/gorl.json``.
 
     python bench/gorl.py [--tasks hopper multigoal] [--seeds 0 1] [--hopper-steps 150000]
+                         [--decoder flow|ddim] [--methods gorl gaussian]
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def main() -> None:
     parser.add_argument("--hopper-steps", type=int, default=150_000, help="encoder env steps (paper: 180M)")
     parser.add_argument("--collect-steps", type=int, default=15_000, help="hopper collection per stage (paper: 20M)")
     parser.add_argument("--multigoal-steps", type=int, default=61_440)
+    parser.add_argument("--decoder", default="flow", choices=["flow", "ddim"],
+                        help="GoRL's decoder (policy.decoder); ddim runs are recorded as method gorl-ddim")
+    parser.add_argument("--methods", nargs="+", default=["gorl", "gaussian"], choices=["gorl", "gaussian"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     from genpol.api import load_policy
@@ -80,7 +84,9 @@ def main() -> None:
     for task in args.tasks:
         overrides = hopper_overrides(args) if task == "hopper" else multigoal_overrides(args)
         for seed in args.seeds:
-            for name, extra in (("gorl", []), ("gaussian", SINGLE_STAGE)):
+            methods = {"gorl": ("gorl" if args.decoder == "flow" else "gorl-ddim", [f"policy.decoder={args.decoder}"]),
+                       "gaussian": ("gaussian", SINGLE_STAGE)}
+            for name, extra in (methods[method] for method in args.methods):
                 result = run(name, task, [*overrides, *extra], seed)
                 if task == "multigoal":
                     coverage = goal_coverage(load_policy(result["run_dir"]), episodes=100, seed=seed)

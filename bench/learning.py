@@ -13,6 +13,7 @@ Suites:
     zoo        HalfCheetah-v5 with rl-baselines3-zoo's tuned PPO hyperparameters (the ANCHORS.md peer's)
     spo_deep   Hopper-v5, a 7-layer actor (256-256-128-128-64-64), PPO vs SPO, ratio deviation over training
     sac        SAC (+experiment=sac: SB3's defaults as the zoo runs MuJoCo) on HalfCheetah-v5 and Hopper-v5
+    onpolicy_heads  Hopper-v5 from scratch, Gaussian vs consistency vs DPPO, same rollout and budget
     rlpd       Hopper-v5, RLPD vs the same learner without data, CPU-sized (see RLPD_CPU), with a "medium"
                dataset made by bench/make_hopper_medium.sh; D4RL-normalized evaluation every 5k steps
 
@@ -127,6 +128,14 @@ SUITES: dict[str, dict[str, list[str]]] = {
 }
 
 
+# On-policy heads from scratch at equal env steps and the same rollout (32 x 64, minibatch 512,
+# compiled update and sampling): Gaussian, consistency through its stochastic multistep sampler
+# (T = 2), and DPPO's diffusion head (K = 20, chunks of 4, every step fine-tuned: no pretraining)
+SUITES["onpolicy_heads"] = {
+    "hopper-gaussian": ["+experiment=ppo_fast", "env=hopper"],
+    "hopper-consistency": ["env=hopper", "policy=consistency", *FLOW_ROLLOUT],
+    "hopper-dppo-scratch": ["env=hopper", "policy=diffusion", "policy.ft_denoising_steps=20", *FLOW_ROLLOUT],
+}
 SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
                  "hopper-sac": ["+experiment=sac", "env=hopper"]}
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,

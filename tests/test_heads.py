@@ -42,11 +42,28 @@ HEAD_FACTORIES = {
     "gorl": lambda: _trained_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16),
                                                        decoder_hidden_sizes=(16, 16), latent_l2_coef=1e-3)),
     "gorl-identity": lambda: LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), decoder_hidden_sizes=(16,)),
+    # GoRL's DDIM decoder, distilled (not bypassed), so the contract runs the DDIM sampler
+    "gorl-ddim": lambda: _distilled_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,),
+                                                              decoder_hidden_sizes=(16, 16), decoder="ddim",
+                                                              integration_steps=5)),
 }
 
 
 def _trained_decoder(head):
     head.decoder.load_state_dict(head.new_decoder().state_dict())
+    return head
+
+
+def _distilled_decoder(head):
+    """A decoder fitted briefly by GoRL's own distillation: an untrained DDIM epsilon network decodes
+    to |a| of ~10-100, which tanh saturates to exactly +-1, and sampling checks need distinct actions."""
+    from genpol.runners.gorl_distill import DecoderTraining
+
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.randn(512, OBS_DIM, generator=generator)
+    actions = 0.5 * torch.randn(512, ACT_DIM, generator=generator)
+    weights, _ = DecoderTraining(epochs=10, batch_size=64, lr=3e-3).fit(head, obs, actions, seed=0)
+    head.load_decoder(weights)
     return head
 
 

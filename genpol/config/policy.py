@@ -351,9 +351,15 @@ class GoRLPolicyConfig(PolicyConfig):
     time_embed_dim: int = 8
     """Size of the decoder's sinusoidal time embedding."""
     integration_steps: int = 10
-    """Euler steps of the decoder, from x = z to the pre-tanh action."""
+    """Decoder steps from x = z to the pre-tanh action: Euler (flow) or deterministic DDIM (ddim)."""
     zero_init_decoder: bool = True
-    """Zero decoder weights, so stage 0's decoder is exactly the identity (GoRL)."""
+    """Zero decoder weights, so stage 0's decoder is exactly the identity (GoRL); the ddim decoder is
+    bypassed (g(s, z) = z) until the first distilled decoder is loaded."""
+    decoder: str = "flow"
+    """flow: conditional flow matching, Euler from x = z; ddim: epsilon-prediction DDPM network,
+    deterministic DDIM (eta 0) from x_T = z (GoRL's PPO + Diffusion)."""
+    diffusion_timesteps: int = 10
+    """T of the ddim decoder's cosine DDPM schedule (a multiple of integration_steps); unused by flow."""
     latent_l2_coef: float = 0.0
     """Penalty c_z (mean(mu^2) + mean(sigma^2)) on the encoder; pipeline=gorl sets it per stage."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256, 256, 256])
@@ -367,4 +373,9 @@ class GoRLPolicyConfig(PolicyConfig):
         require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
                 "an even number >= 2", self.time_embed_dim)
         require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        require(self.decoder in ("flow", "ddim"), "policy.decoder", "flow or ddim", self.decoder)
+        if self.decoder == "ddim":
+            require(self.diffusion_timesteps % self.integration_steps == 0, "policy.diffusion_timesteps",
+                    f"a multiple of policy.integration_steps ({self.integration_steps}) for the ddim decoder",
+                    self.diffusion_timesteps)
         require(self.latent_l2_coef >= 0, "policy.latent_l2_coef", ">= 0", self.latent_l2_coef)

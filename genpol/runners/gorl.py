@@ -9,8 +9,9 @@ Stage k (k = 0 .. K-1):
    best-evaluation encoder is kept (``stage_k/best``, a loadable policy checkpoint).
 2. **Collection** (not after the last stage). The best encoder with the current decoder collects
    ``collect_steps`` env steps of (s, pre-tanh a), on a separate env with raw rewards.
-3. **Decoder.** A new decoder, from a fresh initialization, learns by flow matching from N(0, I)
-   onto the collected actions; stage k+1 starts with it.
+3. **Decoder.** A new decoder, from a fresh initialization, learns by flow matching (or, with
+   ``policy.decoder=ddim``, DDPM's epsilon loss) from N(0, I) onto the collected actions; stage k+1
+   starts with it (``load_decoder``, which also ends the ddim decoder's stage-0 bypass).
 
 Observation statistics. The decoder is conditioned on normalized observations, so the statistics it
 was trained under must not move under it: they run during stage 0 and are frozen from the first
@@ -140,7 +141,7 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
                 env.load_state_dict(latest[2]["env"])  # as the previous encoder phase left it
                 freeze_observations(env, best_weights.get("obs_normalizer"))
                 decoder = torch.load(previous / "decoder.pt", map_location=device, weights_only=True)
-                head.decoder.load_state_dict(decoder["decoder"])
+                head.load_decoder(decoder["decoder"])
             torch.manual_seed(stage_seed(cfg.seed, stage, INIT))
             head.reset_encoder()
             head.latent_l2_coef = pipeline.latent_l2_later if stage else pipeline.latent_l2_first

@@ -1,6 +1,7 @@
 """The two steps between GoRL's encoder stages (ALGORITHMS.md 6.2): collect (s, pre-tanh a) with the
-best encoder and the current decoder, then train a new decoder by conditional flow matching from the
-fixed prior N(0, I) onto those actions.
+best encoder and the current decoder, then train a new decoder from the fixed prior N(0, I) onto those
+actions: by conditional flow matching (flow decoder) or DDPM's epsilon loss (ddim decoder), the
+head's ``decoder_error``.
 
 Both are short, deterministic given their seed and all-or-nothing: each writes one file atomically
 (temporary name, then rename), so a run killed during either simply redoes it on resume, with the
@@ -18,7 +19,6 @@ from typing import Any, Callable
 import torch
 
 from envs import VectorEnv
-from genpol.heads.flow_core import flow_matching_loss
 from genpol.heads.latent import LatentDecoderHead
 
 
@@ -128,7 +128,7 @@ class DecoderTraining:
                 optimizer.step()
                 losses.append(loss.detach())
             with torch.no_grad():
-                val_loss = float(flow_matching_loss(decoder, val_obs, val_actions, val_t, val_noise, "velocity").mean())
+                val_loss = float(head.decoder_error(val_obs, val_actions, val_t, val_noise, decoder).mean())
             row = {"train_loss": float(torch.stack(losses).mean()), "val_loss": val_loss}
             history.append(row)
             if log is not None:
