@@ -34,7 +34,7 @@ from genpol.heads.chunking import ChunkedActions
 from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions
 from genpol.qensemble import polyak_update
 from genpol.storage.replay import OfflineReplay, ReplayBatch
-from genpol.updaters.sac_losses import sac_diagnostics, td_target
+from genpol.updaters.sac_losses import td_target
 
 
 class EXPO(SAC):
@@ -105,18 +105,12 @@ class EXPO(SAC):
         self.actor_steps += 1
         return loss.detach(), log_prob.detach()
 
-    def rlpd_round(self) -> dict[str, torch.Tensor]:
-        minibatches = self.sampler.sample(self.cfg.batch_size * self.cfg.utd).chunk(self.cfg.utd)
-        alpha = self.alpha
-        for minibatch in minibatches:
-            critic = self.critic_step(minibatch, alpha)
-        last = minibatches[-1]
-        imitation = self.base_step(last)
-        policy, log_prob = self.edit_step(last, alpha)
+    def policy_steps(self, batch: Any, alpha: torch.Tensor, critic: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """After the round's critic steps: one base (imitation), one edit and one temperature step."""
+        imitation = self.base_step(batch)
+        policy, log_prob = self.edit_step(batch, alpha)
         temperature = self.temperature_step(log_prob)
-        named = {"value": critic["value"], "policy": policy, "temperature": temperature, "imitation": imitation}
-        named.update(sac_diagnostics(critic["q"], critic["target"], log_prob, alpha))
-        return named
+        return {**self._named(critic, policy, temperature, log_prob, alpha), "imitation": imitation}
 
     def networks(self) -> dict[str, nn.Module | torch.Tensor]:
         return {**super().networks(), "ema_base": self.ema_base, "edit": self.edit}

@@ -211,9 +211,13 @@ class SAC(Algorithm):
         alpha = self.alpha
         for minibatch in minibatches:
             critic = self.critic_step(minibatch, alpha)
-        last = minibatches[-1]
-        actions_pi, log_prob = self._sample(last.obs)
-        policy = self.actor_step(actions_pi, log_prob, last.obs, alpha)
+        return self.policy_steps(minibatches[-1], alpha, critic)
+
+    def policy_steps(self, batch: Any, alpha: torch.Tensor, critic: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """RLPD's once-per-round steps on the round's last minibatch: actor, then temperature (a
+        learner with other policy networks, EXPO, overrides this)."""
+        actions_pi, log_prob = self._sample(batch.obs)
+        policy = self.actor_step(actions_pi, log_prob, batch.obs, alpha)
         temperature = self.temperature_step(log_prob)
         return self._named(critic, policy, temperature, log_prob, alpha)
 
