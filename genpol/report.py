@@ -41,6 +41,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from genpol.callbacks.logging import read_metrics
+from genpol.config.base import flatten_keys
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -78,15 +79,6 @@ class Row:
     mean: float
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: tree}
-
-
 def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
     """The finished runs under ``root`` (sorted by path), and the unfinished run directories."""
     root = Path(root)
@@ -99,7 +91,7 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
         if not summary_path.exists():
             unfinished.append(directory)
             continue
-        config = _flatten(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False))
+        config = flatten_keys(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False))
         runs.append(Run(directory, config, json.loads(summary_path.read_text())))
     return runs, unfinished
 

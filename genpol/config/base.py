@@ -35,3 +35,13 @@ def claim_new_dir(path: str) -> str:
         except FileExistsError:
             suffix += 1
             candidate = f"{path}_{suffix}"
+
+
+def flatten_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict (a config as a container) as ``{"updater.lr": 3e-4, ...}``."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: tree}

@@ -23,6 +23,7 @@ from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar,
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
+from genpol.config.base import flatten_keys
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,6 @@ def run_name(run_dir: Path) -> str:
     whose directories are numbered 0, 1, ...)."""
     run_dir = run_dir.resolve()
     return f"{run_dir.parent.name}_{run_dir.name}" if run_dir.name.isdigit() else run_dir.name
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(tree, dict):
-        flat: dict[str, Any] = {}
-        for key, value in tree.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: tree}
 
 
 def _schema_default(cfg: Any, key: str) -> Any:
@@ -79,8 +71,8 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     if not path.exists():
         path.write_text(OmegaConf.to_yaml(current))
         return
-    saved = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
-    now = _flatten(current)
+    saved = flatten_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    now = flatten_keys(current)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES)
                      and not (key not in saved and now[key] == _schema_default(cfg, key)))
