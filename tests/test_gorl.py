@@ -173,10 +173,10 @@ def test_the_run_checkpoint_is_the_combined_policy_of_the_last_best_encoder(refe
     assert results["deterministic_return_mean"] == pytest.approx(summary["eval_return_mean"])
 
 
-def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path):
-    reference, _ = reference_run
-    run_dir = tmp_path / "interrupted"
-    command = [sys.executable, "-m", "genpol.train", *ARGS, f"run_dir={run_dir}"]
+def kill_mid_stage_1_and_resume(args, reference, run_dir, directories):
+    """Run ``genpol.train args``, SIGKILL it mid stage 1, run it again to the end, and compare the
+    latest checkpoint of each of ``directories`` and the summary with the uninterrupted ``reference``."""
+    command = [sys.executable, "-m", "genpol.train", *args, f"run_dir={run_dir}"]
     process_env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     interrupted = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    env=process_env)
@@ -189,17 +189,23 @@ def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path
     assert not (run_dir / "stage_1" / "stage.json").exists()
     subprocess.run(command, cwd=REPO, check=True, capture_output=True, env=process_env, timeout=120)
 
-    for directory in ("checkpoints", "stage_1/checkpoints", "stage_1/best"):
+    for directory in directories:
         path_a, path_b = list_checkpoints(reference / directory)[-1], list_checkpoints(run_dir / directory)[-1]
         assert path_a.name == path_b.name
         assert_trees_equal(load_policy_files(path_a)[1], load_policy_files(path_b)[1], directory)
+    summary_a, summary_b = (json.loads((d / "summary.json").read_text()) for d in (reference, run_dir))
+    for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
+        assert summary_a[key] == summary_b[key], key
+
+
+def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path):
+    reference, _ = reference_run
+    run_dir = tmp_path / "interrupted"
+    kill_mid_stage_1_and_resume(ARGS, reference, run_dir, ("checkpoints", "stage_1/checkpoints", "stage_1/best"))
     state_a = load_training_state(list_checkpoints(reference / "stage_1" / "checkpoints")[-1])
     state_b = load_training_state(list_checkpoints(run_dir / "stage_1" / "checkpoints")[-1])
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step"):
         assert_trees_equal(state_a[key], state_b[key], key)
-    summary_a, summary_b = (json.loads((d / "summary.json").read_text()) for d in (reference, run_dir))
-    for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
-        assert summary_a[key] == summary_b[key], key
 
 
 @pytest.mark.parametrize("updater", ["ppo", "spo", "aspo", "trpo"])

@@ -3,13 +3,7 @@ and a hand-computed step, its epsilon loss against ``DDPMScheduler.add_noise``, 
 decoder output is z exactly), learning a bimodal target from N(0, I), and the pipeline through a
 stage transition on the real MultiGoal env."""
 
-import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
@@ -22,8 +16,8 @@ from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.latent_ddim import DDIMSchedule
 from genpol.runners.gorl_distill import DecoderTraining
 
-from conftest import REPO, assert_trees_equal
-from test_gorl import ARGS
+from conftest import assert_trees_equal
+from test_gorl import ARGS, kill_mid_stage_1_and_resume
 
 OBS_DIM, ACT_DIM = 5, 3
 
@@ -207,22 +201,5 @@ def test_pipeline_gorl_with_the_ddim_decoder_through_a_stage_transition(ddim_run
 def test_ddim_resume_mid_stage_after_sigkill_is_bit_identical(ddim_run, tmp_path):
     """As the flow run's test in test_gorl.py: the bypass flag and the DDIM decoder survive a kill -9."""
     reference, _ = ddim_run
-    run_dir = tmp_path / "interrupted"
-    command = [sys.executable, "-m", "genpol.train", *DDIM_ARGS, f"run_dir={run_dir}"]
-    process_env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    interrupted = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   env=process_env)
-    marker = run_dir / "stage_1" / "checkpoints" / "step_000000000512"  # mid stage 1 (of 1536 steps)
-    deadline = time.time() + 120
-    while not marker.exists() and time.time() < deadline and interrupted.poll() is None:
-        time.sleep(0.02)
-    interrupted.send_signal(signal.SIGKILL)
-    assert interrupted.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
-    subprocess.run(command, cwd=REPO, check=True, capture_output=True, env=process_env, timeout=120)
-    for directory in ("checkpoints", "stage_1/checkpoints", "stage_1/best", "stage_0/best"):
-        path_a, path_b = list_checkpoints(reference / directory)[-1], list_checkpoints(run_dir / directory)[-1]
-        assert path_a.name == path_b.name
-        assert_trees_equal(load_policy_files(path_a)[1], load_policy_files(path_b)[1], directory)
-    summary_a, summary_b = (json.loads((d / "summary.json").read_text()) for d in (reference, run_dir))
-    for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
-        assert summary_a[key] == summary_b[key], key
+    kill_mid_stage_1_and_resume(DDIM_ARGS, reference, tmp_path / "interrupted",
+                                ("checkpoints", "stage_1/checkpoints", "stage_1/best", "stage_0/best"))
