@@ -16,6 +16,9 @@ Suites:
     onpolicy_heads  Hopper-v5 from scratch, Gaussian vs consistency vs DPPO, same rollout and budget
     rlpd       Hopper-v5, RLPD vs the same learner without data, CPU-sized (see RLPD_CPU), with a "medium"
                dataset made by bench/make_hopper_medium.sh; D4RL-normalized evaluation every 5k steps
+    stability  the recommended PPO configs on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, deterministic
+               evaluation every 25 iterations (51k steps): does any evaluation after 300k steps fall below
+               50 % of the best before it; median clipfrac and approx_kl over the run
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
 
@@ -138,6 +141,17 @@ SUITES["onpolicy_heads"] = {
 }
 SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
                  "hopper-sac": ["+experiment=sac", "env=hopper"]}
+# Recommended configs with evaluation curves; the adaptive-KL candidates keep the trust region at desired_kl
+STABILITY_COMMON = [item for item in COMMON if not item.startswith("pipeline.eval_every")] + [
+    "pipeline.eval_every=25", "env.workers=1"]
+ADAPTIVE_KL = ["updater.lr_schedule=adaptive", "updater.desired_kl=0.01"]
+SUITES["stability"] = {
+    "halfcheetah-default": ["+experiment=default"],
+    "halfcheetah-default-adaptivekl": ["+experiment=default", *ADAPTIVE_KL],
+    "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
+    "walker2d-ppo_mujoco": ["+experiment=ppo_mujoco", "env=walker2d"],
+}
+SUITE_COMMON["stability"] = STABILITY_COMMON
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
                   "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "updater.offline_ratio=0"]}
 
@@ -163,6 +177,31 @@ def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int, common: 
 def curves(run_dir: Path, key: str) -> list[tuple[int, float]]:
     rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
     return [(row["global_step"], row[key]) for row in rows if key in row]
+
+
+def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -> dict:
+    """Per run: the deterministic evaluation curve, the worst evaluation after ``after_step`` as a fraction
+    of the best evaluation before it (< ``floor`` is a collapse), and the trust-region diagnostics."""
+    rows = {}
+    for name, key in (("eval_curves", "eval/episodic_return"), ("clipfrac", "losses/clipfrac"),
+                      ("approx_kl", "losses/approx_kl")):
+        rows[name] = [curves(d, key) for d in dirs]
+    worst_fractions = []
+    for curve in rows["eval_curves"]:
+        fractions = []
+        for i, (step, value) in enumerate(curve):
+            best_before = max((v for _, v in curve[:i]), default=None)
+            if step > after_step and best_before is not None and best_before > 0:
+                fractions.append(value / best_before)
+        worst_fractions.append(min(fractions, default=float("nan")))
+    return {
+        "eval_curves": rows["eval_curves"],
+        "worst_eval_after_300k_over_best_before": worst_fractions,
+        "collapsed": [fraction < floor for fraction in worst_fractions],
+        "median_clipfrac": [statistics.median(v for _, v in c) for c in rows["clipfrac"]],
+        "median_approx_kl": [statistics.median(v for _, v in c) for c in rows["approx_kl"]],
+        "max_approx_kl": [max(v for _, v in c) for c in rows["approx_kl"]],
+    }
 
 
 def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
@@ -220,6 +259,8 @@ def main() -> None:
             table[job]["d4rl_normalized_at"] = [
                 {step: float(d4rl_normalized_score("hopper", value)) for step, value in curve
                  if step in (10_000, 25_000, 50_000)} for curve in table[job]["eval_curves"]]
+        if args.suite == "stability":
+            table[job].update(stability(dirs))
         if args.suite == "spo_deep":
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)

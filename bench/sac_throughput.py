@@ -9,15 +9,15 @@ SAC rows (1 env, 256-256 networks, batch 256, one gradient step per env step, ``
   and 2 threads, compiled (``updater.compile=true``, what the experiment sets) at 1 and 2 threads, and
   eager with the critics' previous GEMMs (``QEnsemble(impl="batched")``: MKL ``baddbmm``) at 1 thread;
   each also timed on ``update()`` alone, what the floor rows compare with;
-* ``genpol, actor GEMMs in oneDNN (what-if)``: the eager row with the actor's ``nn.Linear`` layers
-  routed through oneDNN by this script (genpol's head does not do this; it sizes a proposed change);
+* ``genpol, actor GEMMs in MKL``: the eager 1-thread row with the actor's 256 x 256 layer back in MKL
+  (``OneDNNLinear.use_onednn`` off: genpol before ``genpol.onednn``), what oneDNN in the actor buys;
 * ``floor``: the same gradient step on raw tensors (no modules, no replay classes, no loop): the twin
   critic as batched matmuls, the actor as ``addmm``, hand-written losses, three fused Adams, one
   ``_foreach_lerp_``. ``floor, baddbmm`` is the issue's definition (MKL ``baddbmm`` for every critic
   layer); ``floor, genpol's kernels`` runs the critic's layers with the kernels genpol picks at that
-  thread count (``QEnsemble``'s ``default_impl``: oneDNN GEMMs on 1 thread, ``baddbmm`` on 2, the
-  1-wide output layer as a dot product) without its modules, so genpol's fraction of the floor is
-  quoted against it; ``oneDNN critic and actor`` also runs the actor's 256 x 256 layer in oneDNN.
+  thread count (``QEnsemble``'s ``default_impl`` and ``OneDNNLinear``: oneDNN GEMMs for the critics and
+  the actor's 256 x 256 layer on 1 thread, ``baddbmm`` and ``addmm`` on 2, the 1-wide output layer as a
+  dot product) without its modules, so genpol's fraction of the floor is quoted against it.
 
 Ensemble rows (RLPD's critic: 10 heads with LayerNorm, batch 256):
 
@@ -127,25 +127,20 @@ class Sb3Learner:
         return timed(self.threads, unit, self.steps // CHUNK)
 
 
-def route_linears_through_onednn(module: torch.nn.Module) -> None:
-    """What-if: the wide ``nn.Linear`` layers of ``module`` (both sides >= 128: the actor's 256 x 256) run
-    their GEMMs (forward and both gradients) in oneDNN, as the critics' hidden layers do, through the
-    same autograd function on a 1-head view of the weight. Narrow layers stay in MKL, which is faster there."""
-    wide = [m for m in module.modules() if isinstance(m, torch.nn.Linear) and min(m.in_features, m.out_features) >= 128]
-    for linear in wide:
-        def forward(inputs: torch.Tensor, linear: torch.nn.Linear = linear) -> torch.Tensor:
-            weight = linear.weight.t().unsqueeze(0)  # [1, in, out], a view: gradients reach the parameter
-            bias = linear.bias.view(1, 1, -1)
-            return _HeadwiseOneDNNLinear.apply(inputs.unsqueeze(0), weight, bias, False).squeeze(0)
+def route_linears_through_mkl(module: torch.nn.Module) -> None:
+    """The actor as genpol ran it before ``genpol.onednn``: every layer's GEMMs in MKL (``F.linear``)."""
+    from genpol.onednn import OneDNNLinear
 
-        linear.forward = forward
+    for linear in module.modules():
+        if isinstance(linear, OneDNNLinear):
+            linear.use_onednn = False
 
 
 class GenpolLearner:
     """genpol's learner built as ``genpol.train`` builds it, trained through ``OffPolicyRunner.iterate``."""
 
     def __init__(self, overrides: list[str], threads: int, steps: int, offline_path: str | None = None,
-                 critic_impl: str | None = None, onednn_actor: bool = False, warmup_steps: int = 50,
+                 critic_impl: str | None = None, mkl_actor: bool = False, warmup_steps: int = 50,
                  chunk: int = CHUNK):
         from genpol.algorithms import make_algorithm
         from genpol.api import compose_config
@@ -163,15 +158,15 @@ class GenpolLearner:
         stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
         env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=stack)
         head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
-        if onednn_actor:
-            route_linears_through_onednn(head)
+        if mkl_actor:
+            route_linears_through_mkl(head)
         offline = load_offline_transitions(cfg, env)[0] if offline_path else None
         self.algorithm = make_algorithm(cfg, head, env, offline)
         if critic_impl is not None:
             self.algorithm.critic.impl = self.algorithm.critic_target.impl = critic_impl
         self.cfg = cfg
         self.settings = {"threads": threads, "critic_impl": self.algorithm.critic.impl, "compile": cfg.updater.compile,
-                         "onednn_actor": onednn_actor, "overrides": overrides}
+                         "mkl_actor": mkl_actor, "overrides": overrides}
         self.runner = OffPolicyRunner(env, self.algorithm, total_steps=10**9, seed=0, iteration_steps=min(steps, chunk))
         self.runner.obs = env.reset(seed=0)
         start = time.perf_counter()
@@ -262,7 +257,7 @@ class BareCritic:
 
 class BareActor:
     """The tanh-Gaussian actor on raw tensors (``[in, out]`` weights, ``addmm``; or oneDNN GEMMs for the
-    256 x 256 layer, as ``route_linears_through_onednn``)."""
+    256 x 256 layer, as ``genpol.onednn.OneDNNLinear`` on one thread)."""
 
     def __init__(self, generator: torch.Generator, exact_log_prob: bool):
         sizes = [(OBS_DIM, HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, 2 * ACT_DIM)]  # mu and log_std in one GEMM
@@ -527,11 +522,10 @@ def main() -> None:
         "genpol SAC eager, 1 thread": lambda: GenpolLearner(sac, 1, steps),
         "genpol SAC eager, critics in MKL (impl=batched), 1 thread":
             lambda: GenpolLearner(sac, 1, steps, critic_impl="batched"),
-        "genpol SAC eager, actor GEMMs in oneDNN too (what-if), 1 thread":
-            lambda: GenpolLearner(sac, 1, steps, onednn_actor=True),
+        "genpol SAC eager, actor GEMMs in MKL (before genpol.onednn), 1 thread":
+            lambda: GenpolLearner(sac, 1, steps, mkl_actor=True),
         "floor SAC step, baddbmm, 1 thread(s)": lambda: FloorSAC(1, "baddbmm"),
-        floor_name("SAC step", 1): lambda: FloorSAC(1, MATCHED[1]),
-        "floor SAC step, oneDNN critic and actor (what-if), 1 thread(s)": lambda: FloorSAC(1, "onednn", "onednn"),
+        floor_name("SAC step", 1): lambda: FloorSAC(1, MATCHED[1], "onednn" if MATCHED[1] == "onednn" else "mkl"),
         **{f"E=10 update, {impl}, 1 thread(s)": lambda i=impl: EnsembleUpdate(1, i)
            for impl in ("floor", "batched", "func", "onednn")},
         "floor RLPD critic step, baddbmm, 1 thread(s)": lambda: FloorRLPDCriticStep(1, "baddbmm"),

@@ -29,24 +29,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from genpol.nets import ACTIVATIONS, activation_class
+from genpol.onednn import ONEDNN_AVAILABLE
 
 IMPLEMENTATIONS = ("batched", "func", "onednn")
 
 
-def _onednn_gemm_works() -> bool:
-    """Whether this build has oneDNN's dense-tensor GEMM (``mkldnn::_linear_pointwise``, the op inductor
-    itself emits) and it computes ``x @ W.T + b`` on strided views."""
-    if not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        inputs, weight, bias = torch.randn(8, 6), torch.randn(6, 5), torch.randn(5)
-        result = torch.ops.mkldnn._linear_pointwise(inputs, weight.t(), bias, "none", [], "")
-        return torch.allclose(result, inputs @ weight + bias, rtol=1e-4, atol=1e-5)
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-
-
-ONEDNN_AVAILABLE = _onednn_gemm_works()
 # bench/ensemble.py, one thread on this CPU (E = 2 and 10, with and without LayerNorm): eager "batched"
 # costs the same as the bare baddbmm floor and "func" 1.13x more (vmap's overhead, 1.2x at E = 2);
 # compiled, "func" is 2.3x slower, because inductor saves the vmapped ReLUs' backward masks as bool

@@ -1,0 +1,82 @@
+"""genpol.onednn.OneDNNLinear: the same function, gradients and second derivatives as nn.Linear."""
+
+import pytest
+import torch
+from torch import nn
+
+from genpol import onednn
+from genpol.onednn import ONEDNN_AVAILABLE, OneDNNLinear
+
+pytestmark = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN GEMM")
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def twin_layers(in_features: int = 256, out_features: int = 256) -> tuple[OneDNNLinear, nn.Linear]:
+    torch.manual_seed(0)
+    fast = OneDNNLinear(in_features, out_features)
+    plain = nn.Linear(in_features, out_features)
+    plain.load_state_dict(fast.state_dict())  # same keys and shapes: checkpoints do not depend on the kernel
+    return fast, plain
+
+
+def test_matches_linear_with_gradients_and_double_backward(one_thread):
+    fast, plain = twin_layers()
+    assert fast.use_onednn
+    inputs = torch.randn(3, 100, 256, requires_grad=True)  # a leading batch shape, 300 rows
+    fast_out, plain_out = fast(inputs), plain(inputs)
+    assert fast_out.shape == (3, 100, 256)
+    torch.testing.assert_close(fast_out, plain_out, rtol=1e-5, atol=1e-5)
+
+    def grads(layer, output):
+        return torch.autograd.grad(output.pow(2).sum(), [inputs, layer.weight, layer.bias], create_graph=True)
+
+    fast_grads, plain_grads = grads(fast, fast_out), grads(plain, plain_out)
+    for fast_grad, plain_grad in zip(fast_grads, plain_grads):
+        torch.testing.assert_close(fast_grad, plain_grad, rtol=1e-4, atol=1e-3)
+    # second derivatives (what TRPO's Fisher-vector products take through a head)
+    fast_second = torch.autograd.grad(sum(g.pow(2).sum() for g in fast_grads), [inputs, fast.weight])
+    plain_second = torch.autograd.grad(sum(g.pow(2).sum() for g in plain_grads), [inputs, plain.weight])
+    for fast_grad, plain_grad in zip(fast_second, plain_second):
+        torch.testing.assert_close(fast_grad, plain_grad, rtol=1e-4, atol=1e-3 * plain_grad.abs().max().item())
+
+
+def test_runs_onednn_only_where_it_is_faster(one_thread, monkeypatch):
+    calls = []
+    monkeypatch.setattr(onednn._OneDNNLinearFunction, "apply",
+                        lambda *args: calls.append(args[0].shape) or nn.functional.linear(*args))
+    fast, _ = twin_layers()
+    fast(torch.randn(onednn.MIN_ROWS - 1, 256))  # acting on a few envs: MKL
+    assert calls == []
+    fast(torch.randn(onednn.MIN_ROWS, 256))
+    assert calls == [(onednn.MIN_ROWS, 256)]
+    narrow = OneDNNLinear(17, 256)  # the input layer: MKL
+    assert not narrow.use_onednn
+    torch.set_num_threads(2)
+    assert not OneDNNLinear(256, 256).use_onednn  # two threads: MKL parallelizes better
+    with torch.no_grad():
+        fast.double()(torch.randn(100, 256, dtype=torch.float64))  # float64: F.linear
+    assert len(calls) == 1
+
+
+def test_compiled_step_matches_eager(one_thread):
+    fast, plain = twin_layers()
+    inputs = torch.randn(128, 256)
+
+    def loss(layer: nn.Module) -> torch.Tensor:
+        return torch.tanh(layer(inputs)).square().mean()
+
+    compiled_loss = torch.compile(loss, fullgraph=True)
+    compiled_value = compiled_loss(fast)
+    compiled_value.backward()
+    plain_value = loss(plain)
+    plain_value.backward()
+    torch.testing.assert_close(compiled_value, plain_value, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(fast.bias.grad, plain.bias.grad, rtol=1e-4, atol=1e-6)
