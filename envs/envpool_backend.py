@@ -18,8 +18,11 @@ no Python loop per env and no worker processes.
 * Resume: EnvPool exposes no simulator state, so a run resumes with fresh episodes (a warning says
   so), not bit-identically; everything else in the checkpoint (policy, optimizer, RNG, counters,
   normalizers) restores exactly.
-* Rendering: EnvPool's own renderer (env 0), which needs an OpenGL context made current in this
-  thread first; genpol makes one with MuJoCo's EGL or OSMesa binding (``MUJOCO_GL``).
+* Rendering (env 0): gymnasium's MuJoCo locomotion tasks are drawn from a gymnasium twin that takes
+  env 0's pose, with the floor following the robot (``envs.envpool_render``: EnvPool's own frames lose
+  HalfCheetah's floor after ~2 s). Other tasks use EnvPool's own renderer, which needs an OpenGL
+  context made current in this thread first; genpol makes one with MuJoCo's EGL or OSMesa binding
+  (``MUJOCO_GL``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 import torch
 
 from envs.core import EnvError, StepResult, VectorEnv
+from envs.envpool_render import TwinRenderer
 
 _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
 
@@ -92,14 +96,21 @@ class EnvPoolVectorEnv(VectorEnv):
         self._make_kwargs: dict[str, Any] = dict(env_kwargs or {})
         if max_episode_steps is not None:
             self._make_kwargs["max_episode_steps"] = max_episode_steps
-        if render:
-            self._make_kwargs.update(render_mode="rgb_array", render_width=render_size[0],
-                                     render_height=render_size[1])
         self._render_size = render_size
         self._render = render
         self._pending_seed = 0 if seed is None else seed
         self._last_seed, self._steps_since_reset = self._pending_seed, 0
         self._pool = self._build(self._pending_seed)
+        self._twin: TwinRenderer | None = None
+        self._pose0: np.ndarray | None = None  # env 0's qpos for the twin, kept current by reset and step
+        if render:
+            info_keys = {key.partition(":")[2] for key in self._pool.spec._state_keys if key.startswith("info:")}
+            self._twin = TwinRenderer.for_task(name, info_keys, *render_size)
+            if self._twin is None:  # EnvPool draws the frames itself
+                self._make_kwargs.update(render_mode="rgb_array", render_width=render_size[0],
+                                         render_height=render_size[1])
+                self._pool.close()
+                self._pool = self._build(self._pending_seed)
         space = self._pool.observation_space
         self.observation_keys: list[str] | None = list(space.spaces) if hasattr(space, "spaces") else None
         shapes = [space[key].shape for key in self.observation_keys] if self.observation_keys else [space.shape]
@@ -136,8 +147,11 @@ class EnvPoolVectorEnv(VectorEnv):
             self._pool = self._build(seed)
             self._last_seed = seed
         self._steps_since_reset = 0
-        obs, _ = self._pool.reset()
-        return self._tensor(self._flat(obs))
+        obs, info = self._pool.reset()
+        order = np.argsort(info["env_id"])
+        obs = self._flat(obs)[order]
+        self._track_pose0(obs, info, order)
+        return self._tensor(obs)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
@@ -149,16 +163,29 @@ class EnvPoolVectorEnv(VectorEnv):
         self._steps_since_reset += 1
         ended = terminated | truncated
         final_obs = obs.copy()
+        self._track_pose0(obs, info, order)
         if ended.any():  # EnvPool resets these on their next step: take that step now, for just them
             ids = np.flatnonzero(ended).astype(np.int32)
             first, _, _, _, reset_info = self._pool.step(np.zeros((len(ids), self.act_dim)), ids)
             obs[reset_info["env_id"]] = self._flat(first)
+            if ended[0]:
+                reset_order = np.argsort(reset_info["env_id"])
+                self._track_pose0(self._flat(first)[reset_order], reset_info, reset_order)
         return (self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool),
                 self._tensor(truncated, torch.bool), {"final_obs": self._tensor(final_obs)})
+
+    def _track_pose0(self, obs: np.ndarray, info: dict[str, Any], order: np.ndarray) -> None:
+        """Keep env 0's pose for the twin renderer: ``obs`` rows are in env order, ``info``'s in
+        EnvPool's (``order`` sorts them); env 0 is the first of ``order``."""
+        if self._twin is not None:
+            positions = {key: np.asarray(info[key])[order] for key in self._twin.position_keys}
+            self._pose0 = self._twin.pose(obs, positions, 0)
 
     def render(self) -> np.ndarray | None:
         if not self._render:
             return None
+        if self._twin is not None:
+            return self._twin.render(self._pose0)
         _make_gl_context_current(*self._render_size)
         return np.asarray(self._pool.render(env_ids=[0]))[0]
 
@@ -174,4 +201,7 @@ class EnvPoolVectorEnv(VectorEnv):
         self.reset(state["reset_seed"])
 
     def close(self) -> None:
+        if self._twin is not None:
+            self._twin.close()
+            self._twin = None
         self._pool.close()

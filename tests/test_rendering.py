@@ -157,3 +157,35 @@ def test_every_frame_of_a_long_halfcheetah_video_shows_the_floor(tmp_path):
     assert frames.shape == (600, 48, 48, 3)
     contrast = np.array([checker_contrast(frame) for frame in frames])
     assert contrast.min() > 0.5 * contrast[0], f"frame {contrast.argmin()} lost the floor"
+
+
+def test_envpool_halfcheetah_frames_keep_the_floor_and_follow_env0_across_resets():
+    """EnvPool's HalfCheetah is drawn from a gymnasium twin (``envs.envpool_render``): the last frame of a
+    1000-step run ~100 m past the start still shows the checker, and after env 0's episode ends the
+    frame shows the new episode's pose, not the old one (two envs: EnvPool's row order is sorted)."""
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    gait = GAITS["gym:HalfCheetah-v5"]
+    phases = torch.tensor(gait["phases"])
+
+    def gait_actions(t):
+        return torch.sin(2 * np.pi * gait["frequency"] * t * gait["dt"] + phases)[None].float().repeat(2, 1)
+
+    with envs.make("envpool:HalfCheetah-v5", num_envs=2, seed=0, render=True, render_size=SIZE,
+                   max_episode_steps=1000) as env:
+        twin = envs.innermost(env)._twin
+        assert twin is not None, "HalfCheetah-v5 should be drawn by the twin"
+        env.reset()
+        first_frame = env.render()
+        for t in range(999):
+            env.step(gait_actions(t))
+        last_frame = env.render()
+        assert float(twin.data.qpos[0]) > gait["min_distance"], "the gait no longer runs far"
+        fixed = FloorFollowingRenderer(twin.model, *SIZE, camera="track", follow_floor=False)
+        try:  # where the model puts its floor, it is out of view by now: the check can fail
+            assert checker_contrast(fixed.render(twin.data)) < 0.3 * checker_contrast(first_frame)
+        finally:
+            fixed.close()
+        assert checker_contrast(last_frame) > 0.5 * checker_contrast(first_frame)
+        env.step(gait_actions(999))  # the time limit ends both episodes; the frame is the new episode's
+        env.render()
+        assert abs(float(twin.data.qpos[0])) < 1.0
