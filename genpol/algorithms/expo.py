@@ -5,8 +5,9 @@ batching), with three changes:
 
 * the **base policy** (the head: diffusion by default, any head with imitation and candidates) is
   trained *only* by its imitation loss, on the last minibatch of each round (half offline, half
-  online), with SAC's actor optimizer; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient
-  reaches it: nothing differentiable in its parameters ever meets a critic;
+  online), with SAC's actor optimizer, its learning rate decaying along a cosine over
+  ``base_lr_decay_steps``; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it:
+  nothing differentiable in its parameters ever meets a critic;
 * the **edit policy** (``genpol.heads.edit.EditPolicy``) is trained SAC-style on the same minibatch's
   *replay* actions, ``edit_loss`` with the ensemble-mean Q; the temperature tracks the entropy of the
   edited action toward ``-|A| / 2``;
@@ -23,6 +24,7 @@ and one edit step and one temperature step on the last minibatch.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -84,8 +86,19 @@ class EXPO(SAC):
                                        self.cfg.num_samples, self.cfg.n_edit, subset_heads)
         return td_target(batch.rewards, batch.dones, next_q, None, alpha, self.cfg.gamma)
 
+    def base_lr(self, base_steps: int) -> float:
+        """The base policy's learning rate before its step number ``base_steps``: optax's
+        ``cosine_decay_schedule(lr, base_lr_decay_steps)``, ``lr (1 + cos(pi min(k, K) / K)) / 2``.
+        A function of the checkpointed step count, so a resumed run continues it exactly."""
+        if self.cfg.base_lr_decay_steps is None:
+            return self.cfg.lr
+        progress = min(base_steps, self.cfg.base_lr_decay_steps) / self.cfg.base_lr_decay_steps
+        return self.cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
     def base_step(self, batch: ReplayBatch) -> torch.Tensor:
         """One imitation step of the base policy on the batch's actions, then the EMA update."""
+        for group in self.actor_optimizer.param_groups:
+            group["lr"] = self.base_lr(self.base_steps)
         loss = self.head.imitation_loss(batch.obs, batch.actions)
         self._step(self.actor_optimizer, loss, self.actor_params)
         polyak_update(self.ema_base, self.head, self.cfg.base_ema_tau)

@@ -189,6 +189,9 @@ class ExpoConfig(SACConfig):
     """Activation of the edit policy."""
     base_ema_tau: float = 0.001
     """EMA rate of the acting copy of the base policy (ema <- (1 - tau) ema + tau base, per base step)."""
+    base_lr_decay_steps: Optional[int] = 3_000_000
+    """Base-policy steps over which its learning rate falls from ``lr`` to 0 along a cosine, then stays
+    at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps); null keeps ``lr``."""
     learning_starts: int = 5000
     """Env steps of uniform random actions before learning starts."""
     utd: int = 20
@@ -229,6 +232,8 @@ class ExpoConfig(SACConfig):
         require(self.edit_activation in ACTIVATION_NAMES, "updater.edit_activation", f"one of {ACTIVATION_NAMES}",
                 self.edit_activation)
         require(0.0 < self.base_ema_tau <= 1.0, "updater.base_ema_tau", "in (0, 1]", self.base_ema_tau)
+        require(self.base_lr_decay_steps is None or self.base_lr_decay_steps >= 1, "updater.base_lr_decay_steps",
+                ">= 1 or null", self.base_lr_decay_steps)
         require(self.batching == "rlpd", "updater.batching", "rlpd for EXPO", self.batching)
         require(self.actor_q_reduction == "mean", "updater.actor_q_reduction", "mean for EXPO's edit loss",
                 self.actor_q_reduction)
