@@ -62,7 +62,8 @@ def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str
                     f"total_steps={online_steps}", "updater.iteration_steps=1000", "pipeline.eval_every=1"])
     pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    offline_curve = [[row["global_step"], row["eval/normalized_score"]] for row in rows(run_dir / "pretrain" / "progress.jsonl")
+    offline_rows = rows(run_dir / "pretrain" / "progress.jsonl")
+    offline_curve = [[row["global_step"], row["eval/normalized_score"]] for row in offline_rows
                      if "eval/normalized_score" in row]
     online_rows = rows(run_dir / "progress.jsonl")
     online_curve = [[row["global_step"], row["eval/normalized_score"]] for row in online_rows

@@ -87,7 +87,8 @@ def test_one_offline_step_is_a_td_step_and_a_ct_plus_eta_q_step_on_dataset_batch
     bc_only = first_adam_step(actor_params, BC * ct_loss)
     for before, change, after in zip(actor_params, joint, algorithm.head.network.parameters()):
         assert torch.allclose(after, before + change, atol=1e-6)
-    moved = torch.cat([(after - before).flatten() for before, after in zip(actor_params, algorithm.head.network.parameters())])
+    moved = torch.cat([(after - before).flatten()
+                       for before, after in zip(actor_params, algorithm.head.network.parameters())])
     assert not torch.allclose(moved, torch.cat([c.flatten() for c in bc_only]), atol=1e-6)
 
     # Polyak targets and the EMA actor (a copy before actor_ema_start)
