@@ -10,7 +10,13 @@ One gradient step, on SAC's replay, twin critics and Polyak targets (``genpol.al
    from scratch ``bc_coef`` = 0 (Q-loss only);
 3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before).
 
-Acting: uniform random actions until ``learning_starts``; then, with probability epsilon (linear
+Offline (``pipeline=offline_to_online``, ``genpol.runners.offline_rl``): the same gradient step on
+batches of dataset transitions only (``gradient_step(batch)``), no env steps; the critics, their
+targets, the EMA actor and the optimizers then carry on into online fine-tuning. ``offline_steps``
+counts those steps; after them the online phase acts with the policy from its first env step
+(``learning_starts`` then only delays the gradient steps, until the replay holds online data).
+
+Acting: uniform random actions until ``learning_starts`` (from scratch); then, with probability epsilon (linear
 from ``explore_initial`` to ``explore_final`` over ``explore_fraction`` of the run; 8.4's schedule),
 a uniform random action, else one of ``act_candidates`` samples of the online head drawn with
 probability softmax(min_i Q_target,i) (8.3's evaluation rule, as the references' ``sample_action``;
@@ -57,6 +63,7 @@ class QGradientActor(SAC):
         self.ema_head = copy.deepcopy(head).requires_grad_(False)
         self.pair_generator = torch.Generator().manual_seed(seed + 5)
         self.softmax_q = SoftmaxQPolicy(obs_dim, act_dim, head, self.critic_target, cfg.act_candidates)
+        self.offline_steps = 0  # gradient steps on dataset batches only (the offline phase)
 
     # ------------------------------------------------------------------ acting
     def epsilon(self) -> float:
@@ -72,7 +79,7 @@ class QGradientActor(SAC):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.env_steps < self.cfg.learning_starts:
+        if self.env_steps < self.cfg.learning_starts and self.offline_steps == 0:
             return super().act(obs)
         actions = self.acting_head().act(obs, deterministic=False)
         explore = torch.rand(obs.shape[0], generator=self.explore_generator) < self.epsilon()
@@ -112,8 +119,11 @@ class QGradientActor(SAC):
         else:
             torch._foreach_lerp_(ema, online, 1.0 - self.cfg.actor_ema_decay)
 
-    def gradient_step(self) -> dict[str, torch.Tensor]:
-        batch = self.sampler.sample(self.cfg.batch_size)
+    def gradient_step(self, batch: ReplayBatch | None = None) -> dict[str, torch.Tensor]:
+        """One critic step, one actor step and the EMA actor's update on ``batch`` (None: a batch of
+        ``batch_size`` from the replay, mixed with offline data by ``offline_ratio``)."""
+        if batch is None:
+            batch = self.sampler.sample(self.cfg.batch_size)
         critic = self.critic_step(batch, torch.zeros((), device=self.device))
         loss, named = self.actor_loss(batch)
         self._step(self.actor_optimizer, loss, self.actor_params)
@@ -136,7 +146,7 @@ class QGradientActor(SAC):
 
     def state_dict(self) -> dict[str, Any]:
         state = {**super().state_dict(), "ema_head": self.ema_head.state_dict(),
-                 "pair_rng": self.pair_generator.get_state()}
+                 "pair_rng": self.pair_generator.get_state(), "offline_steps": self.offline_steps}
         del state["log_alpha"]  # the unused temperature (-inf) would fail the checkpoint's finite check
         return state
 
@@ -144,6 +154,7 @@ class QGradientActor(SAC):
         super().load_state_dict({**state, "log_alpha": self.log_alpha.detach().clone()})
         self.ema_head.load_state_dict(state["ema_head"])
         self.pair_generator.set_state(state["pair_rng"])
+        self.offline_steps = int(state.get("offline_steps", 0))  # saved before the offline phase existed: none
 
 
 def make_qgradient(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> QGradientActor:

@@ -38,7 +38,10 @@ class OnlinePipelineConfig:
 
 @dataclass
 class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
-    """Behaviour-cloning pretraining on ``dataset``, evaluation, then online fine-tuning, in one run."""
+    """Pretraining on ``dataset``, evaluation, then online fine-tuning, in one run. The pretraining is
+    behaviour cloning, or with ``updater=consistency_ac`` offline RL by that learner (its optimizers
+    and lr, pretrain_batch_size; the BC-only pretrain_lr, pretrain_min_lr, pretrain_weight_decay and
+    ema_* keys do not apply)."""
 
     name: str = "offline_to_online"
     """Pipeline name."""
@@ -62,6 +65,8 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
     """Gradient steps between pretraining logs (and the unit of pretrain_checkpoint_every)."""
     pretrain_checkpoint_every: int = 10
     """Pretraining checkpoints every this many logs."""
+    pretrain_eval_every: int = 0
+    """Offline RL phase (updater=consistency_ac): evaluate every this many logs (0: only at the end)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -70,6 +75,7 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
         require(self.pretrain_lr > 0, "pipeline.pretrain_lr", "> 0", self.pretrain_lr)
         require(0.0 < self.ema_decay < 1.0, "pipeline.ema_decay", "in (0, 1)", self.ema_decay)
         require(self.pretrain_log_every >= 1, "pipeline.pretrain_log_every", ">= 1", self.pretrain_log_every)
+        require(self.pretrain_eval_every >= 0, "pipeline.pretrain_eval_every", ">= 0", self.pretrain_eval_every)
 
 
 @dataclass

@@ -311,6 +311,9 @@ class ConsistencyPolicyConfig(PolicyConfig):
     """On-policy sampler: std floor of every step and std of the last one (exploration)."""
     scale_input: bool = True
     """Scale F_theta's noisy-action input by c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM); false: raw, as the reference."""
+    clamp_gradient: str = "inward"
+    """Backward pass of the Q-gradient sampler's clamp to [-1, 1]: inward (a saturated action's gradient passes
+    when it points back into the box), straight_through, or zero (torch's clamp, the reference's)."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of the value network."""
     critic_activation: str = "mish"
@@ -331,6 +334,8 @@ class ConsistencyPolicyConfig(PolicyConfig):
         require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
                 self.ct_distance)
         require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)
+        require(self.clamp_gradient in ("inward", "straight_through", "zero"), "policy.clamp_gradient",
+                "inward, straight_through or zero", self.clamp_gradient)
 
 
 @dataclass

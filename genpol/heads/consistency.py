@@ -16,7 +16,9 @@ log(tau / eps) / log(tau_max / eps), which maps [eps, tau_max] onto [0, 1] for
 Sampling (T = ``sampling_steps``, 2 by default): noise levels linspace(tau_min_sampling, tau_max, T)
 taken in descending order; a ~ N(0, tau_max^2), a <- f(a, tau_max); then for every further tau,
 a <- f(a + sqrt(tau^2 - eps^2) xi, tau); clamp to [-1, 1]. ``rsample`` keeps the graph (Q-gradient
-actors), ``candidates`` draws n per state in one batched call, ``act(deterministic=True)`` draws the
+actors); its clamp lets the gradient of a saturated action back in when it points into the box
+(``clamp_gradient``, ``genpol.heads.bounds``: with torch's clamp a Q-loss-only actor freezes at a
+corner of the box), and is torch's clamp in the forward pass. ``candidates`` draws n per state in one batched call, ``act(deterministic=True)`` draws the
 noise from a fixed seed so that it is a function of s.
 
 Consistency training (``imitation_loss``, Consistency-BC): N(k) Karras boundaries (rho 7 on
@@ -52,6 +54,7 @@ import torch
 from torch import nn
 
 from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.nets import MLP, activation_class, sinusoidal_time_embedding
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -122,6 +125,8 @@ class ConsistencyHead(PolicyHead):
         min_sampling_std: the std floor of the on-policy sampler (and the std of its last step).
         scale_input: feed F_theta c_in(tau) a_tau, c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM, Song et al.);
             False feeds a_tau raw, as the reference does ("no c_in").
+        clamp_gradient: the backward pass of ``rsample``'s clamp to [-1, 1]: ``inward`` (default),
+            ``straight_through`` or ``zero`` (torch's, the reference's); ``genpol.heads.bounds``.
     """
 
     family = "consistency"
@@ -136,7 +141,7 @@ class ConsistencyHead(PolicyHead):
                  ct_initial_scales: int = 2, ct_final_scales: int = 150, ct_total_steps: int = 20_000,
                  target_decay: float = 0.995, target_every: int = 5, target_start: int = 1000,
                  ct_distance: str = "l2", ct_loss_scale: bool = True, min_sampling_std: float = 0.1,
-                 scale_input: bool = True):
+                 scale_input: bool = True, clamp_gradient: str = "inward"):
         super().__init__(obs_dim, act_dim)
         if sampling_steps < 1:
             raise ValueError(f"consistency sampling_steps must be >= 1, got {sampling_steps}")
@@ -145,6 +150,8 @@ class ConsistencyHead(PolicyHead):
                              f"({tau_min_sampling}) <= tau_max ({tau_max})")
         if ct_distance not in ("l2", "pseudo_huber"):
             raise ValueError(f"consistency ct_distance must be 'l2' or 'pseudo_huber', got '{ct_distance}'")
+        if clamp_gradient not in CLAMP_GRADIENTS:
+            raise ValueError(f"consistency clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
         if min_sampling_std <= 0:
             raise ValueError(f"consistency min_sampling_std must be > 0 (the last step's std), got {min_sampling_std}")
         self.spec_kwargs = {
@@ -154,8 +161,9 @@ class ConsistencyHead(PolicyHead):
             "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
             "target_every": target_every, "target_start": target_start, "ct_distance": ct_distance,
             "ct_loss_scale": ct_loss_scale, "min_sampling_std": min_sampling_std, "scale_input": scale_input,
+            "clamp_gradient": clamp_gradient,
         }
-        self.scale_input = scale_input
+        self.scale_input, self.clamp_gradient = scale_input, clamp_gradient
         self.sigma_data, self.eps, self.tau_max, self.rho = sigma_data, eps, tau_max, rho
         self.sampling_steps = sampling_steps
         self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = ct_initial_scales, ct_final_scales, ct_total_steps
@@ -196,7 +204,7 @@ class ConsistencyHead(PolicyHead):
         return action
 
     def rsample(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._multistep(obs, None).clamp(-1.0, 1.0)
+        return clamp_to_box(self._multistep(obs, None), self.clamp_gradient)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None

@@ -61,11 +61,14 @@ def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead, stack: dict[str, Any],
                normalized_score: Callable[[float], float] | None = None,
-               extra_summary: dict[str, Any] | None = None, offline: Any = None) -> dict[str, Any]:
-    """Train ``head`` on ``env`` with the configured learner, resuming from ``run_dir/checkpoints``
-    if it holds any; callbacks, checkpoints, evaluation and the summary."""
+               extra_summary: dict[str, Any] | None = None, offline: Any = None,
+               algorithm: Any = None) -> dict[str, Any]:
+    """Train ``head`` on ``env`` with the configured learner (``algorithm``, or a new one built from
+    the config), resuming from ``run_dir/checkpoints`` if it holds any; callbacks, checkpoints,
+    evaluation and the summary."""
     device = torch.device(cfg.device)
-    algorithm = make_algorithm(cfg, head, env, offline)
+    if algorithm is None:
+        algorithm = make_algorithm(cfg, head, env, offline)
     # the head evaluation acts with (EXPO's on-the-fly policy carries its critics): what policy/ rebuilds
     policy_spec = make_policy_spec(algorithm.acting_head(), env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                                    (cfg.env.render_width, cfg.env.render_height))

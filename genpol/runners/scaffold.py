@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 # eager steps run the same math to within float rounding, so a run saved before a bundle turned
 # updater.compile on still resumes.
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
-                     "pipeline.checkpoint_every", "pipeline.keep_checkpoints", "updater.compile")
+                     "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
+                     "updater.compile")
 
 _NO_DEFAULT = object()
 

@@ -1,0 +1,106 @@
+"""Offline Consistency-AC against Consistency-BC on Hopper-v5 "medium" (`bench/make_hopper_medium.sh`), at the
+same offline budget, then the offline-to-online curve of Consistency-AC.
+
+* ``consistency-bc``: genpol's BC phase (`pipeline=offline_to_online`, the CT loss alone, AdamW 1e-3 with
+  cosine decay, EMA), as `bench/bc_heads.py`; its fine-tuning is cut to one PPO iteration.
+* ``consistency-ac``: `+experiment=consistency_ac` (eta 0.1, CT + eta normalized Q-loss, twin 3 x 256 Mish
+  critics, EMA actor, Adam 3e-4, grad clip 1, softmax-Q over 50 candidates), offline for the same number of
+  gradient steps of the same batch size, then online fine-tuning for ``--online-steps`` env steps (half of
+  every batch from the dataset, one gradient step per env step), evaluated every 1000 env steps.
+
+Both evaluate D4RL-normalized over ``--episodes`` deterministic episodes (reset seeds 10000, ...). The CT
+schedule N(k) spans the offline phase in both (ct_total_steps = pretrain_steps).
+
+    python bench/consistency_ac.py --seeds 0 --steps 10000 --online-steps 5000
+
+Writes ``bench/results/consistency_ac.json`` (runs in ``bench/runs/consistency_ac/``, resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+RUNS = ROOT / "bench" / "runs" / "consistency_ac"
+COMMON = ["pipeline.video=false", "logger.progress_bar=false", "pipeline.pretrain_log_every=200"]
+
+
+def train(run_dir: Path, overrides: list[str]) -> None:
+    if not (run_dir / "summary.json").exists():
+        command = [sys.executable, "-m", "genpol.train", *overrides, *COMMON, f"run_dir={run_dir}"]
+        subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+                       stdout=subprocess.DEVNULL)
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
+    run_dir = RUNS / f"consistency-bc-s{seed}"
+    train(run_dir, ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                    f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
+                    "pipeline.pretrain_batch_size=128", f"pipeline.eval_episodes={episodes}", "total_steps=1"])
+    pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
+    return {"method": "consistency-bc", "seed": seed, "offline_normalized_score": pretrained["normalized_score"],
+            "offline_return": pretrained["eval_return_mean"], "offline_wall_time_s": pretrained["wall_time_s"],
+            "gradient_steps": pretrained["gradient_steps"]}
+
+
+def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str) -> dict:
+    run_dir = RUNS / f"consistency-ac-s{seed}"
+    train(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
+                    f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
+                    f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}", f"pipeline.eval_episodes={episodes}",
+                    f"total_steps={online_steps}", "updater.iteration_steps=1000", "pipeline.eval_every=1"])
+    pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    offline_rows = rows(run_dir / "pretrain" / "progress.jsonl")
+    offline_curve = [[row["global_step"], row["eval/normalized_score"]] for row in offline_rows
+                     if "eval/normalized_score" in row]
+    online_rows = rows(run_dir / "progress.jsonl")
+    online_curve = [[row["global_step"], row["eval/normalized_score"]] for row in online_rows
+                    if "eval/normalized_score" in row]
+    return {"method": "consistency-ac", "seed": seed, "offline_normalized_score": pretrained["normalized_score"],
+            "offline_return": pretrained["eval_return_mean"], "offline_wall_time_s": pretrained["wall_time_s"],
+            "gradient_steps": pretrained["gradient_steps"], "offline_curve": offline_curve,
+            "online_curve": online_curve, "online_normalized_score": summary["eval_normalized_score"],
+            "online_return": summary["eval_return_mean"], "online_env_steps": summary["env_steps"],
+            "online_wall_time_s": summary["train_time_s"],
+            "online_training_return_last": online_rows[-1].get("charts/episodic_return")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, default=10000, help="offline gradient steps (batch 128), both methods")
+    parser.add_argument("--online-steps", type=int, default=5000, help="online env steps of Consistency-AC")
+    parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes")
+    parser.add_argument("--dataset", default=str(ROOT / "data" / "hopper_medium-v5.hdf5"))
+    args = parser.parse_args()
+    runs = []
+    for seed in args.seeds:
+        runs.append(run_bc(seed, args.steps, args.episodes, args.dataset))
+        runs.append(run_ac(seed, args.steps, args.online_steps, args.episodes, args.dataset))
+    print(f"{'method':16s} {'seed':>4s} {'offline':>8s} {'wall s':>7s} {'online':>8s}  curve (env step: score)")
+    for run in runs:
+        online = run.get("online_normalized_score")
+        curve = " ".join(f"{step}:{score:.1f}" for step, score in run.get("online_curve", []))
+        print(f"{run['method']:16s} {run['seed']:4d} {run['offline_normalized_score']:8.1f} "
+              f"{run['offline_wall_time_s']:7.0f} {'' if online is None else f'{online:8.1f}'}  {curve}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "consistency_ac.json").write_text(json.dumps({
+        "benchmark": "consistency_ac", "date": time.strftime("%Y-%m-%d %H:%M"), "dataset": args.dataset,
+        "offline_gradient_steps": args.steps, "batch_size": 128, "online_env_steps": args.online_steps,
+        "eval_episodes": args.episodes, "load_average": os.getloadavg(), "runs": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Offline Consistency-AC (``pipeline=offline_to_online`` with ``updater=consistency_ac``): the offline
+phase's gradient step against an independent computation, its exact resume, and one run through both
+phases in which the offline learner (critics, EMA actor) goes on online."""
+
+import copy
+import io
+import json
+
+import numpy as np
+import torch
+
+from genpol.algorithms.qgradient import QGradientActor
+from genpol.config.offpolicy import QGradientConfig
+from genpol.heads import ConsistencyHead
+from genpol.runners.offline_rl import OfflineRLRunner
+from genpol.storage.replay import OfflineReplay
+from tests.conftest import assert_trees_equal
+
+OBS_DIM, ACT_DIM, ROWS = 3, 2, 40
+LR, MAX_NORM, GAMMA, ETA, BC = 1e-3, 1.0, 0.99, 0.5, 2.0
+
+
+def offline_store(seed=0):
+    """40 synthetic transitions: row i -> row i + 1, a terminal every 10 rows."""
+    generator = torch.Generator().manual_seed(seed)
+    observations = torch.randn(ROWS + 1, OBS_DIM, generator=generator)
+    actions = torch.rand(ROWS + 1, ACT_DIM, generator=generator) * 2 - 1
+    rewards = torch.randn(ROWS + 1, generator=generator)
+    terminals = (torch.arange(ROWS + 1) % 10 == 9)
+    rows = torch.arange(ROWS)
+    return OfflineReplay(observations, actions, rewards, terminals, rows, rows + 1, checksum=7, seed=seed)
+
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    cfg = QGradientConfig(batch_size=8, critic_hidden_sizes=[16], eta=ETA, bc_coef=BC, lr=LR, max_grad_norm=MAX_NORM,
+                          actor_ema_start=2, actor_ema_every=1, act_candidates=3, learning_starts=5)
+    head = ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16))
+    offline = offline_store(seed)
+    algorithm = QGradientActor(head, cfg, total_steps=100, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=64,
+                               device=torch.device("cpu"), seed=seed)
+    return algorithm, offline
+
+
+def first_adam_step(parameters, loss):
+    """The change Adam's first step makes (bias-corrected m / sqrt(v) = g / |g|) after the norm clip:
+    -lr c g / (c |g| + 1e-8), c = min(1, max_norm / (||g|| + 1e-6))."""
+    grads = torch.autograd.grad(loss, parameters, allow_unused=True, retain_graph=True)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(parameters, grads)]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = min(1.0, MAX_NORM / (norm.item() + 1e-6))
+    return [-LR * scale * g / (scale * g.abs() + 1e-8) for g in grads]
+
+
+def test_one_offline_step_is_a_td_step_and_a_ct_plus_eta_q_step_on_dataset_batches():
+    """The step draws a dataset batch (no env step), moves the critics along the TD loss with the EMA
+    actor's next actions, then the actor along 2 CT + 0.5 L_Q with the updated critics, as Adam's first
+    step does (every parameter by lr x the sign of its gradient). The CT loss alone would move it otherwise."""
+    algorithm, offline = make()
+    head_before, critic_before = copy.deepcopy(algorithm.head), copy.deepcopy(algorithm.critic)
+    ema_before, target_before = copy.deepcopy(algorithm.ema_head), copy.deepcopy(algorithm.critic_target)
+    offline_state, pair_state = offline.generator.get_state(), algorithm.pair_generator.get_state()
+    runner = OfflineRLRunner(algorithm, offline, steps=1, batch_size=8, log_every=1)
+    torch.manual_seed(5)
+    runner.run()
+    assert len(algorithm.replay) == 0 and algorithm.env_steps == 0 and algorithm.offline_steps == 1
+
+    # the same draws, recomputed from the formulas
+    offline.generator.set_state(offline_state)
+    batch = offline.sample(8)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        next_q = target_before(batch.next_obs, ema_before.rsample(batch.next_obs)).min(dim=0).values
+        target = batch.rewards + GAMMA * (1 - batch.dones) * next_q
+    critic_params = list(critic_before.parameters())
+    td_loss = 0.5 * ((critic_before(batch.obs, batch.actions) - target) ** 2).mean(dim=1).sum()
+    for before, change, after in zip(critic_params, first_adam_step(critic_params, td_loss),
+                                     algorithm.critic.parameters()):
+        assert torch.allclose(after, before + change, atol=1e-6)
+
+    q = algorithm.critic(batch.obs, head_before.rsample(batch.obs))  # the critics after their step
+    i, j = torch.randperm(2, generator=torch.Generator().set_state(pair_state)).tolist()
+    q_loss = -q[i].mean() / q[j].abs().mean().detach()
+    ct_loss = head_before.imitation_loss(batch.obs, batch.actions)
+    actor_params = list(head_before.network.parameters())
+    joint = first_adam_step(actor_params, BC * ct_loss + ETA * q_loss)
+    bc_only = first_adam_step(actor_params, BC * ct_loss)
+    for before, change, after in zip(actor_params, joint, algorithm.head.network.parameters()):
+        assert torch.allclose(after, before + change, atol=1e-6)
+    moved = torch.cat([(after - before).flatten()
+                       for before, after in zip(actor_params, algorithm.head.network.parameters())])
+    assert not torch.allclose(moved, torch.cat([c.flatten() for c in bc_only]), atol=1e-6)
+
+    # Polyak targets and the EMA actor (a copy before actor_ema_start)
+    for target_now, target_old, online in zip(algorithm.critic_target.parameters(), target_before.parameters(),
+                                              algorithm.critic.parameters()):
+        assert torch.allclose(target_now, 0.995 * target_old + 0.005 * online, atol=1e-7)
+    assert all(torch.equal(e, p) for e, p in zip(algorithm.ema_head.parameters(), algorithm.head.parameters()))
+
+
+def test_the_offline_phase_resumes_exactly_through_a_weights_only_checkpoint():
+    whole, offline = make()
+    OfflineRLRunner(whole, offline, steps=6, batch_size=8, log_every=2).run()
+
+    first, offline_first = make()
+    runner = OfflineRLRunner(first, offline_first, steps=3, batch_size=8, log_every=3)
+    runner.run()
+    buffer = io.BytesIO()
+    torch.save(runner.training_state(), buffer)
+    buffer.seek(0)
+    resumed, _ = make(seed=1)  # other weights and generators, all overwritten by the load
+    second = OfflineRLRunner(resumed, offline_store(0), steps=6, batch_size=8, log_every=3)  # the same data
+    second.load({}, torch.load(buffer, weights_only=True))
+    second.run()
+    assert resumed.offline_steps == whole.offline_steps == 6
+    assert_trees_equal(resumed.state_dict(), whole.state_dict())
+    assert_trees_equal(resumed.head.state_dict(), whole.head.state_dict())
+
+
+def test_acting_after_the_offline_phase_skips_the_random_warm_up():
+    algorithm, offline = make()
+    obs = torch.randn(4, OBS_DIM)
+    torch.manual_seed(0)
+    uniform = algorithm.act(obs)  # from scratch: uniform actions until learning_starts
+    OfflineRLRunner(algorithm, offline, steps=1, batch_size=8).run()
+    algorithm.cfg.explore_initial = algorithm.cfg.explore_final = 0.0
+    torch.manual_seed(1)
+    acted = algorithm.act(obs)
+    torch.manual_seed(1)
+    assert torch.equal(acted, algorithm.softmax_q.act(obs, deterministic=False))
+    assert not torch.equal(uniform, acted)
+
+
+def test_consistency_ac_offline_then_online_in_one_run(tmp_path, hopper_dataset):
+    """60 offline steps on 600 random Hopper transitions (evaluated after 40 and 60), then 200 env steps
+    online: one learner throughout (the online checkpoint counts the offline steps, and its critics
+    took 60 + 150 steps). Measured 10 s."""
+    from genpol.api import train
+    from genpol.checkpoint import load_latest
+
+    run_dir = tmp_path / "run"
+    summary = train(env="hopper", policy="consistency", updater="consistency_ac", total_steps=200, run_dir=run_dir,
+                    overrides=["pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
+                               "policy.hidden_sizes=[32,32,32]", "updater.critic_hidden_sizes=[32,32]",
+                               "pipeline.pretrain_steps=60", "pipeline.pretrain_log_every=20",
+                               "pipeline.pretrain_eval_every=2", "pipeline.pretrain_batch_size=32",
+                               "pipeline.eval_episodes=2", "env.num_envs=1", "updater.learning_starts=50",
+                               "updater.iteration_steps=100", "updater.batch_size=32", "updater.act_candidates=5",
+                               "pipeline.video=false", "logger.progress_bar=false"])
+    pretrained = summary["pretrained"]
+    assert pretrained["learner"] == "offline consistency_ac" and pretrained["gradient_steps"] == 60
+    assert [step for step, _ in pretrained["eval_history"]] == [40, 60]
+    assert np.isfinite(pretrained["normalized_score"]) and np.isfinite(summary["eval_return_mean"])
+    rows = [json.loads(line) for line in (run_dir / "pretrain" / "progress.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["pretrain/q_loss"]) and np.isfinite(row["pretrain/bc_loss"]) for row in rows)
+    _, _, offline_state = load_latest(run_dir / "pretrain" / "checkpoints")
+    _, _, online_state = load_latest(run_dir / "checkpoints")
+    assert offline_state["algorithm"]["env_steps"] == 0 and offline_state["algorithm"]["critic_steps"] == 60
+    assert online_state["algorithm"]["offline_steps"] == 60 and online_state["algorithm"]["critic_steps"] == 60 + 150
