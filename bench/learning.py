@@ -56,8 +56,9 @@ SUITE_COMMON = {
             + ["pipeline.eval_every=5", "pipeline.checkpoint_every=5"],
 }
 
-DEFAULT = ["+experiment=default", "pipeline.eval_every=0"]
-# experiment=default until 2026-11-30 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
+# experiment=default from 2026-11-30 06:00 to 19:30: lr 5e-4 decaying linearly (now KL-adaptive, see "stability")
+DEFAULT = ["+experiment=default", "pipeline.eval_every=0", "updater.lr_schedule=linear"]
+# experiment=default until 2026-11-30 06:00 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
 OLD_DEFAULT = [*DEFAULT, "updater.lr_schedule=constant"]
 FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512", "updater.compile=true",
                 "pipeline.compile_sampling=true"]
@@ -146,8 +147,13 @@ STABILITY_COMMON = [item for item in COMMON if not item.startswith("pipeline.eva
     "pipeline.eval_every=25", "env.workers=1"]
 ADAPTIVE_KL = ["updater.lr_schedule=adaptive", "updater.desired_kl=0.01"]
 SUITES["stability"] = {
-    "halfcheetah-default": ["+experiment=default"],
+    # experiment=default since 2026-11-30 19:30: lr 5e-4 scaled by rsl_rl's KL rule toward 0.02
+    "halfcheetah-default-adaptivekl0.02": ["+experiment=default", "updater.lr_schedule=adaptive",
+                                           "updater.desired_kl=0.02"],
+    # the candidates it was picked from (seed 0): the linear decay it replaced, KL 0.01, and KL 0.01 at clip 0.2
+    "halfcheetah-default-linear": ["+experiment=default", "updater.lr_schedule=linear"],
     "halfcheetah-default-adaptivekl": ["+experiment=default", *ADAPTIVE_KL],
+    "halfcheetah-default-adaptivekl-clip0.2": ["+experiment=default", *ADAPTIVE_KL, "updater.clip_range=0.2"],
     "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     "walker2d-ppo_mujoco": ["+experiment=ppo_mujoco", "env=walker2d"],
 }
