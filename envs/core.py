@@ -22,14 +22,14 @@ An env that defines success (``reports_success``: goal envs such as PointMaze) a
   was successful at any of its steps (a continuing maze pays on every step inside the goal radius
   and may drift out again; an episodic one terminates at the successful step).
 
-Grouped stepping (optional, ``step_groups > 1``): the envs form ``step_groups`` fixed, contiguous
-groups of equal size (``group_slice``). ``send_group(g, actions [n, A])`` starts group g's step and
+Grouped stepping (optional, ``grouped_stepping``): the envs form ``step_groups`` (1 or more) fixed,
+contiguous groups of equal size (``group_slice``). ``send_group(g, actions [n, A])`` starts group g's step and
 returns at once; ``recv_group(g)`` waits for it and returns the step tuple above for group g's envs
 only (``[n, ...]``, episode statistics of g's envs in env order). Between the two, the caller may
 compute the next actions of another group: the policy's time then hides behind simulation
-(``genpol.runners.pipelined``). Each env still receives exactly the actions it is sent, so a grouped
-run of a fixed action sequence equals a plain one env by env. ``step`` stays available and steps
-every group.
+(genpol's pipelined on-policy collection). Each env still receives exactly the actions it is sent,
+so a grouped run of a fixed action sequence equals a plain one env by env. ``step`` stays available
+and steps every group; ``concat_steps`` joins the groups' tuples in env order.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class VectorEnv(abc.ABC):
     # Modules another process must import before it can build this env again (``envs.imports``):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
-    step_groups: int = 1  # > 1: the backend implements send_group / recv_group (see the module docstring)
+    grouped_stepping: bool = False  # implements send_group / recv_group (see the module docstring)
+    step_groups: int = 1  # the groups send_group / recv_group step
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -89,12 +90,13 @@ class VectorEnv(abc.ABC):
 
     def send_group(self, group: int, actions: torch.Tensor) -> None:
         """Start the step of group ``group``'s envs with ``actions [n, A]`` and return without waiting."""
-        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups (step_groups=1); "
-                       "grouped stepping needs a backend built with step_groups > 1 (env.step_groups, EnvPool)")
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
 
     def recv_group(self, group: int) -> StepResult:
         """Wait for the step ``send_group(group, ...)`` started; the step tuple of that group's envs."""
-        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups (step_groups=1)")
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
 
     def render(self) -> np.ndarray | None:
         """An RGB frame ``[H, W, 3]`` (uint8) of env 0, or None if the env was made without rendering."""
@@ -168,6 +170,8 @@ class VectorEnvWrapper(VectorEnv):
         self.reports_success = env.reports_success
         self.imports = env.imports
         self.step_groups = env.step_groups
+        # a wrapper with its own step() cannot take part in grouped steps (send_group says why)
+        self.grouped_stepping = env.grouped_stepping and type(self).step is VectorEnvWrapper.step
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)
@@ -214,6 +218,14 @@ class VectorEnvWrapper(VectorEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+def concat_steps(parts: list[StepResult]) -> StepResult:
+    """The step tuples of consecutive env groups -> one tuple for all of them (tensors and every
+    ``info`` entry concatenated along the env axis, so ``[K]`` episode statistics stay in env order)."""
+    info = {key: torch.cat([part[4][key] for part in parts]) for key in parts[0][4]}
+    obs, reward, terminated, truncated = (torch.cat([part[k] for part in parts]) for k in range(4))
+    return obs, reward, terminated, truncated, info
 
 
 def innermost(env: VectorEnv) -> VectorEnv:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv
+from envs.core import EnvError, StepResult, VectorEnv, concat_steps
 
 _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
 
@@ -79,6 +79,7 @@ class EnvPoolVectorEnv(VectorEnv):
             EnvPool each; must divide ``num_envs``.
     """
 
+    grouped_stepping = True  # send_group / recv_group, for any step_groups (1 included)
     exact_resume = False  # state_dict() holds a reset seed, not the simulator state (envs.testing reads this)
 
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
@@ -167,9 +168,7 @@ class EnvPoolVectorEnv(VectorEnv):
             return self._receive(0)
         for group in range(self.step_groups):
             self.send_group(group, actions[self.group_slice(group)])
-        parts = [self.recv_group(group) for group in range(self.step_groups)]
-        return (*(torch.cat([part[k] for part in parts]) for k in range(4)),  # type: ignore[return-value]
-                {"final_obs": torch.cat([part[4]["final_obs"] for part in parts])})
+        return concat_steps([self.recv_group(group) for group in range(self.step_groups)])
 
     def send_group(self, group: int, actions: torch.Tensor) -> None:
         self.group_slice(group)  # checks the range
