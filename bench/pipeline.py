@@ -75,16 +75,16 @@ class Timers:
         setattr(obj, name, timed)
 
 
-ROWS = {  # name: (groups, EnvPool threads in all, synchronous loop)
-    "plain, 2 threads": (1, 2, True),
-    "groups=1, 2 threads": (1, 2, False),
-    "groups=2, 2 threads": (2, 2, False),
-    "plain, 1 thread": (1, 1, True),
-    "groups=1, 1 thread": (1, 1, False),
+ROWS = {  # name: (env.step_groups, EnvPool threads in all); step_groups=0 is the synchronous loop
+    "plain, 2 threads": (0, 2),
+    "groups=1, 2 threads": (1, 2),
+    "groups=2, 2 threads": (2, 2),
+    "plain, 1 thread": (0, 1),
+    "groups=1, 1 thread": (1, 1),
 }
 
 
-def build(groups: int, threads: int, plain: bool) -> tuple[Any, Timers]:
+def build(groups: int, threads: int) -> tuple[Any, Timers]:
     from envs.core import innermost
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
@@ -98,8 +98,6 @@ def build(groups: int, threads: int, plain: bool) -> tuple[Any, Timers]:
     env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device="cpu", stack=env_stack(cfg.policy))
     algorithm = make_algorithm(cfg, make_head(cfg.policy, env.obs_dim, env.act_dim), env)
     runner = OnPolicyRunner(env, algorithm, total_steps=cfg.updater.rollout_steps * NUM_ENVS)
-    if plain:
-        env.grouped_stepping = False  # the synchronous loop: step() on every env, then the policy
     runner.run()  # one rollout and update: compilation and warm-up
     timers = Timers()
     for pool in innermost(env)._pools:
@@ -121,7 +119,7 @@ def measure(runner: Any, timers: Timers, rollouts: int) -> dict[str, float]:
     runner.algorithm.update()
     update = time.perf_counter() - start
     batches = steps / NUM_ENVS
-    policy = timers.act - timers.send if runner.env.grouped_stepping else timers.act  # pipelined act sends inside
+    policy = timers.act - timers.send if runner.env.step_groups else timers.act  # pipelined act sends inside
     return {"sps": steps / collect, "train_sps": steps / (collect + rollouts * update),
             "step_ms": 1e3 * collect / batches, "wait_ms": 1e3 * timers.wait / batches,
             "work_ms": 1e3 * (collect - timers.wait) / batches, "policy_ms": 1e3 * policy / batches,
@@ -136,9 +134,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows: dict[str, Any] = {}
-    for name, (groups, threads, plain) in ROWS.items():
+    for name, (groups, threads) in ROWS.items():
         before = rss_mib()
-        rows[name] = build(groups, threads, plain)
+        rows[name] = build(groups, threads)
         rows[name] += (rss_mib() - before,)
     samples: dict[str, list[dict[str, float]]] = {"raw sync, 2 threads": [], "raw sync, 1 thread": [],
                                                   "raw async, 2 threads": [], **{name: [] for name in rows}}
@@ -179,7 +177,7 @@ def main() -> None:
     out = RESULTS / "pipeline.json"
     out.write_text(json.dumps({
         "benchmark": "pipeline", "env": "HalfCheetah-v5", "num_envs": NUM_ENVS,
-        "rows": {name: dict(zip(("groups", "threads", "synchronous_loop"), spec)) for name, spec in ROWS.items()},
+        "rows": {name: dict(zip(("step_groups", "threads"), spec)) for name, spec in ROWS.items()},
         "rounds": args.rounds, "rollouts": args.rollouts, "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_per_round": loads,
         "peak_rss_mib": peak, "medians": medians, "samples": samples}, indent=2))

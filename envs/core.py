@@ -22,8 +22,8 @@ An env that defines success (``reports_success``: goal envs such as PointMaze) a
   was successful at any of its steps (a continuing maze pays on every step inside the goal radius
   and may drift out again; an episodic one terminates at the successful step).
 
-Grouped stepping (optional, ``grouped_stepping``): the envs form ``step_groups`` (1 or more) fixed,
-contiguous groups of equal size (``group_slice``). ``send_group(g, actions [n, A])`` starts group g's step and
+Grouped stepping (optional, ``step_groups >= 1``; 0 means ``step`` only): the envs form
+``step_groups`` fixed, contiguous groups of equal size (``group_slice``). ``send_group(g, actions [n, A])`` starts group g's step and
 returns at once; ``recv_group(g)`` waits for it and returns the step tuple above for group g's envs
 only (``[n, ...]``, episode statistics of g's envs in env order). Between the two, the caller may
 compute the next actions of another group: the policy's time then hides behind simulation
@@ -70,8 +70,7 @@ class VectorEnv(abc.ABC):
     # Modules another process must import before it can build this env again (``envs.imports``):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
-    grouped_stepping: bool = False  # implements send_group / recv_group (see the module docstring)
-    step_groups: int = 1  # the groups send_group / recv_group step
+    step_groups: int = 0  # the groups send_group / recv_group step; 0: the env implements step only
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -83,6 +82,10 @@ class VectorEnv(abc.ABC):
 
     def group_slice(self, group: int) -> slice:
         """The envs of group ``group``: ``step_groups`` contiguous slices of equal size, in env order."""
+        if not self.step_groups:
+            raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups (step_groups=0): "
+                           "only the EnvPool backend implements send_group / recv_group (env.step_groups >= 1), "
+                           "under wrappers that do not override step()")
         size = self.num_envs // self.step_groups
         if not 0 <= group < self.step_groups:
             raise EnvError(f"{self.env_id}: group {group} out of range (step_groups={self.step_groups})")
@@ -169,9 +172,8 @@ class VectorEnvWrapper(VectorEnv):
         self.provides_episode_stats = env.provides_episode_stats
         self.reports_success = env.reports_success
         self.imports = env.imports
-        self.step_groups = env.step_groups
         # a wrapper with its own step() cannot take part in grouped steps (send_group says why)
-        self.grouped_stepping = env.grouped_stepping and type(self).step is VectorEnvWrapper.step
+        self.step_groups = env.step_groups if type(self).step is VectorEnvWrapper.step else 0
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)

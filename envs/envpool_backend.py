@@ -15,7 +15,7 @@ no Python loop per env and no worker processes.
 * Seeding: env i of ``reset(seed)`` is seeded with ``seed + i`` (EnvPool's own rule). EnvPool has
   no re-seeding reset, so a ``reset`` with a seed rebuilds the pool.
 * Threads: ``env.kwargs.num_threads`` (EnvPool's default 0 uses one thread per env up to the cores).
-* Grouped stepping (``step_groups > 1``, ``env.step_groups``): one EnvPool per group of
+* Grouped stepping (``step_groups >= 1``, ``env.step_groups``; 0, the default, steps only): one EnvPool per group of
   ``num_envs / step_groups`` envs, pool g seeded with ``seed + g * size`` so that env i still gets
   ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` / ``recv`` on that pool, so
   one group simulates on its pool's threads while this thread computes another group's actions.
@@ -76,16 +76,15 @@ class EnvPoolVectorEnv(VectorEnv):
         env_kwargs: extra keyword arguments of ``envpool.make`` (e.g. ``num_threads``).
         action_chunk: must be 1 (chunks are not supported by this backend yet).
         step_groups: groups of envs that step separately (``send_group`` / ``recv_group``), one
-            EnvPool each; must divide ``num_envs``.
+            EnvPool each; must divide ``num_envs``. 0: one pool, ``step`` only.
     """
 
-    grouped_stepping = True  # send_group / recv_group, for any step_groups (1 included)
     exact_resume = False  # state_dict() holds a reset seed, not the simulator state (envs.testing reads this)
 
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  render: bool = False, render_size: tuple[int, int] = (256, 256),
                  max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
-                 action_chunk: int = 1, step_groups: int = 1):
+                 action_chunk: int = 1, step_groups: int = 0):
         import envpool
 
         self.env_id = f"envpool:{name}"
@@ -97,12 +96,13 @@ class EnvPoolVectorEnv(VectorEnv):
         if action_chunk != 1:
             raise EnvError(f"{self.env_id}: action chunks are not supported by the EnvPool backend yet "
                            "(use policy.act_steps=1, or the gym/dmc backends)")
-        if step_groups < 1 or num_envs % step_groups:
-            raise EnvError(f"{self.env_id}: step_groups={step_groups} must be >= 1 and divide num_envs={num_envs}")
+        if step_groups < 0 or (step_groups and num_envs % step_groups):
+            raise EnvError(f"{self.env_id}: step_groups={step_groups} must be 0 or a divisor of num_envs={num_envs}")
         self.num_envs = num_envs
         self.step_groups = step_groups
-        self._group_size = num_envs // step_groups
-        self._in_flight = [False] * step_groups
+        self._num_pools = max(step_groups, 1)
+        self._group_size = num_envs // self._num_pools
+        self._in_flight = [False] * self._num_pools
         self.device = torch.device(device)
         self._make_kwargs: dict[str, Any] = dict(env_kwargs or {})
         if step_groups > 1 and self._make_kwargs.get("num_threads", 0) > 0:  # the total, shared by the pools
@@ -134,7 +134,7 @@ class EnvPoolVectorEnv(VectorEnv):
         try:
             return [envpool.make(self.env_id.partition(":")[2], env_type="gymnasium", num_envs=self._group_size,
                                  seed=seed + group * self._group_size, **self._make_kwargs)
-                    for group in range(self.step_groups)]
+                    for group in range(self._num_pools)]
         except (TypeError, ValueError, RuntimeError) as error:
             raise EnvError(f"{self.env_id}: envpool.make rejected {self._make_kwargs} ({error})") from None
 
@@ -158,12 +158,12 @@ class EnvPoolVectorEnv(VectorEnv):
             self._pool = self._pools[0]
             self._last_seed = seed
         self._steps_since_reset = 0
-        self._in_flight = [False] * self.step_groups
+        self._in_flight = [False] * self._num_pools
         return self._tensor(np.concatenate([self._flat(pool.reset()[0]) for pool in self._pools]))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
-        if self.step_groups == 1:
+        if self._num_pools == 1:
             self._send(0, actions)
             return self._receive(0)
         for group in range(self.step_groups):
@@ -197,7 +197,7 @@ class EnvPoolVectorEnv(VectorEnv):
         order = np.argsort(info["env_id"])  # results come back by env id; put them in env order
         obs = self._flat(obs)[order]
         reward, terminated, truncated = reward[order], terminated[order], truncated[order]
-        if group == self.step_groups - 1:
+        if group == self._num_pools - 1:
             self._steps_since_reset += 1
         ended = terminated | truncated
         final_obs = obs.copy()

@@ -36,7 +36,7 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
         gamma=gamma, obs_clip=cfg.obs_clip, reward_clip=cfg.reward_clip,
         render_size=(cfg.render_width, cfg.render_height), video_dir=video_dir, video_prefix=video_prefix,
         max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), imports=tuple(cfg.imports),
-        step_groups=cfg.step_groups if training else 1, **stack,
+        step_groups=cfg.step_groups if training else 0, **stack,
     )
 
 

@@ -25,7 +25,7 @@ def test_grouped_steps_equal_plain_steps_env_by_env_with_truncation_and_episode_
     terminations go through send_group / recv_group, two groups of 2 envs, one EnvPool each."""
     kwargs = dict(num_envs=4, seed=5, max_episode_steps=4, normalize_obs=False, normalize_reward=False)
     plain, grouped = envs.make("envpool:Hopper-v5", **kwargs), envs.make("envpool:Hopper-v5", step_groups=2, **kwargs)
-    assert plain.step_groups == 1 and grouped.step_groups == 2 and grouped.grouped_stepping
+    assert plain.step_groups == 0 and grouped.step_groups == 2
     assert torch.equal(plain.reset(), grouped.reset())
     actions = torch.rand(10, 4, 3, generator=torch.Generator().manual_seed(0)) * 2 - 1
     truncations = 0
@@ -49,6 +49,8 @@ def test_grouped_steps_equal_plain_steps_env_by_env_with_truncation_and_episode_
     assert truncations >= 4
     with pytest.raises(EnvError, match=r"recv_group\(0\) without a send_group\(0\)"):
         grouped.recv_group(0)
+    with pytest.raises(EnvError, match="cannot step env groups"):
+        plain.send_group(0, actions[0, :2])
     plain.close(), grouped.close()
 
 
@@ -64,10 +66,8 @@ def _runner(step_groups: int, normalize: bool) -> OnPolicyRunner:
     return OnPolicyRunner(env, make_algorithm(cfg, head, env), total_steps=10**6)
 
 
-def _rollouts(runner: OnPolicyRunner, plain: bool = False) -> list[dict[str, torch.Tensor]]:
+def _rollouts(runner: OnPolicyRunner) -> list[dict[str, torch.Tensor]]:
     """Two rollouts (an update between them), each as the storage's tensors."""
-    if plain:
-        runner.env.grouped_stepping = False  # the synchronous loop, step() of every env at once
     runner.obs = runner.env.reset(seed=0)
     rollouts = []
     for _ in range(2):
@@ -86,7 +86,7 @@ def _rollouts(runner: OnPolicyRunner, plain: bool = False) -> list[dict[str, tor
 def test_pipelined_collection_equals_synchronous_collection_without_normalization():
     """8 envs x 6 action dims per group: the Gaussian head's noise for the two groups is the same
     draws as one batch's (torch fills normals in blocks of 16), so every tensor matches exactly."""
-    synchronous = _rollouts(_runner(1, normalize=False), plain=True)
+    synchronous = _rollouts(_runner(0, normalize=False))
     for groups in (1, 2):
         pipelined = _rollouts(_runner(groups, normalize=False))
         for sync_rollout, pipe_rollout in zip(synchronous, pipelined):
@@ -96,7 +96,7 @@ def test_pipelined_collection_equals_synchronous_collection_without_normalizatio
 
 
 def test_with_normalization_one_group_equals_synchronous_and_two_groups_are_deterministic():
-    synchronous = _rollouts(_runner(1, normalize=True), plain=True)
+    synchronous = _rollouts(_runner(0, normalize=True))
     one_group = _rollouts(_runner(1, normalize=True))
     for sync_rollout, pipe_rollout in zip(synchronous, one_group):
         for key, value in sync_rollout.items():

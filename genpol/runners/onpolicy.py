@@ -22,9 +22,9 @@ class OnPolicyRunner(EnvRunner):
 
     def collect(self) -> int:
         """Fill the algorithm's rollout, then compute its advantages; returns the env steps taken.
-        An env that steps in groups (``env.grouped_stepping``, EnvPool) is collected pipelined
+        An env that steps in groups (``env.step_groups >= 1``, EnvPool) is collected pipelined
         (``pipelined.py``): the policy's bookkeeping, or another group's actions, overlap the simulation."""
-        if self.env.grouped_stepping:
+        if self.env.step_groups:
             return collect_pipelined(self)
         env, algorithm = self.env, self.algorithm
         env_steps = 0  # summed lazily: chunked envs report the env steps each agent step executed
