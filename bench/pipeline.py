@@ -180,7 +180,9 @@ def main() -> None:
         "rows": {name: dict(zip(("step_groups", "threads"), spec)) for name, spec in ROWS.items()},
         "rounds": args.rounds, "rollouts": args.rollouts, "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_per_round": loads,
-        "peak_rss_mib": peak, "medians": medians, "samples": samples}, indent=2))
+        "peak_rss_mib": peak, "medians": medians,
+        "per_round": {name: {key: [round(s[key], 4) for s in runs] for key in ("sps", "fraction_of_raw") if key in runs[0]}
+                      for name, runs in samples.items()}}, indent=1))
     print(f"wrote {out}")
 
 

@@ -15,9 +15,9 @@ no Python loop per env and no worker processes.
 * Seeding: env i of ``reset(seed)`` is seeded with ``seed + i`` (EnvPool's own rule). EnvPool has
   no re-seeding reset, so a ``reset`` with a seed rebuilds the pool.
 * Threads: ``env.kwargs.num_threads`` (EnvPool's default 0 uses one thread per env up to the cores).
-* Grouped stepping (``step_groups >= 1``, ``env.step_groups``; 0, the default, steps only): one EnvPool per group of
-  ``num_envs / step_groups`` envs, pool g seeded with ``seed + g * size`` so that env i still gets
-  ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` / ``recv`` on that pool, so
+* Grouped stepping (``step_groups >= 1``, ``env.step_groups``; the default 0 has ``step`` only):
+  one EnvPool per group of ``num_envs / step_groups`` envs, pool g seeded with ``seed + g * size`` so
+  that env i still gets ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` / ``recv`` on that pool, so
   one group simulates on its pool's threads while this thread computes another group's actions.
   A positive ``num_threads`` is the total, shared out evenly (at least 1 per pool). Not EnvPool's
   asynchronous mode (``batch_size < num_envs``, ``recv`` returns whichever envs finished first):
@@ -163,6 +163,9 @@ class EnvPoolVectorEnv(VectorEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
+        if any(self._in_flight):
+            raise EnvError(f"{self.env_id}: step() while groups {np.flatnonzero(self._in_flight).tolist()} are still "
+                           "stepping; recv_group them first")
         if self._num_pools == 1:
             self._send(0, actions)
             return self._receive(0)

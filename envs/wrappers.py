@@ -182,9 +182,9 @@ class ObservationNormalizer(VectorEnvWrapper):
         return self.normalize(obs)
 
     def transform_step(self, result: StepResult, envs: slice) -> StepResult:
-        # a group's step folds in that group's observations: Chan's update makes the statistics after
-        # every group has stepped those of the whole batch (up to rounding), but a group normalizes with
-        # the statistics of the groups that stepped before it, so grouped runs differ from plain ones
+        # a group's step (envs.core) folds in that group's observations: once every group has stepped,
+        # Chan's update gives the whole batch's statistics (up to rounding), but a group normalizes with
+        # statistics that hold its own and earlier groups' step, not later ones': grouped runs differ
         obs, reward, terminated, truncated, info = result
         if not self.frozen:
             self.stats.update(obs)
