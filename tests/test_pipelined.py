@@ -9,6 +9,7 @@ import torch
 
 import envs
 from envs import EnvError
+from envs.testing import check_vector_env
 from genpol.algorithms import make_algorithm
 from genpol.api import compose_config
 from genpol.build import env_stack, make_env, make_head
@@ -53,6 +54,12 @@ def test_grouped_steps_equal_plain_steps_env_by_env_with_truncation_and_episode_
     with pytest.raises(EnvError, match="cannot step env groups"):
         plain.send_group(0, actions[0, :2])
     plain.close(), grouped.close()
+
+
+def test_grouped_envpool_passes_the_conformance_checker():
+    """Plain ``step`` over two pools: seeding, auto-reset, final observations, resume rules."""
+    checked = check_vector_env("envpool:Hopper-v5", num_envs=4, step_groups=2, max_episode_steps=8, steps=30)
+    assert {"final observation", "time limit", "seeded reset", "terminated xor truncated"} <= set(checked), checked
 
 
 def _runner(step_groups: int, normalize: bool) -> OnPolicyRunner:
