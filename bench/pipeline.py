@@ -160,7 +160,8 @@ def main() -> None:
             sample, synchronous = samples[name][-1], samples[f"plain, {threads} thread{'s' * (threads > 1)}"][-1]
             sample["hidden"] = 1 - (sample["step_ms"] - synchronous["wait_ms"]) / sample["work_ms"]
         loads.append((load_before, os.getloadavg()[0]))
-    medians = {name: {key: statistics.median(s[key] for s in runs) for key in runs[0]} for name, runs in samples.items()}
+    medians = {name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+               for name, runs in samples.items()}
     for name, (_, _, rss_growth) in rows.items():
         medians[name]["rss_growth_mib"] = rss_growth
     print(f"load average (1 min) per round: {[f'{a:.1f}-{b:.1f}' for a, b in loads]}")
@@ -183,8 +184,8 @@ def main() -> None:
         "rounds": args.rounds, "rollouts": args.rollouts, "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_per_round": loads,
         "peak_rss_mib": peak, "medians": medians,
-        "per_round": {name: {key: [round(s[key], 4) for s in runs] for key in ("sps", "fraction_of_raw") if key in runs[0]}
-                      for name, runs in samples.items()}}, indent=1))
+        "per_round": {name: {key: [round(s[key], 4) for s in runs] for key in ("sps", "fraction_of_raw")
+                             if key in runs[0]} for name, runs in samples.items()}}, indent=1))
     print(f"wrote {out}")
 
 

@@ -23,9 +23,10 @@ An env that defines success (``reports_success``: goal envs such as PointMaze) a
   and may drift out again; an episodic one terminates at the successful step).
 
 Grouped stepping (optional, ``step_groups >= 1``; 0 means ``step`` only): the envs form
-``step_groups`` fixed, contiguous groups of equal size (``group_slice``). ``send_group(g, actions [n, A])`` starts group g's step and
-returns at once; ``recv_group(g)`` waits for it and returns the step tuple above for group g's envs
-only (``[n, ...]``, episode statistics of g's envs in env order). Between the two, the caller may
+``step_groups`` fixed, contiguous groups of equal size (``group_slice``).
+``send_group(g, actions [n, A])`` starts group g's step and returns at once; ``recv_group(g)`` waits
+for it and returns the step tuple above for group g's envs only (``[n, ...]``, episode statistics of
+g's envs in env order). Between the two, the caller may
 compute the next actions of another group: the policy's time then hides behind simulation
 (genpol's pipelined on-policy collection). Each env still receives exactly the actions it is sent,
 so a grouped run of a fixed action sequence equals a plain one env by env. ``step`` stays available

@@ -17,8 +17,9 @@ no Python loop per env and no worker processes.
 * Threads: ``env.kwargs.num_threads`` (EnvPool's default 0 uses one thread per env up to the cores).
 * Grouped stepping (``step_groups >= 1``, ``env.step_groups``; the default 0 has ``step`` only):
   one EnvPool per group of ``num_envs / step_groups`` envs, pool g seeded with ``seed + g * size`` so
-  that env i still gets ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` / ``recv`` on that pool, so
-  one group simulates on its pool's threads while this thread computes another group's actions.
+  that env i still gets ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` /
+  ``recv`` on that pool, so one group simulates on its pool's threads while this thread computes
+  another group's actions.
   A positive ``num_threads`` is the total, shared out evenly (at least 1 per pool). Not EnvPool's
   asynchronous mode (``batch_size < num_envs``, ``recv`` returns whichever envs finished first):
   fixed groups keep every env's trajectory a function of its seed and actions alone, never of timing.

@@ -129,9 +129,10 @@ def test_config_checks_name_the_key():
 
 def test_ppo_fast_envpool_trains_from_the_command_line_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
-    overrides = ["+experiment=ppo_fast_envpool", "env.num_envs=4", "updater.rollout_steps=8", "updater.minibatch_size=16",
-                 "updater.epochs=1", "updater.compile=false", "pipeline.eval_episodes=1", "env.max_episode_steps=20",
-                 "pipeline.video=false", "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={run_dir}"]
+    overrides = ["+experiment=ppo_fast_envpool", "env.num_envs=4", "env.max_episode_steps=20",
+                 "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "updater.compile=false",
+                 "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false",
+                 "logger.tensorboard=false", f"run_dir={run_dir}"]
     run_cli("-m", "genpol.train", *overrides, "total_steps=64")
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 64
     with pytest.warns(RuntimeWarning, match="EnvPool exposes no simulator state"):  # resumes with fresh episodes
