@@ -10,8 +10,9 @@ With an env whose envs form G fixed groups (``env.step_groups``, ``envs.core``),
         store step t for all envs                                      # ... while g + 1 finishes t
 
 so group g's policy forward pass, wrappers and bookkeeping run while the next group is still
-simulating, instead of every env's simulator waiting on them. The last step sends nothing, so no
-step is in flight across the update or a checkpoint.
+simulating, instead of every env's simulator waiting on them. With one group (``step_groups=1``) the
+critic, the storage and the episode bookkeeping of step t run while the whole batch simulates t + 1.
+The last step sends nothing, so no step is in flight across the update or a checkpoint.
 
 Reproducibility: every env receives exactly the actions drawn for its group, so a fixed seed gives a
 fixed run. It equals the synchronous run (``collect``) transition for transition when nothing couples
