@@ -171,6 +171,7 @@ def make(
     obs_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     workers: int = 1,
     imports: Sequence[str] = (),
+    step_groups: int = 0,
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
 
@@ -202,6 +203,9 @@ def make(
             then create envs under ``if __name__ == "__main__":`` (workers start with ``spawn``).
         imports: modules to import before the env is built, here and in every env worker (your
             package, when importing it registers the gymnasium id or defines the backend).
+        step_groups: 1 or more: fixed groups of envs that step separately (``send_group`` /
+            ``recv_group``, see ``envs.core``), for collection that computes while envs simulate;
+            the ``envpool:`` backend only, with ``workers=1``. 0: ``step`` only.
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
@@ -209,7 +213,10 @@ def make(
         num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
         render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,
         **({"action_chunk": action_chunk} if action_chunk != 1 else {}),
+        **({"step_groups": step_groups} if step_groups else {}),
     )
+    if step_groups and (workers != 1 or backend_prefix(env_id) != "envpool"):
+        raise EnvError(f"{env_id}: step_groups={step_groups} needs the envpool: backend and workers=1")
     if workers == 1:
         env = make_backend(env_id, imports=imports, **backend_kwargs)
     else:

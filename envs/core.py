@@ -21,6 +21,16 @@ An env that defines success (``reports_success``: goal envs such as PointMaze) a
 * ``info["episode_success"]`` (added by ``EpisodeStats``): ``[K]`` bool, whether each ended episode
   was successful at any of its steps (a continuing maze pays on every step inside the goal radius
   and may drift out again; an episodic one terminates at the successful step).
+
+Grouped stepping (optional, ``step_groups >= 1``; 0 means ``step`` only): the envs form
+``step_groups`` fixed, contiguous groups of equal size (``group_slice``).
+``send_group(g, actions [n, A])`` starts group g's step and returns at once; ``recv_group(g)`` waits
+for it and returns the step tuple above for group g's envs only (``[n, ...]``, episode statistics of
+g's envs in env order). Between the two, the caller may
+compute the next actions of another group: the policy's time then hides behind simulation
+(genpol's pipelined on-policy collection). Each env still receives exactly the actions it is sent,
+so a grouped run of a fixed action sequence equals a plain one env by env. ``step`` stays available
+and steps every group; ``concat_steps`` joins the groups' tuples in env order.
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ class VectorEnv(abc.ABC):
     # Modules another process must import before it can build this env again (``envs.imports``):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
+    step_groups: int = 0  # the groups send_group / recv_group step; 0: the env implements step only
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:
@@ -69,6 +80,27 @@ class VectorEnv(abc.ABC):
     @abc.abstractmethod
     def step(self, actions: torch.Tensor) -> StepResult:
         """Advance every env by one step; see the module docstring for the returned tuple."""
+
+    def group_slice(self, group: int) -> slice:
+        """The envs of group ``group``: ``step_groups`` contiguous slices of equal size, in env order."""
+        if not self.step_groups:
+            raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups (step_groups=0): "
+                           "only the EnvPool backend implements send_group / recv_group (env.step_groups >= 1), "
+                           "under wrappers that do not override step()")
+        size = self.num_envs // self.step_groups
+        if not 0 <= group < self.step_groups:
+            raise EnvError(f"{self.env_id}: group {group} out of range (step_groups={self.step_groups})")
+        return slice(group * size, (group + 1) * size)
+
+    def send_group(self, group: int, actions: torch.Tensor) -> None:
+        """Start the step of group ``group``'s envs with ``actions [n, A]`` and return without waiting."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
+
+    def recv_group(self, group: int) -> StepResult:
+        """Wait for the step ``send_group(group, ...)`` started; the step tuple of that group's envs."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
 
     def render(self) -> np.ndarray | None:
         """An RGB frame ``[H, W, 3]`` (uint8) of env 0, or None if the env was made without rendering."""
@@ -99,12 +131,14 @@ class VectorEnv(abc.ABC):
             env = getattr(env, "env", None)
         return None
 
-    def check_actions(self, actions: torch.Tensor) -> None:
-        """Raise an ``EnvError`` naming the expected shape when ``actions`` is not ``[N, A]``."""
-        if actions.shape != (self.num_envs, self.act_dim):
+    def check_actions(self, actions: torch.Tensor, num_envs: int | None = None) -> None:
+        """Raise an ``EnvError`` naming the expected shape when ``actions`` is not ``[N, A]`` (``[n, A]``
+        for a group of ``num_envs`` envs)."""
+        expected = self.num_envs if num_envs is None else num_envs
+        if actions.shape != (expected, self.act_dim):
             raise EnvError(
                 f"{self.env_id}: step() expects actions of shape [num_envs, act_dim] = "
-                f"[{self.num_envs}, {self.act_dim}], got {list(actions.shape)}"
+                f"[{expected}, {self.act_dim}], got {list(actions.shape)}"
             )
 
     def __enter__(self) -> VectorEnv:
@@ -116,6 +150,11 @@ class VectorEnv(abc.ABC):
 
 class VectorEnvWrapper(VectorEnv):
     """Passes everything to the wrapped env; subclasses override what they change.
+
+    A wrapper that changes steps overrides ``transform_actions`` (the actions it sends inward) and
+    ``transform_step`` (the step tuple it returns outward, for the envs ``envs`` of the batch), not
+    ``step``: the same two then serve ``step`` and the grouped ``send_group`` / ``recv_group``. A
+    wrapper that overrides ``step`` itself works for plain steps and refuses grouped ones.
 
     ``state_dict`` nests the inner env's state under ``"inner"`` so a stack of wrappers saves and
     restores as one dict.
@@ -134,12 +173,34 @@ class VectorEnvWrapper(VectorEnv):
         self.provides_episode_stats = env.provides_episode_stats
         self.reports_success = env.reports_success
         self.imports = env.imports
+        # a wrapper with its own step() cannot take part in grouped steps (send_group says why)
+        self.step_groups = env.step_groups if type(self).step is VectorEnvWrapper.step else 0
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)
 
+    def transform_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """The actions ``[n, A]`` to send to the inner env for the agent's ``actions [n, A]``."""
+        return actions
+
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
+        """The inner env's step tuple of the envs ``envs`` (all, or one group) -> this wrapper's."""
+        return result
+
     def step(self, actions: torch.Tensor) -> StepResult:
-        return self.env.step(actions)
+        self.check_actions(actions)
+        return self.transform_step(self.env.step(self.transform_actions(actions)), slice(0, self.num_envs))
+
+    def send_group(self, group: int, actions: torch.Tensor) -> None:
+        if type(self).step is not VectorEnvWrapper.step:  # its own step: transform_* may not say it all
+            raise EnvError(f"{type(self).__qualname__} overrides step(), so it cannot step env groups; "
+                           "implement transform_actions / transform_step instead")
+        envs = self.group_slice(group)
+        self.check_actions(actions, envs.stop - envs.start)
+        self.env.send_group(group, self.transform_actions(actions))
+
+    def recv_group(self, group: int) -> StepResult:
+        return self.transform_step(self.env.recv_group(group), self.group_slice(group))
 
     def render(self) -> np.ndarray | None:
         return self.env.render()
@@ -160,6 +221,14 @@ class VectorEnvWrapper(VectorEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+def concat_steps(parts: list[StepResult]) -> StepResult:
+    """The step tuples of consecutive env groups -> one tuple for all of them (tensors and every
+    ``info`` entry concatenated along the env axis, so ``[K]`` episode statistics stay in env order)."""
+    info = {key: torch.cat([part[4][key] for part in parts]) for key in parts[0][4]}
+    obs, reward, terminated, truncated = (torch.cat([part[k] for part in parts]) for k in range(4))
+    return obs, reward, terminated, truncated, info
 
 
 def innermost(env: VectorEnv) -> VectorEnv:

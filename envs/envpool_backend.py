@@ -15,6 +15,14 @@ no Python loop per env and no worker processes.
 * Seeding: env i of ``reset(seed)`` is seeded with ``seed + i`` (EnvPool's own rule). EnvPool has
   no re-seeding reset, so a ``reset`` with a seed rebuilds the pool.
 * Threads: ``env.kwargs.num_threads`` (EnvPool's default 0 uses one thread per env up to the cores).
+* Grouped stepping (``step_groups >= 1``, ``env.step_groups``; the default 0 has ``step`` only):
+  one EnvPool per group of ``num_envs / step_groups`` envs, pool g seeded with ``seed + g * size`` so
+  that env i still gets ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` /
+  ``recv`` on that pool, so one group simulates on its pool's threads while this thread computes
+  another group's actions.
+  A positive ``num_threads`` is the total, shared out evenly (at least 1 per pool). Not EnvPool's
+  asynchronous mode (``batch_size < num_envs``, ``recv`` returns whichever envs finished first):
+  fixed groups keep every env's trajectory a function of its seed and actions alone, never of timing.
 * Resume: EnvPool exposes no simulator state, so a run resumes with fresh episodes (a warning says
   so), not bit-identically; everything else in the checkpoint (policy, optimizer, RNG, counters,
   normalizers) restores exactly.
@@ -36,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv
+from envs.core import EnvError, StepResult, VectorEnv, concat_steps
 from envs.envpool_render import TwinRenderer
 
 _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
@@ -72,6 +80,8 @@ class EnvPoolVectorEnv(VectorEnv):
         max_episode_steps: override the task's time limit.
         env_kwargs: extra keyword arguments of ``envpool.make`` (e.g. ``num_threads``).
         action_chunk: must be 1 (chunks are not supported by this backend yet).
+        step_groups: groups of envs that step separately (``send_group`` / ``recv_group``), one
+            EnvPool each; must divide ``num_envs``. 0: one pool, ``step`` only.
     """
 
     exact_resume = False  # state_dict() holds a reset seed, not the simulator state (envs.testing reads this)
@@ -79,7 +89,7 @@ class EnvPoolVectorEnv(VectorEnv):
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  render: bool = False, render_size: tuple[int, int] = (256, 256),
                  max_episode_steps: int | None = None, env_kwargs: dict[str, Any] | None = None,
-                 action_chunk: int = 1):
+                 action_chunk: int = 1, step_groups: int = 0):
         import envpool
 
         self.env_id = f"envpool:{name}"
@@ -91,16 +101,25 @@ class EnvPoolVectorEnv(VectorEnv):
         if action_chunk != 1:
             raise EnvError(f"{self.env_id}: action chunks are not supported by the EnvPool backend yet "
                            "(use policy.act_steps=1, or the gym/dmc backends)")
+        if step_groups < 0 or (step_groups and num_envs % step_groups):
+            raise EnvError(f"{self.env_id}: step_groups={step_groups} must be 0 or a divisor of num_envs={num_envs}")
         self.num_envs = num_envs
+        self.step_groups = step_groups
+        self._num_pools = max(step_groups, 1)
+        self._group_size = num_envs // self._num_pools
+        self._in_flight = [False] * self._num_pools
         self.device = torch.device(device)
         self._make_kwargs: dict[str, Any] = dict(env_kwargs or {})
+        if step_groups > 1 and self._make_kwargs.get("num_threads", 0) > 0:  # the total, shared by the pools
+            self._make_kwargs["num_threads"] = max(1, self._make_kwargs["num_threads"] // step_groups)
         if max_episode_steps is not None:
             self._make_kwargs["max_episode_steps"] = max_episode_steps
         self._render_size = render_size
         self._render = render
         self._pending_seed = 0 if seed is None else seed
         self._last_seed, self._steps_since_reset = self._pending_seed, 0
-        self._pool = self._build(self._pending_seed)
+        self._pools = self._build(self._pending_seed)
+        self._pool = self._pools[0]  # the one pool of an ungrouped env; group 0's (env 0, rendering) otherwise
         self._twin: TwinRenderer | None = None
         self._pose0: np.ndarray | None = None  # env 0's qpos for the twin, kept current by reset and step
         if render:
@@ -109,8 +128,10 @@ class EnvPoolVectorEnv(VectorEnv):
             if self._twin is None:  # EnvPool draws the frames itself
                 self._make_kwargs.update(render_mode="rgb_array", render_width=render_size[0],
                                          render_height=render_size[1])
-                self._pool.close()
-                self._pool = self._build(self._pending_seed)
+                for pool in self._pools:
+                    pool.close()
+                self._pools = self._build(self._pending_seed)
+                self._pool = self._pools[0]
         space = self._pool.observation_space
         self.observation_keys: list[str] | None = list(space.spaces) if hasattr(space, "spaces") else None
         shapes = [space[key].shape for key in self.observation_keys] if self.observation_keys else [space.shape]
@@ -120,12 +141,14 @@ class EnvPoolVectorEnv(VectorEnv):
         self.action_high = torch.as_tensor(self._pool.action_space.high, dtype=torch.float32, device=self.device)
         self.max_episode_steps = int(self._pool.config["max_episode_steps"])
 
-    def _build(self, seed: int) -> Any:
+    def _build(self, seed: int) -> list[Any]:
+        """One pool per group; pool g's env j is env ``g * size + j``, seeded ``seed + g * size + j``."""
         import envpool
 
         try:
-            return envpool.make(self.env_id.partition(":")[2], env_type="gymnasium", num_envs=self.num_envs,
-                                seed=seed, **self._make_kwargs)
+            return [envpool.make(self.env_id.partition(":")[2], env_type="gymnasium", num_envs=self._group_size,
+                                 seed=seed + group * self._group_size, **self._make_kwargs)
+                    for group in range(self._num_pools)]
         except (TypeError, ValueError, RuntimeError) as error:
             raise EnvError(f"{self.env_id}: envpool.make rejected {self._make_kwargs} ({error})") from None
 
@@ -143,32 +166,72 @@ class EnvPoolVectorEnv(VectorEnv):
         seed = self._pending_seed if seed is None else seed
         self._pending_seed = None
         if seed is not None:
-            self._pool.close()
-            self._pool = self._build(seed)
+            for pool in self._pools:
+                pool.close()
+            self._pools = self._build(seed)
+            self._pool = self._pools[0]
             self._last_seed = seed
         self._steps_since_reset = 0
-        obs, info = self._pool.reset()
-        order = np.argsort(info["env_id"])
-        obs = self._flat(obs)[order]
-        self._track_pose0(obs, info, order)
-        return self._tensor(obs)
+        self._in_flight = [False] * self._num_pools
+        groups_obs = []
+        for group, pool in enumerate(self._pools):
+            obs, info = pool.reset()
+            order = np.argsort(info["env_id"])
+            groups_obs.append(self._flat(obs)[order])
+            if group == 0:
+                self._track_pose0(groups_obs[0], info, order)
+        return self._tensor(np.concatenate(groups_obs))
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
+        if any(self._in_flight):
+            raise EnvError(f"{self.env_id}: step() while groups {np.flatnonzero(self._in_flight).tolist()} are still "
+                           "stepping; recv_group them first")
+        if self._num_pools == 1:
+            self._send(0, actions)
+            return self._receive(0)
+        for group in range(self.step_groups):
+            self.send_group(group, actions[self.group_slice(group)])
+        return concat_steps([self.recv_group(group) for group in range(self.step_groups)])
+
+    def send_group(self, group: int, actions: torch.Tensor) -> None:
+        self.group_slice(group)  # checks the range
+        if self._in_flight[group]:
+            raise EnvError(f"{self.env_id}: send_group({group}) while its previous step is still running; "
+                           "recv_group first")
+        self.check_actions(actions, self._group_size)
+        self._send(group, actions)
+
+    def recv_group(self, group: int) -> StepResult:
+        self.group_slice(group)
+        if not self._in_flight[group]:
+            raise EnvError(f"{self.env_id}: recv_group({group}) without a send_group({group}) before it")
+        return self._receive(group)
+
+    def _send(self, group: int, actions: torch.Tensor) -> None:
         action = actions.detach().to("cpu", torch.float64).numpy()
-        obs, reward, terminated, truncated, info = self._pool.step(action, np.arange(self.num_envs, dtype=np.int32))
+        self._pools[group].send(action, np.arange(self._group_size, dtype=np.int32))
+        self._in_flight[group] = True
+
+    def _receive(self, group: int) -> StepResult:
+        """Wait for the pool of ``group``; its envs' step tuple with the same-step auto-reset."""
+        pool = self._pools[group]
+        obs, reward, terminated, truncated, info = pool.recv()
+        self._in_flight[group] = False
         order = np.argsort(info["env_id"])  # results come back by env id; put them in env order
         obs = self._flat(obs)[order]
         reward, terminated, truncated = reward[order], terminated[order], truncated[order]
-        self._steps_since_reset += 1
+        if group == self._num_pools - 1:
+            self._steps_since_reset += 1
         ended = terminated | truncated
         final_obs = obs.copy()
-        self._track_pose0(obs, info, order)
+        if group == 0:  # env 0, the one videos show, is group 0's first
+            self._track_pose0(obs, info, order)
         if ended.any():  # EnvPool resets these on their next step: take that step now, for just them
             ids = np.flatnonzero(ended).astype(np.int32)
-            first, _, _, _, reset_info = self._pool.step(np.zeros((len(ids), self.act_dim)), ids)
+            first, _, _, _, reset_info = pool.step(np.zeros((len(ids), self.act_dim)), ids)
             obs[reset_info["env_id"]] = self._flat(first)
-            if ended[0]:
+            if group == 0 and ended[0]:
                 reset_order = np.argsort(reset_info["env_id"])
                 self._track_pose0(self._flat(first)[reset_order], reset_info, reset_order)
         return (self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool),
@@ -204,4 +267,5 @@ class EnvPoolVectorEnv(VectorEnv):
         if self._twin is not None:
             self._twin.close()
             self._twin = None
-        self._pool.close()
+        for pool in self._pools:
+            pool.close()

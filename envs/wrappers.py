@@ -87,14 +87,13 @@ class ActionRescale(VectorEnvWrapper):
         self.action_low = torch.where(finite, -torch.ones_like(low), low)
         self.action_high = torch.where(finite, torch.ones_like(high), high)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        self.check_actions(actions)
+    def transform_actions(self, actions: torch.Tensor) -> torch.Tensor:
         scaled = torch.addcmul(self._center, actions.clamp(-1.0, 1.0), self._half_range)
         if not self._all_finite:
             scaled = torch.where(self._finite, scaled, actions)
         if self._custom_bounds:
             scaled = torch.maximum(torch.minimum(scaled, self._env_high), self._env_low)
-        return self.env.step(scaled)
+        return scaled
 
 
 class EpisodeStats(VectorEnvWrapper):
@@ -120,23 +119,24 @@ class EpisodeStats(VectorEnvWrapper):
         self._succeeded.zero_()
         return self.env.reset(seed)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
         if self.provides_episode_stats:
-            return self.env.step(actions)
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        self._returns += reward
-        self._lengths += info.get("env_steps", 1)  # chunked envs execute several env steps per step
+            return result
+        obs, reward, terminated, truncated, info = result
+        returns, lengths, succeeded = self._returns[envs], self._lengths[envs], self._succeeded[envs]  # views
+        returns += reward
+        lengths += info.get("env_steps", 1)  # chunked envs execute several env steps per step
         ended = terminated | truncated
         if self.reports_success:
-            self._succeeded |= info["success"]
+            succeeded |= info["success"]
         if ended.any():
-            info["episode_return"] = self._returns[ended].float()
-            info["episode_length"] = self._lengths[ended]
-            self._returns.masked_fill_(ended, 0.0)
-            self._lengths.masked_fill_(ended, 0)
+            info["episode_return"] = returns[ended].float()
+            info["episode_length"] = lengths[ended]
+            returns.masked_fill_(ended, 0.0)
+            lengths.masked_fill_(ended, 0)
             if self.reports_success:
-                info["episode_success"] = self._succeeded[ended]
-                self._succeeded.masked_fill_(ended, False)
+                info["episode_success"] = succeeded[ended]
+                succeeded.masked_fill_(ended, False)
         else:
             info["episode_return"] = self._no_episodes
             info["episode_length"] = self._no_lengths
@@ -181,8 +181,11 @@ class ObservationNormalizer(VectorEnvWrapper):
             self.stats.update(obs)
         return self.normalize(obs)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
+        # a group's step (envs.core) folds in that group's observations: once every group has stepped,
+        # Chan's update gives the whole batch's statistics (up to rounding), but a group normalizes with
+        # statistics that hold its own and earlier groups' step, not later ones': grouped runs differ
+        obs, reward, terminated, truncated, info = result
         if not self.frozen:
             self.stats.update(obs)
         raw_final_obs = info["final_obs"]
@@ -220,8 +223,8 @@ class ObservationScaler(VectorEnvWrapper):
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.scale(self.env.reset(seed))
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        obs, reward, terminated, truncated, info = self.env.step(actions)
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
+        obs, reward, terminated, truncated, info = result
         scaled = self.scale(obs)
         info["final_obs"] = scaled if info["final_obs"] is obs else self.scale(info["final_obs"])
         return scaled, reward, terminated, truncated, info
@@ -253,12 +256,13 @@ class RewardScaler(VectorEnvWrapper):
         self._discounted.zero_()
         return self.env.reset(seed)
 
-    def step(self, actions: torch.Tensor) -> StepResult:
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        self._discounted.mul_(self.gamma).add_(reward)
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
+        obs, reward, terminated, truncated, info = result
+        discounted = self._discounted[envs]  # a view: a group updates its own envs' returns
+        discounted.mul_(self.gamma).add_(reward)
         if not self.frozen:
-            self.stats.update(self._discounted)
-        self._discounted.masked_fill_(terminated | truncated, 0.0)
+            self.stats.update(discounted)
+        discounted.masked_fill_(terminated | truncated, 0.0)
         scaled = (reward * torch.rsqrt(self.stats.var + self.epsilon)).clamp_(-self.clip, self.clip)
         return obs, scaled.to(torch.float32), terminated, truncated, info
 

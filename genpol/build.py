@@ -22,7 +22,8 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
     ``stack`` adds what the policy or the learner, not the env config, decides: ``action_chunk`` (a
     chunked head's act_steps), an offline dataset's ``obs_bounds`` / ``action_bounds`` (which replace
     running observation normalization), and ``normalize_obs`` / ``normalize_reward`` overrides (off
-    by the learner's choice: off-policy learners store raw transitions). Only training envs use ``cfg.workers``: evaluation envs live for a
+    by the learner's choice: off-policy learners store raw transitions). Only training envs use ``cfg.workers``
+    and ``cfg.step_groups``: evaluation envs live for a
     few episodes, shorter than a worker process takes to start (~2 s)."""
     stack = dict(stack or {})
     num_envs = num_envs or cfg.num_envs
@@ -34,7 +35,8 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
         normalize_obs=normalize_obs, normalize_reward=normalize_reward,
         gamma=gamma, obs_clip=cfg.obs_clip, reward_clip=cfg.reward_clip,
         render_size=(cfg.render_width, cfg.render_height), video_dir=video_dir, video_prefix=video_prefix,
-        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), imports=tuple(cfg.imports), **stack,
+        max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), imports=tuple(cfg.imports),
+        step_groups=cfg.step_groups if training else 0, **stack,
     )
 
 

@@ -54,6 +54,7 @@ CASES = {
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_fast": ["+experiment=ppo_fast", *ON_POLICY],
+    "experiment-ppo_fast_envpool": ["+experiment=ppo_fast_envpool", *ON_POLICY],
     "experiment-trpo_mujoco": ["+experiment=trpo_mujoco", "updater.rollout_steps=8", "total_steps=64"],
     "experiment-fpo": ["+experiment=fpo", *ON_POLICY],
     "experiment-policyflow": ["+experiment=policyflow", *ON_POLICY, "pipeline.compile_sampling=false"],
@@ -87,7 +88,7 @@ def test_every_shipped_group_and_bundle_is_covered():
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_config_trains_checkpoints_and_records_a_video(tmp_path, case, request):
     overrides = list(CASES[case])
-    if "env=envpool" in overrides:
+    if "env=envpool" in overrides or "+experiment=ppo_fast_envpool" in overrides:
         pytest.importorskip("envpool", reason="the envpool extra is not installed")
     if "DATASET" in overrides:
         overrides[overrides.index("DATASET")] = f"dataset.path={request.getfixturevalue('hopper_dataset')}"

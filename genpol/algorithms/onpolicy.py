@@ -7,11 +7,15 @@ rule), the rollout storage and the minibatch-shuffling generator. The runner dri
     algorithm.process_env_step(obs, reward, ...)      # stores the step (x rollout_steps)
     algorithm.compute_returns(last_obs)               # GAE
     stats = algorithm.update()
+
+Pipelined collection (``genpol.runners.pipelined``) acts group by group with ``act_pending``, which
+hands back what ``act`` would remember, and passes the groups' parts, merged in env order by
+``merge_pending``, to ``process_env_step(..., pending=)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -19,6 +23,8 @@ from torch import nn
 from genpol.algorithms.base import Algorithm
 from genpol.heads.base import Capability, PolicyHead, Record
 from genpol.storage import RolloutStorage
+
+Pending = tuple[Record, torch.Tensor]  # (the head's record, V(obs)) of an act, until its step is stored
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -54,27 +60,46 @@ class OnPolicyAlgorithm(Algorithm):
         self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
-        self._pending: tuple[Record, torch.Tensor] | None = None  # (record, V(obs)) of the last act
+        self._pending: Pending | None = None  # (record, V(obs)) of the last act
 
     @property
     def rollout_steps(self) -> int:
         return self.storage.num_steps
 
-    @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        action, record = self.sample(obs)
-        self._pending = (record, self.critic(obs))
+        action, self._pending = self.act_pending(obs)
         return action
 
     @torch.no_grad()
+    def act_pending(self, obs: torch.Tensor, send: Callable[[torch.Tensor], None] | None = None
+                    ) -> tuple[torch.Tensor, Pending]:
+        """``obs [n, D]`` -> actions ``[n, A]`` and their (record, ``V(obs) [n]``), handed back
+        rather than remembered: pipelined collection acts for one env group at a time. ``send``,
+        if given, gets the actions before the critic runs, so that the step it starts overlaps it."""
+        action, record = self.sample(obs)
+        if send is not None:
+            send(action)
+        return action, (record, self.critic(obs))
+
+    @staticmethod
+    def merge_pending(parts: list[Pending]) -> Pending:
+        """The pendings of consecutive env groups -> one for all envs, in env order."""
+        if len(parts) == 1:
+            return parts[0]
+        records = {key: torch.cat([record[key] for record, _ in parts]) for key in parts[0][0]}
+        return records, torch.cat([value for _, value in parts])
+
+    @torch.no_grad()
     def process_env_step(self, obs: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                         truncated: torch.Tensor, info: dict[str, Any]) -> None:
-        """Store the step taken from ``obs [N, D]`` by the last ``act``. Where a time limit cut an
-        episode, the critic's value of the true final observation is its bootstrap."""
-        if self._pending is None:
-            raise RuntimeError("process_env_step() without a preceding act()")
-        record, value = self._pending
-        self._pending = None
+                         truncated: torch.Tensor, info: dict[str, Any], pending: Pending | None = None) -> None:
+        """Store the step taken from ``obs [N, D]`` by the last ``act`` (or by ``pending``, from
+        ``act_pending``). Where a time limit cut an episode, the critic's value of the true final
+        observation is its bootstrap."""
+        if pending is None:
+            if self._pending is None:
+                raise RuntimeError("process_env_step() without a preceding act()")
+            pending, self._pending = self._pending, None
+        record, value = pending
         truncation_value = self.critic(info["final_obs"]) if truncated.any() else None
         self.storage.add(obs, record, value, reward, terminated, truncated, truncation_value)
 

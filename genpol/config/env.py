@@ -27,6 +27,12 @@ class EnvConfig:
     workers: int = 1
     """Simulator processes, this one included (gym and dmc backends): above 1 the envs are split into
     that many slices that step in parallel, for machines with spare cores. Results equal those of 1."""
+    step_groups: int = 0
+    """0: synchronous on-policy collection. G >= 1 (envpool backend): pipelined collection over G fixed
+    env groups, one EnvPool each (``genpol/runners/pipelined.py``): 1 overlaps the critic and the
+    bookkeeping with the simulation and equals 0 exactly; 2 computes one group's actions while the
+    other simulates, a fixed run per seed that differs from 0 under running normalization (see that
+    module). Pays only with a core to spare for the policy. Evaluation envs step synchronously."""
     normalize_obs: bool = True
     """Running mean/variance observation normalization (saved with the policy, frozen at evaluation)."""
     normalize_reward: bool = True
@@ -57,6 +63,10 @@ class EnvConfig:
                 self.workers)
         require(self.workers == 1 or self.backend in SPLITTABLE_BACKENDS, "env.workers",
                 f"1 unless env.backend is one of {SPLITTABLE_BACKENDS}", self.workers)
+        require(self.step_groups == 0 or (self.step_groups > 0 and self.num_envs % self.step_groups == 0),
+                "env.step_groups", f"0 or a divisor of num_envs={self.num_envs}", self.step_groups)
+        require(self.step_groups == 0 or (self.backend == "envpool" and self.workers == 1), "env.step_groups",
+                "0 unless env.backend=envpool with env.workers=1", self.step_groups)
         bad_imports = [name for name in self.imports if not is_module_name(name)]
         require(not bad_imports, "env.imports", "a list of module names such as [my_pkg.envs]", bad_imports)
         require(self.obs_clip > 0, "env.obs_clip", "> 0", self.obs_clip)

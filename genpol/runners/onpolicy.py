@@ -11,6 +11,7 @@ import time
 from genpol import distributed
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.runners.base import EnvRunner
+from genpol.runners.pipelined import collect_pipelined
 
 
 class OnPolicyRunner(EnvRunner):
@@ -20,7 +21,11 @@ class OnPolicyRunner(EnvRunner):
     algorithm: OnPolicyAlgorithm
 
     def collect(self) -> int:
-        """Fill the algorithm's rollout, then compute its advantages; returns the env steps taken."""
+        """Fill the algorithm's rollout, then compute its advantages; returns the env steps taken.
+        An env that steps in groups (``env.step_groups >= 1``, EnvPool) is collected pipelined
+        (``pipelined.py``): the policy's bookkeeping, or another group's actions, overlap the simulation."""
+        if self.env.step_groups:
+            return collect_pipelined(self)
         env, algorithm = self.env, self.algorithm
         env_steps = 0  # summed lazily: chunked envs report the env steps each agent step executed
         obs = self.obs
