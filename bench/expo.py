@@ -11,8 +11,8 @@ minibatch, UTD times per env step.
 
 ``learning --steps N`` (hours): ``+experiment=expo`` and ``+experiment=rlpd`` at the same critic setting,
 ``--seeds`` seeds, on each ``--task`` (``hopper``: Hopper-v5 with ``--hopper-dataset``, a "medium" file from
-``genpol.data.collect``, see bench/make_hopper_medium.sh; ``maze``: ``gym:PointMaze_Medium-v3`` with
-``--maze-dataset``, from the maze branch's ``genpol.data.maze_dataset``). Evaluates every ``--eval-every``
+``genpol.data.collect``, see bench/make_hopper_medium.sh; ``maze``: ``env=pointmaze_medium``, PointMaze_Medium-v3
+on Minari's evaluation map, with ``--maze-dataset`` from bench/make_maze_medium.sh). Evaluates every ``--eval-every``
 env steps and reports the evaluation (normalized score where the dataset has references, else the return)
 at 10k, 25k, 50k and 100k steps, and at which step EXPO first reaches RLPD's final score.
 
@@ -168,12 +168,24 @@ def score_at(run_dir: Path, step: int) -> float | None:
     return best
 
 
+def first_step_at(run_dir: Path, score: float | None) -> int | None:
+    """The first evaluation step at which the run scores ``score`` or more (None: never)."""
+    for line in (run_dir / "progress.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        value = row.get("eval/normalized_score", row.get("eval/episodic_return"))
+        if value is not None and score is not None and value >= score:
+            return int(row["global_step"])
+    return None
+
+
 def learning(args: argparse.Namespace) -> dict[str, Any]:
     from genpol.api import train
 
     tasks = {"hopper": ("hopper", [], args.hopper_dataset),
-             "maze": ("gym", ["env.id=PointMaze_Medium-v3"], args.maze_dataset)}
-    results: dict[str, Any] = {"steps": args.steps, "seeds": args.seeds, "critic": critic_overrides(args), "runs": {}}
+             "maze": ("pointmaze_medium", [], args.maze_dataset)}  # Minari's evaluation map, success logged
+    results: dict[str, Any] = {"steps": args.steps, "seeds": args.seeds, "critic": critic_overrides(args),
+                               "batch_size": args.batch_size, "learning_starts": args.learning_starts,
+                               "expo_samples_and_edits": args.num_samples, "runs": {}}
     root = Path(args.run_root)
     for task in args.task:
         env_group, env_overrides, dataset = tasks[task]
@@ -184,8 +196,11 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
             for seed in args.seeds:
                 run_dir = root / f"{task}-{experiment}-{seed}"
                 iteration = 1000
+                sizes = [f"updater.batch_size={args.batch_size}", f"updater.learning_starts={args.learning_starts}"]
+                if experiment == "expo":
+                    sizes += [f"updater.num_samples={args.num_samples}", f"updater.n_edit={args.num_samples}"]
                 train(env_group, overrides=[f"+experiment={experiment}", *env_overrides, f"dataset.path={dataset}",
-                                           *critic_overrides(args), f"updater.iteration_steps={iteration}",
+                                           *critic_overrides(args), *sizes, f"updater.iteration_steps={iteration}",
                                            f"pipeline.eval_every={max(1, args.eval_every // iteration)}",
                                            "pipeline.eval_episodes=10", "pipeline.video=false",
                                            "logger.progress_bar=false"],
@@ -193,6 +208,10 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                       updater=experiment, total_steps=args.steps, seed=seed, run_dir=run_dir)
                 results["runs"][run_dir.name] = {str(mark): score_at(run_dir, mark) for mark in MARKS
                                                  if mark <= args.steps}
+        for seed in args.seeds:  # the step at which EXPO first evaluates at RLPD's final score or above
+            rlpd_final = score_at(root / f"{task}-rlpd-{seed}", args.steps)
+            results["runs"][f"{task}-expo-{seed}"]["first_step_at_rlpd_final"] = first_step_at(
+                root / f"{task}-expo-{seed}", rlpd_final)
         (RESULTS / "expo_learning.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     return results
@@ -211,6 +230,9 @@ def main() -> None:
     parser.add_argument("--hopper-dataset", default=None)
     parser.add_argument("--maze-dataset", default=None)
     parser.add_argument("--eval-every", type=int, default=5000)
+    parser.add_argument("--batch-size", type=int, default=256, help="learning: minibatch of both (EXPO, RLPD: 256)")
+    parser.add_argument("--learning-starts", type=int, default=5000, help="learning: random steps of both (5000)")
+    parser.add_argument("--num-samples", type=int, default=8, help="learning: EXPO's base samples, all edited (8)")
     parser.add_argument("--run-root", default="runs/bench_expo")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
