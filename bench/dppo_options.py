@@ -5,7 +5,8 @@ same seed and budget; only the option's overrides differ:
 
 * ``ddpm K=20 K'=10``: the experiment as it is (compiled sampling, eager update);
 * ``ddpm K=20 K'=10, compiled update``: ``updater.compile=true`` (the same math, float rounding apart);
-* ``ddim 5 K'=5, compiled update``: ``policy=diffusion_ddim`` (DDIM in 5 steps, all fine-tuned).
+* ``ddim 5 K'=5, compiled update``: ``policy=diffusion_ddim`` (DDIM in 5 steps, all fine-tuned);
+* ``ddpm K=20 K'=5``: DDPM sampling, only the last 5 of 20 steps fine-tuned (half the update's work).
 
 Throughput per option is measured side by side by ``bench/dppo_throughput.py``; this script measures
 returns (deterministic evaluations of 10 episodes, every 10 iterations and at the end).
@@ -31,6 +32,7 @@ OPTIONS = {  # name -> (run directory slug, overrides)
     "ddpm K=20 K'=10": ("ddpm20-ft10", []),
     "ddpm K=20 K'=10, compiled update": ("ddpm20-ft10-compiled", ["updater.compile=true"]),
     "ddim 5 K'=5, compiled update": ("ddim5-ft5-compiled", [*DDIM, "updater.compile=true"]),
+    "ddpm K=20 K'=5": ("ddpm20-ft5", ["policy.ft_denoising_steps=5"]),
 }
 
 

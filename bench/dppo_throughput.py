@@ -8,6 +8,7 @@ and in what is compiled:
 * ``dppo ddpm K=20 K'=10``: the experiment's head (denoiser 3 x 256 Mish, chunks of 4 actions, DDPM 20
   steps of which the last 10 are fine-tuned), compiled sampling, eager update (bench/results/dppo.json's row);
 * ``... compiled update``: the same with ``updater.compile=true`` (the whole minibatch step one graph);
+* ``dppo ddpm K=20 K'=5``: DDPM sampling as above, only the last 5 steps fine-tuned (half the update);
 * ``dppo ddim 5 K'=5``: DDIM in 5 steps, all 5 fine-tuned (DPPO's Furniture setting; ``policy=diffusion_ddim``);
 * ``dppo ddim 5 K'=5, eager update``.
 
@@ -54,6 +55,7 @@ ROWS = {  # name -> (overrides, the Gaussian row it is compared with)
     "gaussian, own critic, compiled update": ([*LOOP, "policy=gaussian", *OWN_CRITIC, "updater.compile=true"], None),
     "dppo ddpm K=20 K'=10": ([*DPPO, *LOOP], "gaussian"),
     "dppo ddpm K=20 K'=10, compiled update": ([*DPPO, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
+    "dppo ddpm K=20 K'=5": ([*DPPO, *LOOP, "policy.ft_denoising_steps=5"], "gaussian"),
     "dppo ddim 5 K'=5": ([*DDIM, *LOOP], "gaussian"),
     "dppo ddim 5 K'=5, compiled update": ([*DDIM, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
 }
