@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -45,8 +46,8 @@ def main() -> None:
     args = parser.parse_args()
     out_path = RESULTS / "dppo_options.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    results.update({"benchmark": "dppo_options", "dataset": args.dataset, "seed": args.seed,
-                    "online_steps": args.steps, "options": {**results.get("options", {})}})
+    results.update({"benchmark": "dppo_options", "dataset": args.dataset, "online_steps": args.steps,
+                    "runs": {**results.get("runs", {})}})  # runs of earlier invocations (other seeds) stay
     for name in args.options:
         slug, overrides = OPTIONS[name]
         run_dir = ROOT / "bench" / "runs" / "dppo_options" / f"{slug}-s{args.seed}"
@@ -58,16 +59,18 @@ def main() -> None:
         subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         summary = json.loads((run_dir / "summary.json").read_text())
         curve = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
-        results["options"][name] = {
-            "overrides": overrides, "run_dir": str(run_dir.relative_to(ROOT)), "wall_time_s": time.time() - start,
+        results["runs"][run_dir.name] = {
+            "option": name, "seed": args.seed, "overrides": overrides, "run_dir": str(run_dir.relative_to(ROOT)),
+            "wall_time_s": time.time() - start,
             "load_average_1min_at_start": load, "load_average_1min_at_end": os.getloadavg()[0],
             "pretrained_return": summary["pretrained"]["eval_return_mean"],
             "pretrain_wall_time_s": summary["pretrained"]["wall_time_s"],
             "final_return": summary["eval_return_mean"], "env_steps": summary["env_steps"],
             "eval_curve": [(row["global_step"], row["eval/episodic_return"]) for row in curve if "eval/episodic_return" in row],
-            "online_sps": [row["charts/SPS"] for row in curve if "charts/SPS" in row][-1:],
+            # load-dependent (other jobs share the machine): bench/dppo_throughput.py has the side-by-side rates
+            "online_sps_median": statistics.median(row["charts/SPS"] for row in curve if "charts/SPS" in row),
         }
-        print(json.dumps(results["options"][name], indent=2), flush=True)
+        print(json.dumps(results["runs"][run_dir.name], indent=2), flush=True)
         results["date"] = time.strftime("%Y-%m-%d %H:%M")
         RESULTS.mkdir(exist_ok=True)
         out_path.write_text(json.dumps(results, indent=2))

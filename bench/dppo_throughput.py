@@ -105,6 +105,8 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", default=list(ROWS), help="a subset of the rows (with their Gaussians)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # every row builds its own compiled step and sampler: more than dynamo's default 8 per code object
+    torch._dynamo.config.recompile_limit = 64
     wanted = set(args.rows) | {ROWS[r][1] for r in args.rows if ROWS[r][1]}
     wanted |= {n.replace("gaussian", "gaussian, own critic") for n in wanted if n.startswith("gaussian")}
     names = [n for n in ROWS if n in wanted]

@@ -10,10 +10,11 @@ flow heads' default), so that the rows differ only in the policy head:
 * PolicyFlow: 10 midpoint steps (20 network calls) per action; one velocity change per sample in the
   minibatch, plus the snapshot's forward;
 * DPPO, from scratch, as ``policy=diffusion_ddim`` (DDIM in 5 steps, all fine-tuned, so no pretraining
-  is needed) with ``bench/dppo_throughput.py``'s denoiser (3 x 256 Mish): 6 network calls per sample
-  (5 steps and the record's batched log-probs) and 5 denoising steps per sample in every minibatch.
-  ``dppo-ddim5`` keeps DPPO's chunks of 4 actions (one sample per 4 env steps, so a rollout of 64 is
-  256 env steps per env); ``dppo-ddim5-h1`` samples every env step (horizon 1), the harder case.
+  is needed): 6 network calls per sample (5 steps and the record's batched log-probs) and 5 denoising
+  steps per sample in every minibatch. ``dppo-ddim5-256`` is ``+experiment=dppo_hopper``'s denoiser
+  (3 x 256 Mish) with DPPO's chunks of 4 actions (one sample per 4 env steps, so a rollout of 64 is
+  256 env steps per env); ``dppo-ddim5-64`` the same with a denoiser of the flow heads' size (3 x 64
+  Mish); ``dppo-ddim5-64-h1`` samples every env step (horizon 1), the harder case.
   The DDPM heads (20 steps) cannot train from scratch unless all 20 are fine-tuned; their
   throughput is measured in DPPO's offline-to-online loop by ``bench/dppo_throughput.py``.
 
@@ -23,7 +24,7 @@ its rate divided by the mean of the two Gaussian rates measured around it. ``gau
 is genpol's fast Gaussian configuration with its own 64-64 tanh critic, for reference.
 Writes ``bench/results/flow_throughput.json``.
 
-    python bench/flow_throughput.py [--iterations 3] [--rounds 3] [--heads fpo policyflow dppo-ddim5 dppo-ddim5-h1]
+    python bench/flow_throughput.py [--iterations 3] [--rounds 3] [--heads fpo policyflow dppo-ddim5-64 ...]
 """
 
 from __future__ import annotations
@@ -49,12 +50,13 @@ ROWS = {
     "gaussian": [*LOOP, "policy=gaussian", *SAME_CRITIC],
     "fpo": [*LOOP, "policy=fpo", *SAME_CRITIC],  # FPO's default critic already is this one
     "policyflow": [*LOOP, "policy=policyflow", *SAME_CRITIC],  # PolicyFlow's default uses ELU
-    "dppo-ddim5": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]", *SAME_CRITIC],
-    "dppo-ddim5-h1": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]", "policy.act_steps=1",
-                      "policy.horizon_steps=1", *SAME_CRITIC],
+    "dppo-ddim5-256": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]", *SAME_CRITIC],
+    "dppo-ddim5-64": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", *SAME_CRITIC],
+    "dppo-ddim5-64-h1": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", "policy.act_steps=1",
+                         "policy.horizon_steps=1", *SAME_CRITIC],
     "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
 }
-HEADS = ["fpo", "policyflow", "dppo-ddim5", "dppo-ddim5-h1"]
+HEADS = ["fpo", "policyflow", "dppo-ddim5-256", "dppo-ddim5-64", "dppo-ddim5-64-h1"]
 
 
 def main() -> None:
@@ -66,6 +68,8 @@ def main() -> None:
     parser.add_argument("--heads", nargs="*", default=HEADS, choices=HEADS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # every row builds its own compiled step and sampler: more than dynamo's default 8 per code object
+    torch._dynamo.config.recompile_limit = 64
 
     def measure(name: str) -> dict:
         sps, detail = genpol_run(ROWS[name], args.iterations)
