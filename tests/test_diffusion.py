@@ -229,3 +229,33 @@ def test_memory_per_stored_chain():
     floats = sum(value[0].numel() for value in record.values())
     assert floats == 11 * 12 + 10 * 12 + 10  # 262 floats = 1048 bytes per sample
     assert np.prod(record["chain"].shape[1:]) == 11 * 12
+
+
+def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path, hopper_dataset, monkeypatch):
+    """With K' < K the early steps run ``frozen_denoiser``, which holds the random initialization until
+    ``start_finetuning`` copies the pretrained weights into it. The pretrained policy's evaluation must
+    come after that copy: before it, the first K - K' steps denoised with random weights (measured on
+    Hopper: a pretrained return of 240 with K' = 5 against 724 with every step pretrained)."""
+    from genpol.api import compose_config
+    from genpol.config import validate
+    from genpol.train import run_training
+
+    frozen_matches_trained = []
+    original_act = DiffusionHead.act
+
+    def recording_act(self, obs, deterministic=True):
+        pairs = zip(self.denoiser.state_dict().values(), self.frozen_denoiser.state_dict().values())
+        frozen_matches_trained.append(all(torch.equal(a, b) for a, b in pairs))
+        return original_act(self, obs, deterministic)
+
+    monkeypatch.setattr(DiffusionHead, "act", recording_act)
+    cfg = validate(compose_config([
+        "+experiment=dppo_hopper", f"dataset.path={hopper_dataset}", "policy.denoising_steps=4",
+        "policy.ft_denoising_steps=2", "policy.hidden_sizes=[16,16,16]", "policy.critic_hidden_sizes=[16]",
+        "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", "pipeline.compile_sampling=false",
+        "pipeline.eval_episodes=1", "pipeline.video=false", "env.num_envs=2", "env.max_episode_steps=20",
+        "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "total_steps=64",
+        "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={tmp_path / 'run'}"]))
+    run_training(cfg, tmp_path / "run")
+    assert frozen_matches_trained[0], "the pretrained evaluation ran the early steps on random weights"
+    assert not frozen_matches_trained[-1]  # the final evaluation: the fine-tuned steps have moved

@@ -70,8 +70,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
         pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
     else:
-        pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)
-        head.start_finetuning()
+        pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
     offline = None
@@ -85,7 +84,8 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
 
 def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
              stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
-    """Phase 1: behaviour cloning with EMA (resumable), then a deterministic evaluation."""
+    """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then a deterministic
+    evaluation of the pretrained policy."""
     pipeline = cfg.pipeline
     directory = run_dir / "pretrain"
     obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization())
@@ -104,6 +104,9 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
         observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
     )
     run_phase(runner, phase, cfg.device)
+    # before the evaluation: a diffusion head's early, frozen denoising steps hold the random
+    # initialization until this copies the pretrained weights into them
+    head.start_finetuning()
 
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
