@@ -220,6 +220,32 @@ def test_ddim_step_matches_diffusers_ddim_scheduler(eta):
             x = expected
 
 
+@pytest.mark.parametrize("eval_eta", [0.0, 1.0])
+def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(eval_eta):
+    """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator pushed through the
+    step means at ``ddim_eval_eta`` with no noise, written here as diffusers' ``DDIMScheduler.step``
+    with ``eta = ddim_eval_eta`` and zero ``variance_noise``; the sampling eta (1) is not used."""
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
+                         ft_denoising_steps=5, hidden_sizes=(16, 16, 16), ddim_eval_eta=eval_eta)
+    scheduler = DDIMScheduler(num_train_timesteps=20, beta_schedule="squaredcos_cap_v2", prediction_type="epsilon",
+                              clip_sample=True, clip_sample_range=1.0, set_alpha_to_one=True)
+    scheduler.set_timesteps(5)
+    obs = torch.randn(6, 3)
+    with torch.no_grad():
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+        for i, timestep in enumerate(scheduler.timesteps):
+            eps = head.denoiser(x, head.timesteps[i].expand(6), obs)
+            x = scheduler.step(eps, int(timestep), x, eta=eval_eta, use_clipped_model_output=True,
+                               variance_noise=torch.zeros(6, 4)).prev_sample
+        action = head.act(obs, deterministic=True)
+    assert torch.allclose(action, x.clamp(-1, 1), atol=1e-5)
+    other = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5, ft_denoising_steps=5,
+                          hidden_sizes=(16, 16, 16), ddim_eval_eta=1.0 - eval_eta)
+    other.load_state_dict(head.state_dict())
+    assert not torch.allclose(other.act(obs, deterministic=True), action, atol=1e-3)  # the eta matters
+
+
 def test_memory_per_stored_chain():
     """The record holds K' + 1 chain states, K' means and K' log-probs per sample."""
     head = DiffusionHead(obs_dim=11, act_dim=12, act_steps=4, horizon_steps=4, denoising_steps=20,
