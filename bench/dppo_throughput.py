@@ -45,7 +45,7 @@ DATASET = "unused.hdf5"  # the experiment asks for a dataset; throughput skips B
 LOOP = ["env=hopper", "env.num_envs=16", "env.normalize_obs=false", "updater.rollout_steps=64",
         "updater.minibatch_size=256", "updater.epochs=5", "policy.critic_hidden_sizes=[256,256,256]",
         "policy.critic_activation=mish"]
-DPPO = ["+experiment=dppo_hopper", "pipeline.compile_sampling=true"]
+DPPO = ["+experiment=dppo_hopper", f"dataset.path={DATASET}", "pipeline.compile_sampling=true"]
 DDIM = [*DPPO, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]"]
 OWN_CRITIC = ["policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]  # the Gaussian's default
 ROWS = {  # name -> (overrides, the Gaussian row it is compared with)
@@ -71,9 +71,7 @@ class Row:
         from genpol.config import validate
         from genpol.runners.onpolicy import OnPolicyRunner
 
-        cfg = validate(compose_config(["run_dir=/tmp/unused", f"dataset.path={DATASET}", *overrides]
-                                      if any(o.startswith("+experiment=dppo") for o in overrides)
-                                      else ["run_dir=/tmp/unused", *overrides]))
+        cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
         torch.manual_seed(0)
         self.env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
         head = make_head(cfg.policy, self.env.obs_dim, self.env.act_dim).to(cfg.device)
