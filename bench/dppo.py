@@ -7,7 +7,10 @@ the stored denoising chains.
    Minari dataset (``bench/data/``).
 2. ``python -m genpol.train +experiment=dppo_hopper dataset.path=<file>``: 20k BC steps, then DPPO.
 3. Throughput: env-steps/s of the DPPO fine-tuning loop and of Gaussian PPO with the same envs and
-   rollout length, side by side in this process.
+   rollout length, side by side in this process. The Gaussian row keeps its own 64-64 tanh critic
+   (DPPO's is Mish 256 x 3) and both run once, one after the other: ``bench/dppo_throughput.py``
+   measures DPPO's options against Gaussian PPO with the same critic in interleaved rounds, and
+   ``bench/dppo_options.py`` what the options cost in return.
 
     python bench/dppo.py [--policy bench/runs/learning/hopper-ppo-1000k-s0] [--steps 500000]
 

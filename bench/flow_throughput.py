@@ -8,21 +8,30 @@ flow heads' default), so that the rows differ only in the policy head:
 * FPO: 10 Euler steps per action, plus N_mc = 8 flow-matching losses per action at sampling time and
   8 per sample in every minibatch (``ratio_mode`` average; FPO++'s per-sample mode costs the same);
 * PolicyFlow: 10 midpoint steps (20 network calls) per action; one velocity change per sample in the
-  minibatch, plus the snapshot's forward.
+  minibatch, plus the snapshot's forward;
+* DPPO, from scratch, as ``policy=diffusion_ddim`` (DDIM in 5 steps, all fine-tuned, so no pretraining
+  is needed): 6 network calls per sample (5 steps and the record's batched log-probs) and 5 denoising
+  steps per sample in every minibatch. ``dppo-ddim5-256`` is ``+experiment=dppo_hopper``'s denoiser
+  (3 x 256 Mish) with DPPO's chunks of 4 actions (one sample per 4 env steps, so a rollout of 64 is
+  256 env steps per env); ``dppo-ddim5-64`` the same with a denoiser of the flow heads' size (3 x 64
+  Mish); ``dppo-ddim5-64-h1`` samples every env step (horizon 1), the harder case.
+  The DDPM heads (20 steps) cannot train from scratch unless all 20 are fine-tuned; their
+  throughput is measured in DPPO's offline-to-online loop by ``bench/dppo_throughput.py``.
 
-The machine's speed drifts by up to 2x over a minute, so the three heads run in interleaved rounds
-(Gaussian, FPO, PolicyFlow, Gaussian, ...) and each flow head is quoted as the median over rounds of
+The machine's speed drifts by up to 2x over a minute, so the heads run in interleaved rounds
+(Gaussian, FPO, PolicyFlow, DPPO, Gaussian, ...) and each generative head is quoted as the median over rounds of
 its rate divided by the mean of the two Gaussian rates measured around it. ``gaussian (ppo_fast)``
 is genpol's fast Gaussian configuration with its own 64-64 tanh critic, for reference.
 Writes ``bench/results/flow_throughput.json``.
 
-    python bench/flow_throughput.py [--iterations 3] [--rounds 3]
+    python bench/flow_throughput.py [--iterations 3] [--rounds 3] [--heads fpo policyflow dppo-ddim5-64 ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -41,8 +50,13 @@ ROWS = {
     "gaussian": [*LOOP, "policy=gaussian", *SAME_CRITIC],
     "fpo": [*LOOP, "policy=fpo", *SAME_CRITIC],  # FPO's default critic already is this one
     "policyflow": [*LOOP, "policy=policyflow", *SAME_CRITIC],  # PolicyFlow's default uses ELU
+    "dppo-ddim5-256": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]", *SAME_CRITIC],
+    "dppo-ddim5-64": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", *SAME_CRITIC],
+    "dppo-ddim5-64-h1": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", "policy.act_steps=1",
+                         "policy.horizon_steps=1", *SAME_CRITIC],
     "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
 }
+HEADS = ["fpo", "policyflow", "dppo-ddim5-256", "dppo-ddim5-64", "dppo-ddim5-64-h1"]
 
 
 def main() -> None:
@@ -51,8 +65,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=3, help="timed rollouts per row")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--heads", nargs="*", default=HEADS, choices=HEADS)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # every row builds its own compiled step and sampler: more than dynamo's default 8 per code object
+    torch._dynamo.config.recompile_limit = 64
 
     def measure(name: str) -> dict:
         sps, detail = genpol_run(ROWS[name], args.iterations)
@@ -63,14 +80,14 @@ def main() -> None:
     rounds: list[dict[str, dict]] = []
     gaussian_before = measure("gaussian")
     for _ in range(args.rounds):
-        row = {"gaussian_before": gaussian_before, "fpo": measure("fpo"), "policyflow": measure("policyflow")}
+        row = {"gaussian_before": gaussian_before, **{name: measure(name) for name in args.heads}}
         row["gaussian_after"] = gaussian_before = measure("gaussian")
         adjacent = (row["gaussian_before"]["sps"] + row["gaussian_after"]["sps"]) / 2
-        for name in ("fpo", "policyflow"):
+        for name in args.heads:
             row[name]["fraction_of_gaussian"] = row[name]["sps"] / adjacent
+        row["load_average_1min"] = os.getloadavg()[0]
         rounds.append(row)
-    summary = {name: statistics.median(r[name]["fraction_of_gaussian"] for r in rounds)
-               for name in ("fpo", "policyflow")}
+    summary = {name: statistics.median(r[name]["fraction_of_gaussian"] for r in rounds) for name in args.heads}
     reference = measure("gaussian (ppo_fast)")
     for name, fraction in summary.items():
         print(f"{name:24s} {fraction:.2f} of Gaussian PPO (median over {args.rounds} rounds; same loop and critic)")

@@ -61,6 +61,7 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     ("updater=trpo updater.line_search_shrink=1.5", r"updater.line_search_shrink must be in \(0, 1\)"),
     ("policy.activation=sigmoid", r"policy.activation must be one of"),
     ("total_steps=-5", r"total_steps must be >= 1, got -5"),
+    ("policy=diffusion_ddim policy.ddim_eval_eta=2", r"policy.ddim_eval_eta must be in \[0, 1\], got 2"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from diffusers import DDPMScheduler
+from diffusers import DDIMScheduler, DDPMScheduler
 
 from genpol.heads import DiffusionHead
 
@@ -155,6 +155,97 @@ def test_deterministic_ddim_uses_eta_zero():
     assert head.timesteps.tolist() == [16.0, 12.0, 8.0, 4.0, 0.0]
 
 
+def loop_chain_log_probs(head: DiffusionHead, obs: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+    """The per-step reference: one network call per fine-tuned step, log-density by torch.distributions,
+    clamped per element and averaged over the executed dims -> ``[B, K']``."""
+    first = head.num_steps - head.ft_steps
+    columns = []
+    for j in range(head.ft_steps):
+        step = torch.full((obs.shape[0],), first + j, dtype=torch.long)
+        mean, variance = head.step_mean(chain[:, j], step, obs, head.denoiser, head.ddim_eta)
+        normal = torch.distributions.Normal(mean, variance.sqrt().clamp(min=head.min_logprob_std).expand_as(mean))
+        element = normal.log_prob(chain[:, j + 1])[:, : head.executed_dim].clamp(*head.logprob_clamp)
+        columns.append(element.mean(dim=-1))
+    return torch.stack(columns, dim=1)
+
+
+@pytest.mark.parametrize("ddim", [False, True], ids=["ddpm-frozen-steps", "ddim"])
+def test_batched_chain_log_probs_match_a_loop_over_steps(ddim):
+    """``chain_log_probs`` evaluates all K' steps in one network call over [B * K'] stacked (x_k, k, s)
+    rows; a Python loop over the steps with torch.distributions gives the same numbers, gradients included."""
+    torch.manual_seed(0)
+    kwargs = dict(use_ddim=True, ddim_steps=5, ft_denoising_steps=5, ddim_eta=0.8) if ddim else \
+        dict(ft_denoising_steps=4)
+    head = DiffusionHead(obs_dim=3, act_dim=6, act_steps=2, horizon_steps=3, denoising_steps=20,
+                         hidden_sizes=(16, 16, 16), **kwargs)
+    head.start_finetuning()
+    obs = torch.randn(7, 3)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        for parameter in head.denoiser.parameters():  # away from the sampling weights: ratios != 1
+            parameter.add_(0.02 * torch.randn_like(parameter))
+    batched, _ = head.chain_log_probs(obs, record["chain"])
+    looped = loop_chain_log_probs(head, obs, record["chain"])
+    assert batched.shape == (7, head.ft_steps)
+    assert torch.allclose(batched, looped, atol=1e-5)
+    assert not torch.allclose(batched, record["log_prob"], atol=1e-4)  # the perturbation is seen
+    weights = torch.randn(7, head.ft_steps)
+    batched_grad = torch.autograd.grad((batched * weights).sum(), list(head.denoiser.parameters()))
+    looped_grad = torch.autograd.grad((looped * weights).sum(), list(head.denoiser.parameters()))
+    for a, b in zip(batched_grad, looped_grad):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("eta", [1.0, 0.5, 0.0])
+def test_ddim_step_matches_diffusers_ddim_scheduler(eta):
+    """Each DDIM step (mean and std at ``eta``) is diffusers' ``DDIMScheduler.step`` on the same
+    cosine tables, x0 clipped to [-1, 1] and the noise prediction recomputed from the clipped x0
+    (``clip_sample``, ``use_clipped_model_output``), with the same unit noise."""
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
+                         ft_denoising_steps=5, hidden_sizes=(16, 16, 16))
+    scheduler = DDIMScheduler(num_train_timesteps=20, beta_schedule="squaredcos_cap_v2", prediction_type="epsilon",
+                              clip_sample=True, clip_sample_range=1.0, set_alpha_to_one=True)
+    scheduler.set_timesteps(5)
+    assert head.timesteps.long().tolist() == scheduler.timesteps.tolist()
+    obs, x = torch.randn(6, 3), 1.5 * torch.randn(6, 4)  # wide enough that some x0 predictions get clipped
+    with torch.no_grad():
+        for i, timestep in enumerate(scheduler.timesteps):
+            noise = torch.randn(6, 4)
+            eps = head.denoiser(x, head.timesteps[i].expand(6), obs)
+            expected = scheduler.step(eps, int(timestep), x, eta=eta, use_clipped_model_output=True,
+                                      variance_noise=noise).prev_sample
+            mean, variance = head.step_mean(x, torch.full((6,), i), obs, head.denoiser, eta)
+            assert torch.allclose(mean + variance.sqrt() * noise, expected, atol=1e-5), f"step {i}"
+            x = expected
+
+
+@pytest.mark.parametrize("eval_eta", [0.0, 1.0])
+def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(eval_eta):
+    """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator pushed through the
+    step means at ``ddim_eval_eta`` with no noise, written here as diffusers' ``DDIMScheduler.step``
+    with ``eta = ddim_eval_eta`` and zero ``variance_noise``; the sampling eta (1) is not used."""
+    torch.manual_seed(0)
+    head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
+                         ft_denoising_steps=5, hidden_sizes=(16, 16, 16), ddim_eval_eta=eval_eta)
+    scheduler = DDIMScheduler(num_train_timesteps=20, beta_schedule="squaredcos_cap_v2", prediction_type="epsilon",
+                              clip_sample=True, clip_sample_range=1.0, set_alpha_to_one=True)
+    scheduler.set_timesteps(5)
+    obs = torch.randn(6, 3)
+    with torch.no_grad():
+        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+        for i, timestep in enumerate(scheduler.timesteps):
+            eps = head.denoiser(x, head.timesteps[i].expand(6), obs)
+            x = scheduler.step(eps, int(timestep), x, eta=eval_eta, use_clipped_model_output=True,
+                               variance_noise=torch.zeros(6, 4)).prev_sample
+        action = head.act(obs, deterministic=True)
+    assert torch.allclose(action, x.clamp(-1, 1), atol=1e-5)
+    other = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5, ft_denoising_steps=5,
+                          hidden_sizes=(16, 16, 16), ddim_eval_eta=1.0 - eval_eta)
+    other.load_state_dict(head.state_dict())
+    assert not torch.allclose(other.act(obs, deterministic=True), action, atol=1e-3)  # the eta matters
+
+
 def test_memory_per_stored_chain():
     """The record holds K' + 1 chain states, K' means and K' log-probs per sample."""
     head = DiffusionHead(obs_dim=11, act_dim=12, act_steps=4, horizon_steps=4, denoising_steps=20,
@@ -164,3 +255,33 @@ def test_memory_per_stored_chain():
     floats = sum(value[0].numel() for value in record.values())
     assert floats == 11 * 12 + 10 * 12 + 10  # 262 floats = 1048 bytes per sample
     assert np.prod(record["chain"].shape[1:]) == 11 * 12
+
+
+def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path, hopper_dataset, monkeypatch):
+    """With K' < K the early steps run ``frozen_denoiser``, which holds the random initialization until
+    ``start_finetuning`` copies the pretrained weights into it. The pretrained policy's evaluation must
+    come after that copy: before it, the first K - K' steps denoised with random weights (measured on
+    Hopper: a pretrained return of 240 with K' = 5 against 724 with every step pretrained)."""
+    from genpol.api import compose_config
+    from genpol.config import validate
+    from genpol.train import run_training
+
+    frozen_matches_trained = []
+    original_act = DiffusionHead.act
+
+    def recording_act(self, obs, deterministic=True):
+        pairs = zip(self.denoiser.state_dict().values(), self.frozen_denoiser.state_dict().values())
+        frozen_matches_trained.append(all(torch.equal(a, b) for a, b in pairs))
+        return original_act(self, obs, deterministic)
+
+    monkeypatch.setattr(DiffusionHead, "act", recording_act)
+    cfg = validate(compose_config([
+        "+experiment=dppo_hopper", f"dataset.path={hopper_dataset}", "policy.denoising_steps=4",
+        "policy.ft_denoising_steps=2", "policy.hidden_sizes=[16,16,16]", "policy.critic_hidden_sizes=[16]",
+        "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", "pipeline.compile_sampling=false",
+        "pipeline.eval_episodes=1", "pipeline.video=false", "env.num_envs=2", "env.max_episode_steps=20",
+        "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "total_steps=64",
+        "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={tmp_path / 'run'}"]))
+    run_training(cfg, tmp_path / "run")
+    assert frozen_matches_trained[0], "the pretrained evaluation ran the early steps on random weights"
+    assert not frozen_matches_trained[-1]  # the final evaluation: the fine-tuned steps have moved

@@ -43,6 +43,9 @@ CASES = {
                        "pipeline.eval_episodes=4", "updater.rollout_steps=4", "total_steps=16"],
     # policy heads (on Pendulum, with an on-policy updater; tanh_gaussian also with SAC below)
     "policy-diffusion": ["env=pendulum", "policy=diffusion", *SMALL_DIFFUSION, *ON_POLICY, "total_steps=128"],
+    # DDIM in 5 of K = 20 steps, all fine-tuned: valid from scratch (no frozen early steps)
+    "policy-diffusion_ddim": ["env=pendulum", "policy=diffusion_ddim", "policy.hidden_sizes=[32,32,32]",
+                              "policy.critic_hidden_sizes=[32,32]", *ON_POLICY, "total_steps=128"],
     "policy-fpo": ["env=pendulum", "policy=fpo", *ON_POLICY],
     "policy-policyflow": ["env=pendulum", "policy=policyflow", *ON_POLICY],
     "policy-tanh_gaussian": ["env=pendulum", "policy=tanh_gaussian", *ON_POLICY],

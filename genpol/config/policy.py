@@ -194,6 +194,9 @@ class DiffusionPolicyConfig(PolicyConfig):
     None it is filled in from there when clip_base is set; a different value is a config error."""
     ddim_eta: float = 1.0
     """DDIM's eta while sampling stochastically."""
+    ddim_eval_eta: float = 0.0
+    """DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; equal to ddim_eta it follows the
+    means of the chain that fine-tuning trains (policy=diffusion_ddim)."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of the value network."""
     critic_activation: str = "mish"
@@ -213,6 +216,8 @@ class DiffusionPolicyConfig(PolicyConfig):
                  self.hidden_sizes)
         require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
                  "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
+        for key in ("ddim_eta", "ddim_eval_eta"):
+            require(0.0 <= getattr(self, key) <= 1.0, f"policy.{key}", "in [0, 1]", getattr(self, key))
         for key in ("clip_base", "clip_final"):
             value = getattr(self, key)
             if value is not None:

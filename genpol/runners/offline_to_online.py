@@ -93,9 +93,9 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     else:
         if offline_rl:
             pretrained = pretrain_offline_rl(cfg, run_dir, algorithm, offline, dataset, env, stack, normalized)
+            head.start_finetuning()
         else:
-            pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)
-        head.start_finetuning()
+            pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
     return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
@@ -164,7 +164,8 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
 
 def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
              stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
-    """Phase 1: behaviour cloning with EMA (resumable), then a deterministic evaluation."""
+    """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then a deterministic
+    evaluation of the pretrained policy."""
     pipeline = cfg.pipeline
     obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization())
     phase = _pretrain_phase(cfg, run_dir, head, env, "pretrain (BC)")
@@ -177,6 +178,9 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
         observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
     )
     run_phase(runner, phase, cfg.device)
+    # before the evaluation: a diffusion head's early, frozen denoising steps hold the random
+    # initialization until this copies the pretrained weights into them
+    head.start_finetuning()
 
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")

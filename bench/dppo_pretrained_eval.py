@@ -1,0 +1,71 @@
+"""Re-evaluate DPPO runs' pretrained and final policies (10 deterministic episodes from the evaluation
+seed, as the pipeline does), with every denoising step at its pretrained weights and, for DDIM heads,
+at each deterministic-evaluation eta given.
+
+Why: before commit 7ee7ab7 the offline-to-online pipeline evaluated the pretrained diffusion policy
+before ``start_finetuning`` had copied the pretrained weights into the frozen early steps, so with
+K' < K a run's ``pretrained`` return came from a chain whose first K - K' steps had random weights (the
+pretraining checkpoint's policy weights carry that random copy too; this script calls
+``start_finetuning`` on them). And a DDIM head evaluated at eta = 0 (DPPO's) follows another chain
+than the eta = 1 one that fine-tuning trains (``policy.ddim_eval_eta``).
+Writes ``bench/results/dppo_eval.json``.
+
+    python bench/dppo_pretrained_eval.py bench/runs/dppo_options/ddpm20-ft10-s0 [...] [--ddim-eval-eta 0 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from genpol.callbacks.evaluation import EVAL_SEED
+from genpol.checkpoint import list_checkpoints
+from genpol.policy import TrainedPolicy, evaluate_episodes
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def deterministic_return(checkpoint: Path, pretrained: bool, ddim_eval_eta: float | None) -> float:
+    policy = TrainedPolicy.load(checkpoint)
+    if pretrained:
+        policy.head.start_finetuning()
+    if ddim_eval_eta is not None:
+        policy.head.ddim_eval_eta = ddim_eval_eta
+    env = policy.make_env(num_envs=10)
+    try:
+        with torch.no_grad():
+            return float(evaluate_episodes(env, lambda o: policy.act(o, deterministic=True), EVAL_SEED).returns.mean())
+    finally:
+        env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--ddim-eval-eta", type=float, nargs="*", default=[0.0, 1.0])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    out_path = RESULTS / "dppo_eval.json"
+    results = json.loads(out_path.read_text()) if out_path.exists() else {"benchmark": "dppo_eval", "runs": {}}
+    for run_dir in args.runs:
+        row = {}
+        for phase, directory in (("pretrained", Path(run_dir) / "pretrain" / "checkpoints"),
+                                 ("final", Path(run_dir) / "checkpoints")):
+            checkpoint = list_checkpoints(directory)[-1]
+            use_ddim = TrainedPolicy.load(checkpoint).head.use_ddim
+            for eta in args.ddim_eval_eta if use_ddim else [None]:
+                key = phase if eta is None else f"{phase}, ddim_eval_eta={eta:g}"
+                row[key] = deterministic_return(checkpoint, phase == "pretrained", eta)
+        results["runs"][Path(run_dir).name] = row
+        print(Path(run_dir).name, json.dumps(row), flush=True)
+    results.update({"date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1min": os.getloadavg()[0]})
+    out_path.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
