@@ -1,0 +1,97 @@
+"""Wall-clock to a deterministic return of 5000 on HalfCheetah-v5, against rl-baselines3-zoo's PPO.
+
+The zoo's PPO first evaluates at 5000 after 250k steps, about 660 s of training at its ~378 env-steps/s
+(``../shared/notes/ANCHORS.md``, the same machine kind). genpol's runs train ``--steps`` with a
+checkpoint every ``--every`` iterations and no evaluation inside the run, so that the timed training
+is training only; afterwards every checkpoint is evaluated as the zoo's curve was (5 deterministic
+episodes, reset seeds 10000-10004), and the run's time to the target is the training wall time
+(``progress.jsonl``) at the first checkpoint whose evaluation reaches it.
+
+Configurations: ``+experiment=default`` as ``make train`` runs it (gymnasium, 2 env processes), and
+the same on EnvPool's C++ HalfCheetah-v5 (2 threads, one process).
+
+    python bench/time_to_return.py [--seeds 0] [--steps 600000] [--every 10] [--target 5000]
+
+Writes ``bench/results/time_to_return.json`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+ZOO_SECONDS, ZOO_STEPS = 660.0, 250_000
+CONFIGS = {
+    "default, gymnasium, 2 env processes": ["+experiment=default"],
+    "default, EnvPool, 2 threads": ["+experiment=default", "env=envpool", "env.id=HalfCheetah-v5", "env.workers=1",
+                                    "+env.kwargs.num_threads=2"],
+}
+
+
+def train(run_dir: Path, overrides: list[str], seed: int, steps: int, every: int) -> None:
+    if (run_dir / "summary.json").exists():
+        return
+    command = [sys.executable, "-m", "genpol.train", *overrides, f"seed={seed}", f"total_steps={steps}",
+               f"run_dir={run_dir}", "pipeline.eval_every=0", "pipeline.video=false", "pipeline.eval_episodes=1",
+               f"pipeline.checkpoint_every={every}", "pipeline.keep_checkpoints=1000", "logger.progress_bar=false"]
+    print("$", " ".join(command[1:]), flush=True)
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def first_reach(run_dir: Path, target: float) -> dict:
+    """Evaluate the checkpoints in step order until one reaches ``target``."""
+    from genpol.api import evaluate
+
+    wall = {row["global_step"]: row["wall_time"] for row in map(json.loads, (run_dir / "progress.jsonl").open())}
+    curve = []
+    for checkpoint in sorted((run_dir / "checkpoints").iterdir()):
+        step = int(checkpoint.name.split("_")[-1])
+        result = evaluate(run_dir, episodes=5, checkpoint=str(checkpoint))
+        curve.append((step, result["deterministic_return_mean"]))
+        print(f"  {step:>8d} steps  {curve[-1][1]:8.0f}  at {wall.get(step, float('nan')):6.1f} s", flush=True)
+        if curve[-1][1] >= target:
+            return {"steps": step, "train_seconds": wall[step], "curve": curve}
+    return {"steps": None, "train_seconds": None, "curve": curve}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, default=600_000)
+    parser.add_argument("--every", type=int, default=10, help="iterations (2048 env steps) between checkpoints")
+    parser.add_argument("--target", type=float, default=5000.0)
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    rows = {}
+    for name, overrides in CONFIGS.items():
+        for seed in args.seeds:
+            run_dir = ROOT / "bench" / "runs" / "time_to_return" / f"{name.split(',')[1].strip()}-s{seed}"
+            train(run_dir, overrides, seed, args.steps, args.every)
+            reached = first_reach(run_dir, args.target)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            seconds = reached["train_seconds"]
+            rows[f"{name}, seed {seed}"] = {
+                **reached, "overrides": overrides, "sps": summary["sps"],
+                "speedup_over_zoo": None if seconds is None else ZOO_SECONDS / seconds}
+    out = {"benchmark": "time_to_return", "target": args.target, "zoo": {"seconds": ZOO_SECONDS, "steps": ZOO_STEPS},
+           "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "time_to_return.json").write_text(json.dumps(out, indent=2))
+    print(f"\n| run | steps to {args.target:.0f} | training s | env-steps/s | vs the zoo's 660 s |\n|---|---|---|---|---|")
+    for name, row in rows.items():
+        speedup = "not reached" if row["speedup_over_zoo"] is None else f"{row['speedup_over_zoo']:.1f}x"
+        print(f"| {name} | {row['steps']} | {row['train_seconds']} | {row['sps']:.0f} | {speedup} |")
+    print(f"\nwrote {RESULTS / 'time_to_return.json'}")
+
+
+if __name__ == "__main__":
+    main()
