@@ -205,7 +205,8 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                                            "pipeline.eval_episodes=10", "pipeline.video=false",
                                            "logger.progress_bar=false"],
                       policy="diffusion_expo" if experiment == "expo" else "tanh_gaussian",
-                      updater=experiment, total_steps=args.steps, seed=seed, run_dir=run_dir)
+                      updater="expo" if experiment == "expo" else "sac", total_steps=args.steps, seed=seed,
+                      run_dir=run_dir)
                 results["runs"][run_dir.name] = {str(mark): score_at(run_dir, mark) for mark in MARKS
                                                  if mark <= args.steps}
         for seed in args.seeds:  # the step at which EXPO first evaluates at RLPD's final score or above
