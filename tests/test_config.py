@@ -112,6 +112,9 @@ def test_diffusion_from_scratch_must_fine_tune_every_step():
     assert head.frozen_denoiser is None and all(p.requires_grad for p in head.parameters())
     # pretraining fills the frozen copy: K' < K is DPPO's fine-tuning setting
     validate(compose_config([*scratch, "pipeline=offline_to_online", *DPPO_FILE]))
+    # ... by behaviour cloning only: Diffusion-QL's offline phase trains every step by its own loss
+    with pytest.raises(ConfigError, match=r"updater=consistency_ac's offline phase trains by its own loss"):
+        validate(compose_config([*scratch, "pipeline=offline_to_online", "updater=consistency_ac", *DPPO_FILE]))
 
 
 def _effective_clip(cfg) -> torch.Tensor:

@@ -75,18 +75,26 @@ class TrainConfig:
         if getattr(self.policy, "family", None) == "diffusion":
             policy, pipeline = self.policy, self.pipeline
             sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
-            pretrained = pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0
+            # a Q-gradient learner's offline phase trains every denoising step by its own loss: the
+            # frozen copy is taken before it (random), so it is no pretraining for frozen steps
+            pretrained = (pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0
+                          and self.updater.name != "consistency_ac")
             if policy.ft_denoising_steps < sampled and not pretrained:
                 # the early steps run a frozen copy of the weights that pretraining leaves; with no
                 # pretraining that copy is the random initialization, and those steps never learn
+                q_gradient = self.updater.name == "consistency_ac"
+                if q_gradient:
+                    why = "updater=consistency_ac's offline phase trains by its own loss, not by behaviour cloning"
+                elif pipeline.name == "offline_to_online":
+                    why = "pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"
+                else:
+                    why = f"pipeline={pipeline.name} pretrains nothing"
                 raise ConfigError(
                     f"policy.ft_denoising_steps={policy.ft_denoising_steps} fine-tunes only the last "
                     f"{policy.ft_denoising_steps} of {sampled} denoising steps and freezes the first "
-                    f"{sampled - policy.ft_denoising_steps} at their pretrained weights, but "
-                    f"pipeline={pipeline.name}"
-                    f"{' with pretrain_steps=0' if pipeline.name == 'offline_to_online' else ''} pretrains "
-                    f"nothing, so they would stay at their random initialization. From scratch set "
-                    f"policy.ft_denoising_steps={sampled}, or pretrain with pipeline=offline_to_online."
+                    f"{sampled - policy.ft_denoising_steps} at their behaviour-cloned weights, but {why}, so they "
+                    f"would stay at their random initialization. Set policy.ft_denoising_steps={sampled}"
+                    + ("." if q_gradient else ", or pretrain with pipeline=offline_to_online.")
                 )
             updater_clip = getattr(self.updater, "clip_range", None)
             if updater_clip is None:  # TRPO: a KL trust region, no clip for a schedule to shape
