@@ -118,15 +118,19 @@ def test_ema_base_moves_by_tau_after_each_base_step():
     assert algorithm.acting_head().base is algorithm.ema_base
 
 
-def test_the_base_learning_rate_follows_expos_cosine_decay_and_stays_at_zero():
+def test_the_base_and_edit_learning_rates_follow_expos_cosine_decay_and_stay_at_zero():
     algorithm = tiny_expo(lr=3e-4, base_lr_decay_steps=4)
     # optax.cosine_decay_schedule(3e-4, 4): 3e-4 * (1 + cos(pi k / 4)) / 2 for k = 0..4, then 0
     expected = [3e-4, 3e-4 * (1 + 2 ** -0.5) / 2, 1.5e-4, 3e-4 * (1 - 2 ** -0.5) / 2, 0.0, 0.0]
-    for step, lr in enumerate(expected):
-        algorithm.base_step(algorithm.sampler.sample(8))
+    alpha = torch.ones(())
+    for step, lr in enumerate(expected):  # EXPO's actor_lr schedule serves the base and the edit policy
+        batch = algorithm.sampler.sample(8)
+        algorithm.base_step(batch)
+        algorithm.edit_step(batch, alpha)
         assert algorithm.actor_optimizer.param_groups[0]["lr"] == pytest.approx(lr, abs=1e-12), step
-    assert algorithm.base_steps == len(expected)
-    assert tiny_expo(lr=3e-4, base_lr_decay_steps="null").base_lr(10**9) == 3e-4
+        assert algorithm.edit_optimizer.param_groups[0]["lr"] == pytest.approx(lr, abs=1e-12), step
+    assert algorithm.base_steps == algorithm.actor_steps == len(expected)
+    assert tiny_expo(lr=3e-4, base_lr_decay_steps="null").policy_lr(10**9) == 3e-4
     with pytest.raises(ConfigError, match="updater.base_lr_decay_steps"):
         tiny_expo(base_lr_decay_steps=0)
 

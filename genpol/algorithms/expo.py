@@ -5,12 +5,12 @@ batching), with three changes:
 
 * the **base policy** (the head: diffusion by default, any head with imitation and candidates) is
   trained *only* by its imitation loss, on the last minibatch of each round (half offline, half
-  online), with SAC's actor optimizer, its learning rate decaying along a cosine over
-  ``base_lr_decay_steps``; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it:
+  online), with SAC's actor optimizer; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it:
   nothing differentiable in its parameters ever meets a critic;
 * the **edit policy** (``genpol.heads.edit.EditPolicy``) is trained SAC-style on the same minibatch's
   *replay* actions, ``edit_loss`` with the ensemble-mean Q; the temperature tracks the entropy of the
-  edited action toward ``-|A| / 2``;
+  edited action toward ``-|A| / 2``; the base's and the edit policy's learning rates follow one cosine
+  decay over ``base_lr_decay_steps`` of their own steps (EXPO's ``actor_lr`` schedule serves both);
 * the **next action** of every TD target is the on-the-fly policy's at s' (N base samples from the
   *online* base, ``n_edit`` of them edited, argmax of the target critics' subset-min), batched over
   the minibatch's next states, and the target is that subset-min, without an entropy backup. The
@@ -86,19 +86,19 @@ class EXPO(SAC):
                                        self.cfg.num_samples, self.cfg.n_edit, subset_heads)
         return td_target(batch.rewards, batch.dones, next_q, None, alpha, self.cfg.gamma)
 
-    def base_lr(self, base_steps: int) -> float:
-        """The base policy's learning rate before its step number ``base_steps``: optax's
+    def policy_lr(self, steps: int) -> float:
+        """The base and edit policies' learning rate before their step number ``steps``: optax's
         ``cosine_decay_schedule(lr, base_lr_decay_steps)``, ``lr (1 + cos(pi min(k, K) / K)) / 2``.
-        A function of the checkpointed step count, so a resumed run continues it exactly."""
+        A function of the checkpointed step counts, so a resumed run continues it exactly."""
         if self.cfg.base_lr_decay_steps is None:
             return self.cfg.lr
-        progress = min(base_steps, self.cfg.base_lr_decay_steps) / self.cfg.base_lr_decay_steps
+        progress = min(steps, self.cfg.base_lr_decay_steps) / self.cfg.base_lr_decay_steps
         return self.cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     def base_step(self, batch: ReplayBatch) -> torch.Tensor:
         """One imitation step of the base policy on the batch's actions, then the EMA update."""
         for group in self.actor_optimizer.param_groups:
-            group["lr"] = self.base_lr(self.base_steps)
+            group["lr"] = self.policy_lr(self.base_steps)
         loss = self.head.imitation_loss(batch.obs, batch.actions)
         self._step(self.actor_optimizer, loss, self.actor_params)
         polyak_update(self.ema_base, self.head, self.cfg.base_ema_tau)
@@ -108,6 +108,8 @@ class EXPO(SAC):
     def edit_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One edit-policy step on the batch's (replay) actions; returns the loss and the edited
         actions' log-probs (for the temperature)."""
+        for group in self.edit_optimizer.param_groups:
+            group["lr"] = self.policy_lr(self.actor_steps)
         edited, log_prob = self.edit.rsample_edit(batch.obs, batch.actions)
         self.critic.requires_grad_(False)
         try:

@@ -190,8 +190,9 @@ class ExpoConfig(SACConfig):
     base_ema_tau: float = 0.001
     """EMA rate of the acting copy of the base policy (ema <- (1 - tau) ema + tau base, per base step)."""
     base_lr_decay_steps: Optional[int] = 3_000_000
-    """Base-policy steps over which its learning rate falls from ``lr`` to 0 along a cosine, then stays
-    at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps); null keeps ``lr``."""
+    """Policy steps over which the base's and the edit policy's learning rates fall from ``lr`` to 0
+    along a cosine, then stay at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps, one schedule
+    for both actors); null keeps ``lr``."""
     learning_starts: int = 5000
     """Env steps of uniform random actions before learning starts."""
     utd: int = 20
