@@ -137,8 +137,9 @@ class VectorEnv(abc.ABC):
         expected = self.num_envs if num_envs is None else num_envs
         if actions.shape != (expected, self.act_dim):
             raise EnvError(
-                f"{self.env_id}: step() expects actions of shape [num_envs, act_dim] = "
-                f"[{expected}, {self.act_dim}], got {list(actions.shape)}"
+                f"{self.env_id}: {'step()' if num_envs is None else 'send_group()'} expects actions of shape "
+                f"[{'num_envs' if num_envs is None else 'group size'}, act_dim] = [{expected}, {self.act_dim}], "
+                f"got {list(actions.shape)}"
             )
 
     def __enter__(self) -> VectorEnv:

@@ -124,7 +124,8 @@ class EnvPoolVectorEnv(VectorEnv):
         self._pose0: np.ndarray | None = None  # env 0's qpos for the twin, kept current by reset and step
         if render:
             info_keys = {key.partition(":")[2] for key in self._pool.spec._state_keys if key.startswith("info:")}
-            self._twin = TwinRenderer.for_task(name, info_keys, *render_size)
+            obs_dim = int(np.prod(self._pool.observation_space.shape or (0,)))
+            self._twin = TwinRenderer.for_task(name, info_keys, obs_dim, *render_size)
             if self._twin is None:  # EnvPool draws the frames itself
                 self._make_kwargs.update(render_mode="rgb_array", render_width=render_size[0],
                                          render_height=render_size[1])
@@ -164,6 +165,9 @@ class EnvPoolVectorEnv(VectorEnv):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         seed = self._pending_seed if seed is None else seed
+        if seed is None and any(self._in_flight):  # an unanswered send would hand its step to the next recv
+            raise EnvError(f"{self.env_id}: reset() while groups {np.flatnonzero(self._in_flight).tolist()} are "
+                           "still stepping; recv_group them first, or reset with a seed (which rebuilds the pools)")
         self._pending_seed = None
         if seed is not None:
             for pool in self._pools:
@@ -248,6 +252,8 @@ class EnvPoolVectorEnv(VectorEnv):
         if not self._render:
             return None
         if self._twin is not None:
+            if self._pose0 is None:
+                raise EnvError(f"{self.env_id}: render() before reset(): there is no pose to draw yet")
             return self._twin.render(self._pose0)
         _make_gl_context_current(*self._render_size)
         return np.asarray(self._pool.render(env_ids=[0]))[0]

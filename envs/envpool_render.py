@@ -37,9 +37,12 @@ class TwinRenderer:
         self._renderer = FloorFollowingRenderer(self.model, width, height, camera="track")
 
     @classmethod
-    def for_task(cls, name: str, info_keys: set[str], width: int, height: int) -> "TwinRenderer | None":
-        """The twin of EnvPool task ``name`` given the keys of its step ``info``; None where it cannot
-        rebuild the pose (see the module docstring)."""
+    def for_task(cls, name: str, info_keys: set[str], obs_dim: int, width: int,
+                 height: int) -> "TwinRenderer | None":
+        """The twin of EnvPool task ``name`` given the keys of its step ``info`` and its observation size;
+        None where it cannot rebuild the pose (see the module docstring), or where EnvPool's observation
+        is not the twin's (e.g. ``exclude_current_positions_from_observation=False`` among the kwargs:
+        a pose read with the default layout would be shifted)."""
         import gymnasium as gym
 
         try:
@@ -52,7 +55,8 @@ class TwinRenderer:
         has_track_camera = (isinstance(model, mujoco.MjModel)
                             and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0)
         skipped = None if structure is None else structure.get("skipped_qpos")
-        if (not has_track_camera or skipped is None or skipped > len(POSITION_KEYS)
+        same_observation = gym_env.observation_space.shape == (obs_dim,)
+        if (not has_track_camera or skipped is None or skipped > len(POSITION_KEYS) or not same_observation
                 or not set(POSITION_KEYS[:skipped]) <= info_keys):
             gym_env.close()
             return None

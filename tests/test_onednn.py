@@ -47,7 +47,7 @@ def test_matches_linear_with_gradients_and_double_backward(one_thread):
         torch.testing.assert_close(fast_grad, plain_grad, rtol=1e-4, atol=1e-3 * plain_grad.abs().max().item())
 
 
-def test_runs_onednn_only_where_it_is_faster(one_thread, monkeypatch):
+def test_dispatches_to_onednn_only_for_wide_layers_big_batches_one_thread_and_float32(one_thread, monkeypatch):
     calls = []
     monkeypatch.setattr(onednn._OneDNNLinearFunction, "apply",
                         lambda *args: calls.append(args[0].shape) or nn.functional.linear(*args))

@@ -159,27 +159,32 @@ def test_every_frame_of_a_long_halfcheetah_video_shows_the_floor(tmp_path):
     assert contrast.min() > 0.5 * contrast[0], f"frame {contrast.argmin()} lost the floor"
 
 
-def test_envpool_halfcheetah_frames_keep_the_floor_and_follow_env0_across_resets():
+@pytest.mark.parametrize("step_groups", [0, 2])
+def test_envpool_halfcheetah_frames_keep_the_floor_and_follow_env0_across_resets(step_groups):
     """EnvPool's HalfCheetah is drawn from a gymnasium twin (``envs.envpool_render``): the last frame of a
     1000-step run ~100 m past the start still shows the checker, and after env 0's episode ends the
-    frame shows the new episode's pose, not the old one (two envs: EnvPool's row order is sorted)."""
+    frame shows the new episode's pose, not the old one. Env 1 stands still (zero actions), so drawing
+    env 1 instead of env 0 fails the distance check; with two step groups env 0 is group 0's."""
     pytest.importorskip("envpool", reason="the envpool extra is not installed")
     gait = GAITS["gym:HalfCheetah-v5"]
     phases = torch.tensor(gait["phases"])
 
     def gait_actions(t):
-        return torch.sin(2 * np.pi * gait["frequency"] * t * gait["dt"] + phases)[None].float().repeat(2, 1)
+        running = torch.sin(2 * np.pi * gait["frequency"] * t * gait["dt"] + phases)[None].float()
+        return torch.cat([running, torch.zeros_like(running)])
 
-    with envs.make("envpool:HalfCheetah-v5", num_envs=2, seed=0, render=True, render_size=SIZE,
-                   max_episode_steps=1000) as env:
-        twin = envs.innermost(env)._twin
+    with envs.make_backend("envpool:HalfCheetah-v5", num_envs=2, seed=0, render=True, render_size=SIZE,
+                           max_episode_steps=1000, step_groups=step_groups) as env:
+        twin = env._twin
         assert twin is not None, "HalfCheetah-v5 should be drawn by the twin"
+        with pytest.raises(envs.EnvError, match="render.. before reset"):
+            env.render()
         env.reset()
         first_frame = env.render()
         for t in range(999):
             env.step(gait_actions(t))
         last_frame = env.render()
-        assert float(twin.data.qpos[0]) > gait["min_distance"], "the gait no longer runs far"
+        assert float(twin.data.qpos[0]) > gait["min_distance"], "the gait no longer runs far (or env 1 is drawn)"
         fixed = FloorFollowingRenderer(twin.model, *SIZE, camera="track", follow_floor=False)
         try:  # where the model puts its floor, it is out of view by now: the check can fail
             assert checker_contrast(fixed.render(twin.data)) < 0.3 * checker_contrast(first_frame)
@@ -189,3 +194,14 @@ def test_envpool_halfcheetah_frames_keep_the_floor_and_follow_env0_across_resets
         env.step(gait_actions(999))  # the time limit ends both episodes; the frame is the new episode's
         env.render()
         assert abs(float(twin.data.qpos[0])) < 1.0
+
+
+def test_envpool_keeps_its_own_renderer_when_the_twin_would_misread_the_observation():
+    """With x in EnvPool's observation (exclude_current_positions_from_observation=False) the twin's
+    default layout would shift the pose by one coordinate, so EnvPool draws the frames itself."""
+    pytest.importorskip("envpool", reason="the envpool extra is not installed")
+    with envs.make_backend("envpool:Hopper-v5", num_envs=1, seed=0, render=True, render_size=SIZE,
+                           env_kwargs={"exclude_current_positions_from_observation": False}) as env:
+        assert env.obs_dim == 12 and env._twin is None
+        env.reset()
+        assert env.render().shape == (*SIZE[::-1], 3)
