@@ -125,6 +125,9 @@ def test_config_checks_name_the_key():
                                  "env.step_groups=4"]))
     with pytest.raises(ConfigError, match="env.step_groups.*envpool"):
         validate(compose_config(["run_dir=/tmp/unused", "env=halfcheetah", "env.step_groups=2"]))
+    with pytest.raises(ConfigError, match="env.step_groups=2 pipelines on-policy collection only; updater=sac"):
+        validate(compose_config(["run_dir=/tmp/unused", "env=envpool", "env.id=Hopper-v5", "env.num_envs=2",
+                                 "env.step_groups=2", "+experiment=sac"]))
 
 
 def test_ppo_fast_envpool_trains_from_the_command_line_and_resumes(tmp_path):

@@ -67,6 +67,9 @@ class TrainConfig:
         if getattr(self.pipeline, "name", None) == "offline_to_online":
             require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                      self.dataset.path)
+        if getattr(self.env, "step_groups", 0) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
+            raise ConfigError(f"env.step_groups={self.env.step_groups} pipelines on-policy collection only; "
+                              f"updater={self.updater.name} steps one action at a time, so set env.step_groups=0")
         if getattr(self.pipeline, "name", None) == "gorl":
             require(getattr(self.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
                     "retrain the latent-decoder head's decoder)", getattr(self.policy, "family", None))
