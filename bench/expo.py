@@ -168,6 +168,17 @@ def score_at(run_dir: Path, step: int) -> float | None:
     return best
 
 
+def run_record(run_dir: Path, steps: int) -> dict[str, Any]:
+    """A finished run's scores at the marks, its whole evaluation curve (step, score, success rate) and
+    the training time and final success rate of its ``summary.json``."""
+    rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {**{str(mark): score_at(run_dir, mark) for mark in MARKS if mark <= steps},
+            "curve": [(row["global_step"], row.get("eval/normalized_score", row["eval/episodic_return"]),
+                       row.get("eval/success_rate")) for row in rows if "eval/episodic_return" in row],
+            "train_time_s": summary["train_time_s"], "final_success_rate": summary.get("eval_success_rate")}
+
+
 def first_step_at(run_dir: Path, score: float | None) -> int | None:
     """The first evaluation step at which the run scores ``score`` or more (None: never)."""
     for line in (run_dir / "progress.jsonl").read_text().splitlines():
@@ -207,8 +218,7 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                       policy="diffusion_expo" if experiment == "expo" else "tanh_gaussian",
                       updater="expo" if experiment == "expo" else "sac", total_steps=args.steps, seed=seed,
                       run_dir=run_dir)
-                results["runs"][run_dir.name] = {str(mark): score_at(run_dir, mark) for mark in MARKS
-                                                 if mark <= args.steps}
+                results["runs"][run_dir.name] = run_record(run_dir, args.steps)
         for seed in args.seeds:  # the step at which EXPO first evaluates at RLPD's final score or above
             rlpd_final = score_at(root / f"{task}-rlpd-{seed}", args.steps)
             results["runs"][f"{task}-expo-{seed}"]["first_step_at_rlpd_final"] = first_step_at(
