@@ -20,7 +20,9 @@ no Python loop per env and no worker processes.
   that env i still gets ``seed + i``; ``send_group`` / ``recv_group`` are EnvPool's own ``send`` /
   ``recv`` on that pool, so one group simulates on its pool's threads while this thread computes
   another group's actions.
-  A positive ``num_threads`` is the total, shared out evenly (at least 1 per pool). Not EnvPool's
+  A positive ``num_threads`` is the total, shared out evenly (at least 1 per pool); with EnvPool's
+  default (0) every pool sizes itself to the cores, so G pools start G times as many threads: set
+  ``+env.kwargs.num_threads`` with groups (``ppo_fast_envpool`` sets 2). Not EnvPool's
   asynchronous mode (``batch_size < num_envs``, ``recv`` returns whichever envs finished first):
   fixed groups keep every env's trajectory a function of its seed and actions alone, never of timing.
 * Resume: EnvPool exposes no simulator state, so a run resumes with fresh episodes (a warning says
