@@ -86,7 +86,7 @@ class TrainConfig:
                 # the early steps run a frozen copy of the weights that pretraining leaves; with no
                 # pretraining that copy is the random initialization, and those steps never learn
                 q_gradient = self.updater.name == "consistency_ac"
-                if q_gradient:
+                if q_gradient and pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0:
                     why = "updater=consistency_ac's offline phase trains by its own loss, not by behaviour cloning"
                 elif pipeline.name == "offline_to_online":
                     why = "pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"
