@@ -26,6 +26,23 @@ def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: fl
     return result
 
 
+def start_training(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """``python -m genpol.train <overrides> run_dir=<run_dir>`` started in the background (for kill and
+    resume tests); stderr is kept for the failure message."""
+    return subprocess.Popen([sys.executable, "-m", "genpol.train", *overrides, f"run_dir={run_dir}"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def final_checkpoint(run_dir: Path) -> tuple:
+    """``(name, policy spec, policy weights, training state)`` of a run's latest checkpoint."""
+    from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
+
+    path = list_checkpoints(Path(run_dir) / "checkpoints")[-1]
+    spec, weights = load_policy_files(path)
+    return path.name, spec, weights, load_training_state(path)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -1,10 +1,7 @@
 """Checkpoints: atomic, weights-only, damage detected and named; resume after SIGKILL bit-identical."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,7 +12,7 @@ from genpol.checkpoint import (CheckpointError, list_checkpoints, load_policy_fi
 from genpol.config import ConfigError
 from genpol.policy import TrainedPolicy
 
-from conftest import REPO, assert_trees_equal
+from conftest import assert_trees_equal, final_checkpoint, start_training
 
 SPEC = {"format": 1, "note": "test"}
 
@@ -87,15 +84,7 @@ LEARNERS = {
 
 
 def train_process(run_dir, *extra):
-    return subprocess.Popen([sys.executable, "-m", "genpol.train", *TRAIN_ARGS, *extra, f"run_dir={run_dir}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
-
-
-def final_state(run_dir):
-    path = list_checkpoints(run_dir / "checkpoints")[-1]
-    _, weights = load_policy_files(path)
-    return path.name, weights, load_training_state(path)
+    return start_training(run_dir, *TRAIN_ARGS, *extra)
 
 
 
@@ -127,8 +116,8 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, learner, stop):
     resumed = train_process(tmp_path / "interrupted", *LEARNERS[learner])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
-    name_a, weights_a, state_a = final_state(tmp_path / "reference")
-    name_b, weights_b, state_b = final_state(tmp_path / "interrupted")
+    name_a, _, weights_a, state_a = final_checkpoint(tmp_path / "reference")
+    name_b, _, weights_b, state_b = final_checkpoint(tmp_path / "interrupted")
     assert name_a == name_b == "step_000000002560"
     assert_trees_equal(weights_a, weights_b, "policy")
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):

@@ -22,12 +22,12 @@ from custom_envs import SIGKILL_ENV
 from envs import EnvError
 from envs.testing import ProtocolViolation, check_vector_env
 from genpol.api import compose_config
-from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
+from genpol.checkpoint import list_checkpoints
 from genpol.config import ConfigError, validate
 from genpol.heads import build_head
 from genpol.policy import TrainedPolicy, make_policy_spec
 
-from conftest import REPO, assert_nonblank_mp4, assert_trees_equal
+from conftest import REPO, assert_nonblank_mp4, assert_trees_equal, final_checkpoint
 
 TESTS = Path(__file__).resolve().parent
 # 4 iterations of 2 envs x 32 steps, a checkpoint after each; episodes of 20 steps
@@ -68,10 +68,6 @@ def train(tmp_path, name, *args, sigkill_at=None):
                   f"pipeline.video_dir={tmp_path / 'videos'}", sigkill_at=sigkill_at)
 
 
-def final_state(run_dir):
-    path = list_checkpoints(run_dir / "checkpoints")[-1]
-    spec, weights = load_policy_files(path)
-    return path.name, spec, weights, load_training_state(path)
 
 
 
@@ -115,8 +111,8 @@ def check_killed_and_resumed(root, killed, killed_args):
     steps_at_kill = [p.name for p in list_checkpoints(root / "killed" / "checkpoints")]
     assert steps_at_kill[-1] == "step_000000000128", steps_at_kill
     finish(train(root, "killed", *killed_args))
-    name_a, _, weights_a, state_a = final_state(root / "reference")
-    name_b, spec_b, weights_b, state_b = final_state(root / "killed")
+    name_a, _, weights_a, state_a = final_checkpoint(root / "reference")
+    name_b, spec_b, weights_b, state_b = final_checkpoint(root / "killed")
     assert name_a == name_b == "step_000000000256"
     assert_trees_equal(weights_a, weights_b, "policy")
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step"):
@@ -151,7 +147,7 @@ def test_gymnasium_env_of_a_user_module_from_the_cli(first_runs):
     root, killed, reference = first_runs["gym"]
     spec = check_killed_and_resumed(root, killed, GYM_BY_IMPORTS_TWO_WORKERS)
     assert spec["env"]["id"] == "gym:MyReach-v0" and spec["env"]["imports"] == ["custom_envs.reach"]
-    _, reference_spec, _, _ = final_state(root / "reference")
+    _, reference_spec, _, _ = final_checkpoint(root / "reference")
     assert reference_spec["env"]["id"] == "gym:custom_envs.reach:MyReach-v0" and reference_spec["env"]["imports"] == []
     assert_nonblank_mp4(reference["video"], size=(64, 64))
     assert_nonblank_mp4(json.loads((root / "killed" / "summary.json").read_text())["video"])

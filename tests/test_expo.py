@@ -268,27 +268,18 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
     """SIGKILL an EXPO run (offline data mixed in) after its 3rd checkpoint (step 192; it learns from
     step 128 on) and re-run it: the policy (EMA base, edit policy, target critics), the base, the learner's whole state (critics, optimizers,
     temperature, replay, generators), the env and torch's RNG equal an uninterrupted run's."""
-    import os
     import signal
-    import subprocess
-    import sys
     import time
 
-    from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
+    from genpol.checkpoint import list_checkpoints
 
-    from conftest import REPO, assert_trees_equal
+    from conftest import assert_trees_equal, final_checkpoint, start_training
 
     def start(run_dir):
-        args = ["+experiment=expo", "env=hopper", "env.num_envs=2", f"dataset.path={hopper_dataset}",
-                "total_steps=256", "pipeline.checkpoint_every=1", "pipeline.video=false", "updater.iteration_steps=64",
-                *[arg for arg in TINY_EXPO if not arg.startswith("updater.iteration_steps")],
-                f"run_dir={run_dir}"]
-        return subprocess.Popen([sys.executable, "-m", "genpol.train", *args], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-
-    def final(run_dir):
-        path = list_checkpoints(run_dir / "checkpoints")[-1]
-        return path.name, load_policy_files(path)[1], load_training_state(path)
+        return start_training(run_dir, "+experiment=expo", "env=hopper", "env.num_envs=2",
+                              f"dataset.path={hopper_dataset}", "total_steps=256", "pipeline.checkpoint_every=1",
+                              "pipeline.video=false", "updater.iteration_steps=64",
+                              *[arg for arg in TINY_EXPO if not arg.startswith("updater.iteration_steps")])
 
     reference = start(tmp_path / "reference")
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
@@ -304,8 +295,8 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
     resumed = start(tmp_path / "interrupted")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
-    name_a, weights_a, state_a = final(tmp_path / "reference")
-    name_b, weights_b, state_b = final(tmp_path / "interrupted")
+    name_a, _, weights_a, state_a = final_checkpoint(tmp_path / "reference")
+    name_b, _, weights_b, state_b = final_checkpoint(tmp_path / "interrupted")
     assert name_a == name_b == "step_000000000256"
     assert_trees_equal(weights_a, weights_b, "policy")
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
