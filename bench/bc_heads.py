@@ -25,6 +25,8 @@ RESULTS = ROOT / "bench" / "results"
 RUNS = ROOT / "bench" / "runs" / "bc_heads"
 HEADS = {
     "diffusion": ["+experiment=dppo_hopper"],
+    # DPPO's denoiser acting one step at a time, as the consistency head does (chunks are a DPPO choice)
+    "diffusion-chunk1": ["+experiment=dppo_hopper", "policy.act_steps=1", "policy.horizon_steps=1"],
     "consistency": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false"],
     # the short consistency-training schedule that MultiGoal's BC test needs (N up to 21, target decay 0.95)
     "consistency-short-ct": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",

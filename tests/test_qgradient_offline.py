@@ -7,9 +7,11 @@ import io
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from genpol.algorithms.qgradient import QGradientActor
+from genpol.callbacks.base import Callback
 from genpol.config.offpolicy import QGradientConfig
 from genpol.heads import ConsistencyHead
 from genpol.runners.offline_rl import OfflineRLRunner
@@ -31,15 +33,31 @@ def offline_store(seed=0):
     return OfflineReplay(observations, actions, rewards, terminals, rows, rows + 1, checksum=7, seed=seed)
 
 
-def make(seed=0):
+def make(seed=0, offline_lr_decay=False):
     torch.manual_seed(seed)
     cfg = QGradientConfig(batch_size=8, critic_hidden_sizes=[16], eta=ETA, bc_coef=BC, lr=LR, max_grad_norm=MAX_NORM,
-                          actor_ema_start=2, actor_ema_every=1, act_candidates=3, learning_starts=5)
+                          actor_ema_start=2, actor_ema_every=1, act_candidates=3, learning_starts=5,
+                          offline_lr_decay=offline_lr_decay)
     head = ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16))
     offline = offline_store(seed)
     algorithm = QGradientActor(head, cfg, total_steps=100, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=64,
                                device=torch.device("cpu"), seed=seed)
     return algorithm, offline
+
+
+class Killed(Exception):
+    pass
+
+
+class KilledAfter(Callback):
+    """Ends the run at the end of iteration ``iterations``, as a kill right after its checkpoint would."""
+
+    def __init__(self, iterations):
+        self.iterations = iterations
+
+    def on_iteration_end(self, runner, metrics):
+        if runner.iteration == self.iterations:
+            raise Killed
 
 
 def first_adam_step(parameters, loss):
@@ -98,23 +116,51 @@ def test_one_offline_step_is_a_td_step_and_a_ct_plus_eta_q_step_on_dataset_batch
     assert all(torch.equal(e, p) for e, p in zip(algorithm.ema_head.parameters(), algorithm.head.parameters()))
 
 
-def test_the_offline_phase_resumes_exactly_through_a_weights_only_checkpoint():
-    whole, offline = make()
+@pytest.mark.parametrize("offline_lr_decay", [False, True])
+def test_the_offline_phase_resumes_exactly_through_a_weights_only_checkpoint(offline_lr_decay):
+    whole, offline = make(offline_lr_decay=offline_lr_decay)
     OfflineRLRunner(whole, offline, steps=6, batch_size=8, log_every=2).run()
 
-    first, offline_first = make()
-    runner = OfflineRLRunner(first, offline_first, steps=3, batch_size=8, log_every=3)
-    runner.run()
+    first, offline_first = make(offline_lr_decay=offline_lr_decay)
+    runner = OfflineRLRunner(first, offline_first, steps=6, batch_size=8, log_every=3, callbacks=[KilledAfter(1)])
+    with pytest.raises(Killed):  # the process dies after the first iteration's checkpoint (3 of 6 steps)
+        runner.run()
     buffer = io.BytesIO()
     torch.save(runner.training_state(), buffer)
     buffer.seek(0)
-    resumed, _ = make(seed=1)  # other weights and generators, all overwritten by the load
+    resumed, _ = make(seed=1, offline_lr_decay=offline_lr_decay)  # other weights and generators, all overwritten by the load
     second = OfflineRLRunner(resumed, offline_store(0), steps=6, batch_size=8, log_every=3)  # the same data
     second.load({}, torch.load(buffer, weights_only=True))
     second.run()
     assert resumed.offline_steps == whole.offline_steps == 6
     assert_trees_equal(resumed.state_dict(), whole.state_dict())
     assert_trees_equal(resumed.head.state_dict(), whole.head.state_dict())
+
+
+def test_the_offline_lr_decay_is_torchs_cosine_annealing_and_online_starts_back_at_lr():
+    """With ``offline_lr_decay`` the actor and critics step at torch's ``CosineAnnealingLR(T_max=6,
+    eta_min=0)`` rates, one per gradient step; afterwards both optimizers are back at ``lr``."""
+    algorithm, offline = make(offline_lr_decay=True)
+    seen, step = [], algorithm.gradient_step
+
+    def recording_step(batch):
+        seen.append((algorithm.actor_optimizer.param_groups[0]["lr"], algorithm.critic_optimizer.param_groups[0]["lr"]))
+        return step(batch)
+
+    algorithm.gradient_step = recording_step
+    OfflineRLRunner(algorithm, offline, steps=6, batch_size=8, log_every=4).run()
+    oracle = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=LR)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(oracle, T_max=6, eta_min=0.0)
+    expected = []
+    for _ in range(6):
+        expected.append(oracle.param_groups[0]["lr"])
+        oracle.step()
+        schedule.step()
+    assert [actor for actor, _ in seen] == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert [critic for _, critic in seen] == [actor for actor, _ in seen]
+    assert expected[-1] < 0.1 * LR
+    assert [group["lr"] for opt in (algorithm.actor_optimizer, algorithm.critic_optimizer)
+            for group in opt.param_groups] == [LR, LR]
 
 
 def test_acting_after_the_offline_phase_skips_the_random_warm_up():

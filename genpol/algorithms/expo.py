@@ -24,7 +24,6 @@ and one edit step and one temperature step on the last minibatch.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import torch
@@ -37,6 +36,7 @@ from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_
 from genpol.qensemble import polyak_update
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.sac_losses import td_target
+from genpol.updaters.schedules import cosine_lr
 
 
 class EXPO(SAC):
@@ -92,8 +92,7 @@ class EXPO(SAC):
         A function of the checkpointed step counts, so a resumed run continues it exactly."""
         if self.cfg.base_lr_decay_steps is None:
             return self.cfg.lr
-        progress = min(steps, self.cfg.base_lr_decay_steps) / self.cfg.base_lr_decay_steps
-        return self.cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return cosine_lr(self.cfg.lr, steps, self.cfg.base_lr_decay_steps)
 
     def base_step(self, batch: ReplayBatch) -> torch.Tensor:
         """One imitation step of the base policy on the batch's actions, then the EMA update."""

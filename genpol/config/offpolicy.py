@@ -149,6 +149,9 @@ class QGradientConfig(SACConfig):
     """Activation of the critics."""
     max_grad_norm: Optional[float] = 1.0
     """Gradient-norm clip of actor and critics (reference: 1-10 per task)."""
+    offline_lr_decay: bool = False
+    """Offline phase (pipeline=offline_to_online): actor and critic lr decay from lr to 0 along a cosine over
+    pipeline.pretrain_steps (the references' --lr_decay); online fine-tuning then runs at lr."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

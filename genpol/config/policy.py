@@ -197,6 +197,9 @@ class DiffusionPolicyConfig(PolicyConfig):
     ddim_eval_eta: float = 0.0
     """DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; equal to ddim_eta it follows the
     means of the chain that fine-tuning trains (policy=diffusion_ddim)."""
+    clamp_gradient: str = "inward"
+    """Backward pass of rsample's final clamp to [-1, 1] (Q-gradient learners, Diffusion-QL): inward (a saturated
+    action's gradient passes when it points back into the box), straight_through, or zero (torch's clamp)."""
     critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of the value network."""
     critic_activation: str = "mish"
@@ -218,6 +221,8 @@ class DiffusionPolicyConfig(PolicyConfig):
                  "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
         for key in ("ddim_eta", "ddim_eval_eta"):
             require(0.0 <= getattr(self, key) <= 1.0, f"policy.{key}", "in [0, 1]", getattr(self, key))
+        require(self.clamp_gradient in ("inward", "straight_through", "zero"), "policy.clamp_gradient",
+                "inward, straight_through or zero", self.clamp_gradient)
         for key in ("clip_base", "clip_final"):
             value = getattr(self, key)
             if value is not None:

@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
 from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
 
@@ -95,6 +96,9 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         ddim_eta: DDIM's eta during (stochastic) sampling.
         ddim_eval_eta: DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; ``ddim_eta``
             follows the means of the chain that fine-tuning trains (see the module docstring).
+        clamp_gradient: the backward pass of ``rsample``'s final clamp to [-1, 1] (Diffusion-QL's
+            Q-gradient): ``inward`` (default), ``straight_through`` or ``zero`` (torch's, Diffusion-QL's);
+            see ``genpol.heads.bounds``. The forward value is the clamp in every mode.
     """
 
     family = "diffusion"
@@ -109,8 +113,10 @@ class DiffusionHead(ChunkedActions, PolicyHead):
                  time_dim: int = 16, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
                  randn_clip: float = 3.0, denoised_clip: float = 1.0, logprob_clamp: Sequence[float] = (-5.0, 2.0),
                  gamma_denoising: float = 0.99, clip_base: float | None = None, clip_final: float | None = None,
-                 ddim_eta: float = 1.0, ddim_eval_eta: float = 0.0):
+                 ddim_eta: float = 1.0, ddim_eval_eta: float = 0.0, clamp_gradient: str = "inward"):
         super().__init__(obs_dim, act_dim)
+        if clamp_gradient not in CLAMP_GRADIENTS:
+            raise ValueError(f"diffusion clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
         if act_dim % act_steps:
             raise ValueError(f"act_dim {act_dim} is not a multiple of act_steps {act_steps}")
         if horizon_steps < act_steps:
@@ -127,7 +133,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
             "min_sampling_std": min_sampling_std, "min_logprob_std": min_logprob_std, "randn_clip": randn_clip,
             "denoised_clip": denoised_clip, "logprob_clamp": list(logprob_clamp),
             "gamma_denoising": gamma_denoising, "clip_base": clip_base, "clip_final": clip_final,
-            "ddim_eta": ddim_eta, "ddim_eval_eta": ddim_eval_eta,
+            "ddim_eta": ddim_eta, "ddim_eval_eta": ddim_eval_eta, "clamp_gradient": clamp_gradient,
         }
         self.act_steps, self.horizon_steps = act_steps, horizon_steps
         self.single_act_dim = act_dim // act_steps
@@ -139,6 +145,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         self.randn_clip, self.denoised_clip = randn_clip, denoised_clip
         self.logprob_clamp = tuple(logprob_clamp)
         self.ddim_eta, self.ddim_eval_eta = ddim_eta, ddim_eval_eta
+        self.clamp_gradient = clamp_gradient
         self.denoiser = Denoiser(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim)
         self.frozen_denoiser = None
         if ft_denoising_steps < steps_sampled:  # early steps run the pretrained weights, frozen
@@ -229,8 +236,12 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         frozen = self.frozen_denoiser is not None and step < self.num_steps - self.ft_steps
         return self.frozen_denoiser if frozen else self.denoiser
 
-    def _run_chain(self, obs: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample a chunk; returns ``(final sample [B, C], last K' + 1 chain states [B, K' + 1, C])``."""
+    def _run_chain(self, obs: torch.Tensor, deterministic: bool, reparameterized: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample a chunk; returns ``(final sample [B, C], last K' + 1 chain states [B, K' + 1, C])``.
+
+        ``reparameterized``: the final clamp passes the gradient by ``clamp_gradient``'s rule (``rsample``);
+        otherwise it is torch's clamp (same values)."""
         batch = obs.shape[0]
         # deterministic: DPPO's noise levels, drawn from a fixed-seed generator, so that the same
         # observation always gives the same action (DPPO's own evaluation redraws x_K every call)
@@ -253,7 +264,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
             noise = torch.randn(x.shape, device=x.device, generator=generator).clamp(-self.randn_clip, self.randn_clip)
             x = mean + std * noise
             if last:
-                x = x.clamp(-1.0, 1.0)
+                x = clamp_to_box(x, self.clamp_gradient) if reparameterized else x.clamp(-1.0, 1.0)
             if i >= first_ft:
                 chain.append(x)
         return x, torch.stack(chain, dim=1)
@@ -288,8 +299,11 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         return self._run_chain(obs, deterministic)[0][:, : self.executed_dim]
 
     def rsample(self, obs: torch.Tensor) -> torch.Tensor:
-        """The stochastic chain with its graph (every denoising step differentiable): ``[B, act_dim]``."""
-        return self._run_chain(obs, deterministic=False)[0][:, : self.executed_dim]
+        """The stochastic chain with its graph (every denoising step differentiable): ``[B, act_dim]``.
+
+        A saturated action's gradient passes back when it points into the box (``clamp_gradient``): with
+        torch's clamp a Q-loss-only actor whose samples all leave the box gets no gradient again."""
+        return self._run_chain(obs, deterministic=False, reparameterized=True)[0][:, : self.executed_dim]
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
         log_probs, _ = self.chain_log_probs(obs, record["chain"])

@@ -7,6 +7,11 @@ dataset: a TD step of the twin critics with next actions from the EMA actor, an 
 ``bc_coef`` CT loss + ``eta`` normalized Q-loss, the Polyak and EMA updates. The learner object
 (critics, targets, EMA actor, optimizers) then goes on into online fine-tuning unchanged.
 
+With ``updater.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
+``updater.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
+stepped there once per epoch of 1000 steps, here every step), computed from the learner's checkpointed
+``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``updater.lr``.
+
 As the BC runner, callbacks do the I/O every ``log_every`` gradient steps, and ``global_step`` is the
 gradient step. Evaluation (``runner.head``) acts as the online phase will: softmax-Q over the
 online head's candidates, valued by the target critics.
@@ -24,6 +29,7 @@ from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
 from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 from genpol.storage.replay import OfflineReplay
+from genpol.updaters.schedules import cosine_lr
 
 
 class OfflineRLRunner:
@@ -55,7 +61,15 @@ class OfflineRLRunner:
         """The head evaluation acts with."""
         return self.algorithm.acting_head()
 
+    def set_learning_rate(self, lr: float) -> None:
+        for optimizer in (self.algorithm.actor_optimizer, self.algorithm.critic_optimizer):
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
     def train_step(self) -> dict[str, torch.Tensor]:
+        cfg = self.algorithm.cfg
+        if cfg.offline_lr_decay:
+            self.set_learning_rate(cosine_lr(cfg.lr, self.algorithm.offline_steps, self.total_steps))
         named = self.algorithm.gradient_step(self.offline.sample(self.batch_size))
         self.algorithm.offline_steps += 1
         self.global_step += 1
@@ -74,8 +88,11 @@ class OfflineRLRunner:
             metrics["pretrain/steps_per_second"] = len(steps) / elapsed
             check_finite(self, metrics, "logged value")
             check_finite(self, module_tensors(self.algorithm.networks()), "parameter")
+            if self.algorithm.cfg.offline_lr_decay:
+                metrics["pretrain/learning_rate"] = self.algorithm.actor_optimizer.param_groups[0]["lr"]
             self.callbacks.on_iteration_end(self, metrics)
             stop_if_requested(self)
+        self.set_learning_rate(self.algorithm.cfg.lr)  # online fine-tuning's rate (the optimizers carry on)
         self.callbacks.on_train_end(self)
 
     # ------------------------------------------------------------------ checkpoints (Checkpointer API)

@@ -1,7 +1,9 @@
-"""Learning-rate schedules driven by the policy's own KL divergence."""
+"""Learning-rate schedules: the KL-adaptive rule driven by the policy's own KL divergence, and a cosine
+decay computed from a step count (so a resumed run continues it exactly, with no scheduler state)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -19,6 +21,14 @@ def policy_kl(head: PolicyHead, obs: torch.Tensor, record: Record, terms: RatioT
     if head.has_exact_kl:
         return head.kl(obs, record).mean()
     return estimated_kl(terms.log_ratio)
+
+
+def cosine_lr(lr: float, step: int, total_steps: int, min_lr: float = 0.0) -> float:
+    """The learning rate before step ``step`` of a cosine decay from ``lr`` to ``min_lr`` over ``total_steps``
+    (then ``min_lr``): ``min_lr + (lr - min_lr) (1 + cos(pi min(step, T) / T)) / 2``, torch's
+    ``CosineAnnealingLR`` and optax's ``cosine_decay_schedule`` (``min_lr`` 0) in closed form."""
+    progress = min(step, total_steps) / max(total_steps, 1)
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class AdaptiveLR:
