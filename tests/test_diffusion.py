@@ -8,6 +8,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
 from genpol.heads import DiffusionHead
+from genpol.policy import TrainedPolicy
 
 
 def constant_denoiser(head: DiffusionHead, value: float) -> None:
@@ -261,7 +262,8 @@ def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path,
     """With K' < K the early steps run ``frozen_denoiser``, which holds the random initialization until
     ``start_finetuning`` copies the pretrained weights into it. The pretrained policy's evaluation must
     come after that copy: before it, the first K - K' steps denoised with random weights (measured on
-    Hopper: a pretrained return of 240 with K' = 5 against 724 with every step pretrained)."""
+    Hopper: a pretrained return of 240 with K' = 5 against 724 with every step pretrained). The same
+    holds for the policy a pretraining checkpoint stores (``genpol.evaluate checkpoint=.../pretrain/...``)."""
     from genpol.api import compose_config
     from genpol.config import validate
     from genpol.train import run_training
@@ -278,10 +280,15 @@ def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path,
     cfg = validate(compose_config([
         "+experiment=dppo_hopper", f"dataset.path={hopper_dataset}", "policy.denoising_steps=4",
         "policy.ft_denoising_steps=2", "policy.hidden_sizes=[16,16,16]", "policy.critic_hidden_sizes=[16]",
-        "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", "pipeline.compile_sampling=false",
+        "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", "pipeline.pretrain_checkpoint_every=1",
+        "pipeline.compile_sampling=false",
         "pipeline.eval_episodes=1", "pipeline.video=false", "env.num_envs=2", "env.max_episode_steps=20",
         "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "total_steps=64",
         "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={tmp_path / 'run'}"]))
     run_training(cfg, tmp_path / "run")
     assert frozen_matches_trained[0], "the pretrained evaluation ran the early steps on random weights"
     assert not frozen_matches_trained[-1]  # the final evaluation: the fine-tuned steps have moved
+    for step in (10, 20):  # mid-pretraining and final pretraining checkpoints
+        policy = TrainedPolicy.load(tmp_path / "run" / "pretrain" / "checkpoints" / f"step_{step:012d}")
+        pairs = zip(policy.head.denoiser.state_dict().values(), policy.head.frozen_denoiser.state_dict().values())
+        assert all(torch.equal(a, b) for a, b in pairs), f"pretraining checkpoint {step}: random frozen steps"

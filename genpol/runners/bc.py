@@ -9,6 +9,7 @@ on-policy runner; the runner's ``global_step`` is the gradient step.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Sequence
 
@@ -112,7 +113,13 @@ class BCRunner:
 
     # ------------------------------------------------------------------ checkpoints (Checkpointer API)
     def policy_weights(self) -> dict[str, Any]:
-        return {"head": self.ema_head_state(), "obs_normalizer": self.observation_state}
+        """What a checkpoint's ``policy/`` holds: the EMA head as fine-tuning would start from it, i.e. after
+        ``start_finetuning`` (a diffusion head's frozen early denoising steps hold the head's own weights,
+        not the random initialization they keep in training until then)."""
+        acting = copy.deepcopy(self.head)
+        acting.load_state_dict(self.ema_head_state())
+        acting.start_finetuning()
+        return {"head": acting.state_dict(), "obs_normalizer": self.observation_state}
 
     def training_state(self) -> dict[str, Any]:
         return {"head": self.head.state_dict(), "ema": self.ema.state_dict(),
