@@ -171,6 +171,33 @@ def test_behaviour_cloning_reproduces_a_scripted_expert(tmp_path, head_name):
     assert np.abs(predicted - expert(test_obs).numpy()).max() < 0.15
 
 
+def test_a_dataset_over_max_transitions_is_refused_before_its_arrays_are_read(tmp_path, monkeypatch):
+    """dataset.max_transitions bounds what genpol holds in memory: a file of 16 transitions loads under a cap
+    of 16 and is refused under 15, by size alone (no array is read: reading raises here)."""
+    tiny_d4rl(tmp_path / "hopper_medium-v2.hdf5")
+    data = load_d4rl(tmp_path / "hopper_medium-v2.hdf5", max_transitions=16)
+    assert len(data.rewards) == 16 and data.metadata["metadata/algorithm"] == b"scripted"
+    with monkeypatch.context() as patch:
+        def no_reads(*args, **kwargs):
+            raise AssertionError("an array was read before the size check")
+
+        patch.setattr(h5py.Dataset, "__getitem__", no_reads)
+        with pytest.raises(DatasetError, match=r"hopper_medium-v2.hdf5 holds 16 transitions, more than "
+                                               r"dataset.max_transitions=15"):
+            load_dataset(str(tmp_path / "hopper_medium-v2.hdf5"), max_transitions=15)
+
+    import gymnasium as gym
+
+    episodes = [{"observations": np.zeros((t + 1, 11)), "actions": np.zeros((t, 3), np.float32), "rewards": np.zeros(t),
+                 "terminations": np.arange(t) == t - 1, "truncations": np.zeros(t, bool)} for t in (5, 7)]
+    write_minari("genpol/hopper/capped-v0", episodes, gym.spaces.Box(-np.inf, np.inf, (11,), np.float64),
+                 gym.spaces.Box(-1, 1, (3,), np.float32), root=tmp_path)
+    assert len(load_minari("genpol/hopper/capped-v0", root=tmp_path, max_transitions=12).rewards) == 12
+    with pytest.raises(DatasetError, match=r"Minari dataset 'genpol/hopper/capped-v0' holds 12 transitions, more "
+                                           r"than dataset.max_transitions=11"):
+        load_dataset("genpol/hopper/capped-v0", minari_root=tmp_path, max_transitions=11)
+
+
 def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
     collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "400", "--num-envs", "2",
                   "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])

@@ -85,6 +85,10 @@ class DatasetConfig:
     """``auto`` (by the path's suffix), ``d4rl`` or ``minari``."""
     minari_root: Optional[str] = None
     """Root of local Minari datasets (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)."""
+    max_transitions: int = 4_000_000
+    """Largest dataset accepted (transitions); every transition is held in memory, so this bounds it. The
+    default covers every D4RL Gym, maze2d and AntMaze file (maze2d-large: 4M); larger ones are refused."""
 
     def __post_init__(self) -> None:
         require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)
+        require(self.max_transitions >= 1, "dataset.max_transitions", ">= 1", self.max_transitions)

@@ -17,37 +17,49 @@ from typing import Any
 import h5py
 import numpy as np
 
-from genpol.data.dataset import DatasetError, OfflineDataset
+from genpol.data.dataset import DatasetError, OfflineDataset, check_size
 from genpol.data.scores import d4rl_env_name
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 
 
-def _read_all(handle: h5py.File) -> dict[str, Any]:
-    data: dict[str, Any] = {}
+# what genpol reads: the flat arrays it trains on and the metadata; D4RL's ``infos/*`` (qpos, qvel,
+# the behaviour policy's log-probs) and ``next_observations`` would only take memory
+READ_KEYS = (*REQUIRED_KEYS, "timeouts")
 
-    def visit(name: str, node: Any) -> None:
-        if isinstance(node, h5py.Dataset):
-            data[name] = node[()] if node.shape == () else node[:]
 
-    handle.visititems(visit)
+def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[str, Any]:
+    """The arrays of ``READ_KEYS`` and the ``metadata/*`` entries, after checking the file's size against
+    ``max_transitions`` (before anything large is read)."""
+    arrays = {key: handle[key] for key in READ_KEYS if isinstance(handle.get(key), h5py.Dataset)}
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing:
+        present = sorted(key for key in handle.keys() if isinstance(handle[key], h5py.Dataset))
+        raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
+    shape = arrays["observations"].shape
+    check_size(str(path), shape[0] if shape else 0, max_transitions)
+    data: dict[str, Any] = {key: node[()] for key, node in arrays.items()}
+    metadata = handle.get("metadata")
+    if isinstance(metadata, h5py.Group):
+        def visit(name: str, node: Any) -> None:
+            if isinstance(node, h5py.Dataset):
+                data[f"metadata/{name}"] = node[()]
+
+        metadata.visititems(visit)
     return data
 
 
-def load_d4rl(path: str | Path) -> OfflineDataset:
-    """Read a D4RL HDF5 file into an ``OfflineDataset``; errors name the file and the key."""
+def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDataset:
+    """Read a D4RL HDF5 file into an ``OfflineDataset``; errors name the file and the key. A file of more
+    than ``max_transitions`` transitions is refused before its arrays are read (None: no limit)."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"no D4RL dataset file at {path}")
     try:
         with h5py.File(path, "r") as handle:
-            data = _read_all(handle)
+            data = _read(handle, path, max_transitions)
     except OSError as error:
         raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
-    missing = [key for key in REQUIRED_KEYS if key not in data]
-    if missing:
-        present = sorted(key for key in data if "/" not in key)
-        raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
     observations = np.asarray(data["observations"])
     actions = np.asarray(data["actions"])
     if observations.ndim != 2 or actions.ndim != 2:

@@ -13,6 +13,15 @@ class DatasetError(ValueError):
     """A missing, malformed or mismatched dataset; the message names the file and the key."""
 
 
+def check_size(source: str, transitions: int, max_transitions: int | None) -> None:
+    """Refuse a dataset of more than ``max_transitions`` transitions (None: no limit) before it is read:
+    the replay and BC pipelines hold every transition in memory (several float32 copies of it)."""
+    if max_transitions is not None and transitions > max_transitions:
+        raise DatasetError(f"{source} holds {transitions:,} transitions, more than dataset.max_transitions="
+                           f"{max_transitions:,}; genpol keeps every transition in memory, so raise "
+                           "dataset.max_transitions if this machine has room for it")
+
+
 @dataclass
 class Normalization:
     """Per-dimension min and max of observations and actions; maps each to [-1, 1] as DPPO does:

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from genpol.data.dataset import DatasetError, OfflineDataset
+from genpol.data.dataset import DatasetError, OfflineDataset, check_size
 from genpol.data.scores import d4rl_env_name
 
 
@@ -36,8 +36,10 @@ def _datasets_root(root: str | Path | None) -> Iterator[None]:
             os.environ["MINARI_DATASETS_PATH"] = previous
 
 
-def load_minari(dataset_id: str, root: str | Path | None = None) -> OfflineDataset:
-    """Read a local Minari dataset (e.g. ``mujoco/hopper/medium-v0``) into an ``OfflineDataset``."""
+def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions: int | None = None
+                ) -> OfflineDataset:
+    """Read a local Minari dataset (e.g. ``mujoco/hopper/medium-v0``) into an ``OfflineDataset``; one of
+    more than ``max_transitions`` steps is refused before its episodes are read (None: no limit)."""
     import minari
 
     with _datasets_root(root):
@@ -49,6 +51,7 @@ def load_minari(dataset_id: str, root: str | Path | None = None) -> OfflineDatas
                                "make one with python -m genpol.data.collect)") from None
         except Exception as error:  # minari raises several types for malformed ids and files
             raise DatasetError(f"Minari dataset '{dataset_id}' under {where} could not be read: {error}") from None
+        check_size(f"Minari dataset '{dataset_id}'", int(dataset.total_steps), max_transitions)
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
         for episode in dataset.iterate_episodes():
             observations = np.asarray(episode.observations)
@@ -95,12 +98,14 @@ def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], obs
         return Path(minari.storage.get_dataset_path(dataset_id))
 
 
-def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path | None = None) -> OfflineDataset:
-    """A D4RL file (``.hdf5``/``.h5`` path) or a Minari dataset id, per ``format`` (auto/d4rl/minari)."""
+def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path | None = None,
+                 max_transitions: int | None = None) -> OfflineDataset:
+    """A D4RL file (``.hdf5``/``.h5`` path) or a Minari dataset id, per ``format`` (auto/d4rl/minari),
+    refused when it holds more than ``max_transitions`` transitions (None: no limit)."""
     from genpol.data.d4rl import load_d4rl
 
     if format == "d4rl" or (format == "auto" and Path(path_or_id).suffix in (".hdf5", ".h5")):
-        return load_d4rl(path_or_id)
+        return load_d4rl(path_or_id, max_transitions)
     if format in ("minari", "auto"):
-        return load_minari(path_or_id, minari_root)
+        return load_minari(path_or_id, minari_root, max_transitions)
     raise DatasetError(f"unknown dataset format '{format}'; choose auto, d4rl or minari")

@@ -62,7 +62,8 @@ def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
 
 def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     run_dir = prepare_run(cfg, run_dir)
-    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root)
+    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
+                           cfg.dataset.max_transitions)
     norm = dataset.normalization()
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     chunk = stack["action_chunk"]

@@ -72,7 +72,8 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
     """``dataset.path`` as offline transitions in the online agent's spaces (raw observations,
     actions mapped into [-1, 1] by the env's bounds), its summary fields, and the normalized-score
     function of its task (None when neither the dataset nor D4RL has reference returns for it)."""
-    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root)
+    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
+                           cfg.dataset.max_transitions)
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
                                   device=cfg.device, seed=cfg.seed + 4)
