@@ -157,6 +157,12 @@ SUITES["stability"] = {
     "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     "walker2d-ppo_mujoco": ["+experiment=ppo_mujoco", "env=walker2d"],
 }
+# the same runs (evaluation does not perturb training) judged on 20 evaluation episodes instead of 5:
+# with 5, one upward outlier in "best before" trips the criterion (Hopper s1, Walker2d s2 above)
+SUITES["stability"]["hopper-ppo_mujoco-std1-eval20"] = [*SUITES["stability"]["hopper-ppo_mujoco-std1"],
+                                                        "pipeline.eval_episodes=20"]
+SUITES["stability"]["walker2d-ppo_mujoco-eval20"] = [*SUITES["stability"]["walker2d-ppo_mujoco"],
+                                                     "pipeline.eval_episodes=20"]
 SUITE_COMMON["stability"] = STABILITY_COMMON
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
                   "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "updater.offline_ratio=0"]}
@@ -170,7 +176,8 @@ def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int, common: 
     summary_path = run_dir / "summary.json"
     if summary_path.exists() and json.loads(summary_path.read_text())["env_steps"] >= steps:
         return json.loads(summary_path.read_text())
-    command = [sys.executable, "-m", "genpol.train", *overrides, *common, f"seed={seed}", f"total_steps={steps}",
+    # the suite's common settings first, so a job's own overrides win (e.g. more evaluation episodes)
+    command = [sys.executable, "-m", "genpol.train", *common, *overrides, f"seed={seed}", f"total_steps={steps}",
                f"run_dir={run_dir}"]
     print("$", " ".join(command[1:]), flush=True)
     start = time.time()
