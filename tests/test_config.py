@@ -44,12 +44,15 @@ EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "conf
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_bundle_composes_and_validates(experiment):
     """The README and bench scripts point users at these bundles: each must compose into a valid config."""
-    needs_data = experiment in ("dppo_hopper", "consistency_ac")  # offline-to-online bundles name no default
+    needs_data = experiment.startswith(("dppo_hopper", "consistency_ac"))  # offline-to-online bundles name no default
     extra = ["dataset.path=data/hopper_medium-v5.hdf5"] if needs_data else []
     cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
     assert cfg.total_steps > 0
     if experiment == "fpo":
         assert cfg.policy.family == "fpo" and cfg.updater.clip_range == 0.05
+    if experiment.startswith("consistency_ac"):  # 8.3's per-task eta: 0.1 hopper-medium, 1.0 halfcheetah/walker2d
+        task = experiment.removeprefix("consistency_ac").strip("_") or "hopper"
+        assert cfg.env.id.lower().startswith(task) and cfg.updater.eta == (0.1 if task == "hopper" else 1.0)
     if experiment == "default":  # the measured make-train run: HalfCheetah at the zoo's initial std e^-2
         assert cfg.env.id == "HalfCheetah-v5" and cfg.policy.log_std_init == -2.0
 
