@@ -65,6 +65,11 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     ("policy.activation=sigmoid", r"policy.activation must be one of"),
     ("total_steps=-5", r"total_steps must be >= 1, got -5"),
     ("policy=diffusion_ddim policy.ddim_eval_eta=2", r"policy.ddim_eval_eta must be in \[0, 1\], got 2"),
+    ("policy=diffusion_ddim policy.clamp_gradient=tanh", r"policy.clamp_gradient must be inward, straight_through"),
+    # Diffusion-QL with DPPO's chunks of 4 used to fail deep in the critic on a [B, 3] vs [B, 12] shape
+    ("policy=diffusion updater=consistency_ac policy.ft_denoising_steps=20",
+     r"updater=consistency_ac learns from one-step transitions .* policy=diffusion acts in chunks "
+     r"\(policy.act_steps=4, policy.horizon_steps=4\): set policy.act_steps=1 policy.horizon_steps=1"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -117,7 +122,8 @@ def test_diffusion_from_scratch_must_fine_tune_every_step():
     validate(compose_config([*scratch, "pipeline=offline_to_online", *DPPO_FILE]))
     # ... by behaviour cloning only: Diffusion-QL's offline phase trains every step by its own loss
     with pytest.raises(ConfigError, match=r"updater=consistency_ac's offline phase trains by its own loss"):
-        validate(compose_config([*scratch, "pipeline=offline_to_online", "updater=consistency_ac", *DPPO_FILE]))
+        validate(compose_config([*scratch, "pipeline=offline_to_online", "updater=consistency_ac", *DPPO_FILE,
+                                 "policy.act_steps=1", "policy.horizon_steps=1"]))
 
 
 def _effective_clip(cfg) -> torch.Tensor:

@@ -70,6 +70,12 @@ class TrainConfig:
         if getattr(self.env, "step_groups", 0) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
             raise ConfigError(f"env.step_groups={self.env.step_groups} pipelines on-policy collection only; "
                               f"updater={self.updater.name} steps one action at a time, so set env.step_groups=0")
+        chunk = (getattr(self.policy, "act_steps", 1), getattr(self.policy, "horizon_steps", 1))
+        if chunk != (1, 1) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
+            raise ConfigError(f"updater={self.updater.name} learns from one-step transitions (its critics value "
+                              f"single actions), but policy={self.policy.family} acts in chunks (policy.act_steps="
+                              f"{chunk[0]}, policy.horizon_steps={chunk[1]}): set policy.act_steps=1 "
+                              "policy.horizon_steps=1")
         if getattr(self.pipeline, "name", None) == "gorl":
             require(getattr(self.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
                     "retrain the latent-decoder head's decoder)", getattr(self.policy, "family", None))
