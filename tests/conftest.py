@@ -57,15 +57,28 @@ def _work_in_tmp(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def hopper_dataset(tmp_path_factory):
-    """A D4RL file of >= 600 random-policy Hopper-v5 transitions in complete episodes, made by
-    rolling out the real simulator (shared by the off-policy and smoke tests)."""
+def random_dataset(tmp_path_factory):
+    """``random_dataset("Walker2d")``: a D4RL file of >= 600 random-policy ``<task>-v5`` transitions in
+    complete episodes, made by rolling out the real simulator once per session and task."""
     from genpol.data.collect import main as collect_main
 
-    path = tmp_path_factory.mktemp("data") / "hopper_random-v5.hdf5"
-    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "600", "--num-envs", "2",
-                  "--d4rl", str(path)])
-    return path
+    made = {}
+
+    def make(task):
+        if task not in made:
+            path = tmp_path_factory.mktemp("data") / f"{task.lower()}_random-v5.hdf5"
+            collect_main(["--policy", "random", "--env", f"gym:{task}-v5", "--steps", "600", "--num-envs", "2",
+                          "--d4rl", str(path)])
+            made[task] = path
+        return made[task]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hopper_dataset(random_dataset):
+    """Random-policy Hopper-v5 data (shared by the off-policy and smoke tests)."""
+    return random_dataset("Hopper")
 
 
 def assert_nonblank_mp4(path, size=None):

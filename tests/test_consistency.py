@@ -115,31 +115,37 @@ def test_imitation_loss_counts_steps_and_keeps_the_target_on_schedule():
     assert all(torch.equal(a, b) for a, b in zip(rebuilt.target.parameters(), head.target.parameters()))
 
 
-def test_on_policy_log_probs_and_kl_match_torch_distributions():
-    head = small_head(sampling_steps=3, min_sampling_std=0.2)
+@pytest.mark.parametrize("chunk", [(1, 1), (3, 4)], ids=["single-actions", "chunks"])
+def test_on_policy_log_probs_and_kl_match_torch_distributions(chunk):
+    """Every transition of the chain is Gaussian; with chunks (3 actions of 1 dim executed out of 4
+    predicted) the last transition counts only the executed dims (the rest is a leaf, marginalized)."""
+    act_steps, horizon_steps = chunk
+    head = small_head(sampling_steps=3, min_sampling_std=0.2, act_steps=act_steps, horizon_steps=horizon_steps)
+    chunk_dim = horizon_steps * ACT_DIM // act_steps
+    dims = [chunk_dim, chunk_dim, ACT_DIM]  # dims of each transition that enter its log-prob
     obs = torch.randn(BATCH, OBS_DIM)
     with torch.no_grad():
         action, record = head.sample(obs)
     chain = record["chain"]
-    assert chain.shape == (BATCH, 4, ACT_DIM) and record["log_prob"].shape == (BATCH, 3)
-    assert torch.equal(action, chain[:, -1].clamp(-1, 1))
+    assert chain.shape == (BATCH, 4, chunk_dim) and record["log_prob"].shape == (BATCH, 3)
+    assert torch.equal(action, chain[:, -1, :ACT_DIM].clamp(-1, 1))
     taus = [80.0, 41.0, 2.0]  # linspace(2, 80, 3), descending
     stds = [math.sqrt(41.0**2 - 0.002**2), math.sqrt(2.0**2 - 0.002**2), 0.2]
     assert torch.allclose(head.sampling_taus, torch.tensor(taus)) and torch.allclose(head.step_stds, torch.tensor(stds))
 
     def step_distributions():
         with torch.no_grad():
-            return [torch.distributions.Normal(head.consistency(chain[:, i], torch.full((BATCH,), taus[i]), obs), stds[i])
-                    for i in range(3)]
+            return [torch.distributions.Normal(head.consistency(chain[:, i], torch.full((BATCH,), taus[i]), obs)[:, :dims[i]],
+                                               stds[i]) for i in range(3)]
 
     old = step_distributions()
-    expected_old = torch.stack([old[i].log_prob(chain[:, i + 1]).sum(-1) for i in range(3)], dim=1)
+    expected_old = torch.stack([old[i].log_prob(chain[:, i + 1, :dims[i]]).sum(-1) for i in range(3)], dim=1)
     assert torch.allclose(record["log_prob"], expected_old, atol=1e-4)
     with torch.no_grad():
         for parameter in head.network.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     new = step_distributions()
-    expected_new = torch.stack([new[i].log_prob(chain[:, i + 1]).sum(-1) for i in range(3)], dim=1)
+    expected_new = torch.stack([new[i].log_prob(chain[:, i + 1, :dims[i]]).sum(-1) for i in range(3)], dim=1)
     assert torch.allclose(head.log_ratio(obs, record).log_ratio, expected_new - expected_old, atol=1e-4)
     expected_kl = torch.stack([torch.distributions.kl_divergence(old[i], new[i]).sum(-1) for i in range(3)]).mean(0)
     assert torch.allclose(head.kl(obs, record), expected_kl, rtol=1e-4, atol=1e-7)

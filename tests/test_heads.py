@@ -36,6 +36,7 @@ HEAD_FACTORIES = {
                                                   use_ddim=True, ddim_steps=4, ft_denoising_steps=4,
                                                   hidden_sizes=(32, 32, 32)),
     "consistency": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32, 32)),
+    "consistency-chunk": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, act_steps=3, horizon_steps=4, hidden_sizes=(32,)),
     "consistency-3-step-huber": lambda: ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,), sampling_steps=3,
                                                         ct_distance="pseudo_huber", min_sampling_std=0.3, scale_input=False),
     # GoRL: a trained (non-zero) decoder, so the contract covers the decoder's path too

@@ -74,6 +74,17 @@ CASES = {
     "experiment-consistency_ac": ["+experiment=consistency_ac", "policy.hidden_sizes=[32,32,32]", "DATASET",
                                   "updater.critic_hidden_sizes=[32,32]", "updater.learning_starts=16", "updater.batch_size=16",
                                   "updater.iteration_steps=32", "updater.act_candidates=4", "total_steps=64", *OFFLINE],
+    # 8.3's per-task bundles: consistency_ac with another env and eta, each on its own task's data
+    **{f"experiment-consistency_ac_{task}": [f"+experiment=consistency_ac_{task}", "policy.hidden_sizes=[32,32,32]",
+                                             f"DATASET:{name}", "updater.critic_hidden_sizes=[32,32]",
+                                             "updater.learning_starts=16", "updater.batch_size=16",
+                                             "updater.iteration_steps=32", "updater.act_candidates=4", "total_steps=64",
+                                             *OFFLINE]
+       for task, name in (("halfcheetah", "HalfCheetah"), ("walker2d", "Walker2d"))},
+    # action chunks: consistency BC on chunks of 4, then PPO acting 4 steps per decision
+    "policy-consistency-chunks": ["env=hopper", "policy=consistency", "policy.act_steps=4", "policy.horizon_steps=4",
+                                  "policy.hidden_sizes=[32,32,32]", "pipeline=offline_to_online", *ON_POLICY,
+                                  "total_steps=128", *OFFLINE, "DATASET"],
     "experiment-dppo_hopper": ["+experiment=dppo_hopper", *SMALL_DIFFUSION, "policy.ft_denoising_steps=2",
                                *ON_POLICY, "total_steps=128", *OFFLINE, "pipeline.compile_sampling=false",
                                "DATASET"],
@@ -93,8 +104,10 @@ def test_config_trains_checkpoints_and_records_a_video(tmp_path, case, request):
     overrides = list(CASES[case])
     if "env=envpool" in overrides or "+experiment=ppo_fast_envpool" in overrides:
         pytest.importorskip("envpool", reason="the envpool extra is not installed")
-    if "DATASET" in overrides:
-        overrides[overrides.index("DATASET")] = f"dataset.path={request.getfixturevalue('hopper_dataset')}"
+    for i, item in enumerate(overrides):
+        if item.startswith("DATASET"):  # DATASET: Hopper's random data; DATASET:<Task>: that task's
+            task = item.partition(":")[2] or "Hopper"
+            overrides[i] = f"dataset.path={request.getfixturevalue('random_dataset')(task)}"
     run_dir = tmp_path / "run"
     small = [item for item in SMALL if not any(item.split("=")[0] == o.split("=")[0] for o in overrides)]
     cfg = validate(compose_config([*overrides, *small, f"run_dir={run_dir}",

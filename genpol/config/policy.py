@@ -283,6 +283,10 @@ class ConsistencyPolicyConfig(PolicyConfig):
 
     family: str = "consistency"
     """Head family; selects the head class."""
+    act_steps: int = 1
+    """Actions executed per chunk (1: single actions; Q-gradient learners need 1)."""
+    horizon_steps: int = 1
+    """Actions predicted per chunk (>= act_steps)."""
     hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of F_theta (reference: 3 x 256)."""
     activation: str = "mish"
@@ -331,6 +335,9 @@ class ConsistencyPolicyConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
+        require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
+                self.horizon_steps)
         require(self.sampling_steps >= 1, "policy.sampling_steps", ">= 1", self.sampling_steps)
         require(self.time_dim >= 2 and self.time_dim % 2 == 0, "policy.time_dim", "an even number >= 2", self.time_dim)
         require(0 < self.eps < self.tau_min_sampling <= self.tau_max, "policy.tau_min_sampling",

@@ -55,6 +55,7 @@ from torch import nn
 
 from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
+from genpol.heads.chunking import ChunkedActions
 from genpol.nets import MLP, activation_class, sinusoidal_time_embedding
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -109,11 +110,14 @@ class ConsistencyNetwork(nn.Module):
         return self.body(torch.cat([noisy, embedding, obs], dim=-1))
 
 
-class ConsistencyHead(PolicyHead):
+class ConsistencyHead(ChunkedActions, PolicyHead):
     """Consistency policy. See the module docstring for the method and the defaults' sources.
 
     Args:
-        obs_dim, act_dim: sizes.
+        obs_dim, act_dim: sizes (``act_dim`` = ``act_steps * A`` in a chunked env).
+        act_steps, horizon_steps: action chunks, as DPPO's diffusion head: the network predicts
+            ``horizon_steps`` actions per observation and the env executes the first ``act_steps``
+            (1, 1: single actions). Q-gradient learners need single actions.
         hidden_sizes, activation, time_dim: F_theta (reference: 3 x 256 Mish, 16-dim time embedding).
         sampling_steps: T, network calls per action (2; the reference uses 5 on some tasks).
         sigma_data, eps, tau_max, tau_min_sampling: the parameterization and the sampling noise levels.
@@ -135,7 +139,8 @@ class ConsistencyHead(PolicyHead):
     has_exact_kl = True
     has_entropy = False
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (256, 256, 256),
+    def __init__(self, obs_dim: int, act_dim: int, act_steps: int = 1, horizon_steps: int = 1,
+                 hidden_sizes: Sequence[int] = (256, 256, 256),
                  activation: str = "mish", time_dim: int = 16, sampling_steps: int = 2, sigma_data: float = 0.5,
                  eps: float = 0.002, tau_max: float = 80.0, tau_min_sampling: float = 2.0, rho: float = 7.0,
                  ct_initial_scales: int = 2, ct_final_scales: int = 150, ct_total_steps: int = 20_000,
@@ -143,6 +148,9 @@ class ConsistencyHead(PolicyHead):
                  ct_distance: str = "l2", ct_loss_scale: bool = True, min_sampling_std: float = 0.1,
                  scale_input: bool = True, clamp_gradient: str = "inward"):
         super().__init__(obs_dim, act_dim)
+        if act_steps < 1 or act_dim % act_steps or horizon_steps < act_steps:
+            raise ValueError(f"consistency chunks need act_dim ({act_dim}) a multiple of act_steps ({act_steps}) "
+                             f"and horizon_steps ({horizon_steps}) >= act_steps")
         if sampling_steps < 1:
             raise ValueError(f"consistency sampling_steps must be >= 1, got {sampling_steps}")
         if not 0 < eps < tau_min_sampling <= tau_max:
@@ -155,7 +163,7 @@ class ConsistencyHead(PolicyHead):
         if min_sampling_std <= 0:
             raise ValueError(f"consistency min_sampling_std must be > 0 (the last step's std), got {min_sampling_std}")
         self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
+            "act_steps": act_steps, "horizon_steps": horizon_steps, "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
             "sampling_steps": sampling_steps, "sigma_data": sigma_data, "eps": eps, "tau_max": tau_max,
             "tau_min_sampling": tau_min_sampling, "rho": rho, "ct_initial_scales": ct_initial_scales,
             "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
@@ -164,13 +172,16 @@ class ConsistencyHead(PolicyHead):
             "clamp_gradient": clamp_gradient,
         }
         self.scale_input, self.clamp_gradient = scale_input, clamp_gradient
+        self.act_steps, self.horizon_steps = act_steps, horizon_steps
+        self.chunk_dim = horizon_steps * (act_dim // act_steps)  # what the network denoises
+        self.executed_dim = act_dim  # the chunk's first act_steps actions
         self.sigma_data, self.eps, self.tau_max, self.rho = sigma_data, eps, tau_max, rho
         self.sampling_steps = sampling_steps
         self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = ct_initial_scales, ct_final_scales, ct_total_steps
         self.target_decay, self.target_every, self.target_start = target_decay, target_every, target_start
         self.ct_distance, self.ct_loss_scale = ct_distance, ct_loss_scale
         self.min_sampling_std = min_sampling_std
-        self.network = ConsistencyNetwork(obs_dim, act_dim, hidden_sizes, activation, time_dim, eps, tau_max)
+        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim, eps, tau_max)
         self.target = copy.deepcopy(self.network)
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
@@ -181,6 +192,11 @@ class ConsistencyHead(PolicyHead):
         # std of transition i (x_i -> x_{i+1}): the re-noising level of step i + 1, the floor for the last
         renoise = (levels[1:].square() - eps**2).sqrt().clamp(min=min_sampling_std)
         self.register_buffer("step_stds", torch.cat([renoise, torch.tensor([min_sampling_std])]), persistent=False)
+        # which dims of each chain transition enter its log-prob: all, except the never-executed tail of the
+        # last one (a leaf: marginalizing it out is exact, and it would only add variance to the ratio)
+        dims = torch.ones(sampling_steps, self.chunk_dim)
+        dims[-1, act_dim:] = 0.0
+        self.register_buffer("logprob_dims", dims, persistent=False)
 
     # ------------------------------------------------------------------ the consistency function
     def consistency(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor,
@@ -193,9 +209,9 @@ class ConsistencyHead(PolicyHead):
         return c_skip * noisy + c_out * (network or self.network)(network_input, tau, obs)
 
     def _multistep(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """The reference sampler, differentiable, before clamping: ``obs [B, D] -> [B, A]``."""
+        """The reference sampler, differentiable, before clamping: ``obs [B, D] -> [B, C]`` (the whole chunk)."""
         batch = obs.shape[0]
-        x = torch.randn(batch, self.act_dim, device=obs.device, generator=generator) * self.tau_max
+        x = torch.randn(batch, self.chunk_dim, device=obs.device, generator=generator) * self.tau_max
         action = self.consistency(x, self.sampling_taus[0].expand(batch), obs)
         for tau in self.sampling_taus[1:]:
             noise = torch.randn(action.shape, device=obs.device, generator=generator)
@@ -204,11 +220,11 @@ class ConsistencyHead(PolicyHead):
         return action
 
     def rsample(self, obs: torch.Tensor) -> torch.Tensor:
-        return clamp_to_box(self._multistep(obs, None), self.clamp_gradient)
+        return clamp_to_box(self._multistep(obs, None)[:, : self.executed_dim], self.clamp_gradient)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
-        return self._multistep(obs, generator).clamp(-1.0, 1.0)
+        return self._multistep(obs, generator)[:, : self.executed_dim].clamp(-1.0, 1.0)
 
     def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
         """``[B, n, A]`` from the (differentiable) sampler on the repeated observations."""
@@ -219,9 +235,10 @@ class ConsistencyHead(PolicyHead):
         """Log-probabilities of the stored transitions under the current weights.
 
         Args:
-            obs: ``[B, D]``; chain: ``[B, T + 1, A]`` (x_0 .. x_T).
+            obs: ``[B, D]``; chain: ``[B, T + 1, C]`` (x_0 .. x_T, whole chunks).
         Returns:
-            ``(log_probs [B, T], means [B, T, A])``, summed over action dims; one batched network call.
+            ``(log_probs [B, T], means [B, T, C])``, summed over the chunk's dims (the last transition:
+            over the executed ones); one batched network call.
         """
         batch, steps = obs.shape[0], self.sampling_steps
         taus = self.sampling_taus.repeat(batch)
@@ -229,12 +246,12 @@ class ConsistencyHead(PolicyHead):
         means = self.consistency(chain[:, :-1].reshape(batch * steps, -1), taus, repeated_obs).view(batch, steps, -1)
         stds = self.step_stds.view(1, steps, 1)
         z = (chain[:, 1:] - means) / stds
-        log_probs = (-0.5 * z.square() - stds.log() - _HALF_LOG_2PI).sum(dim=-1)
+        log_probs = ((-0.5 * z.square() - stds.log() - _HALF_LOG_2PI) * self.logprob_dims).sum(dim=-1)
         return log_probs, means
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
         batch = obs.shape[0]
-        x = torch.randn(batch, self.act_dim, device=obs.device) * self.tau_max
+        x = torch.randn(batch, self.chunk_dim, device=obs.device) * self.tau_max
         chain = [x]
         for i in range(self.sampling_steps):
             mean = self.consistency(x, self.sampling_taus[i].expand(batch), obs)
@@ -242,7 +259,7 @@ class ConsistencyHead(PolicyHead):
             chain.append(x)
         chain_tensor = torch.stack(chain, dim=1)
         log_probs, means = self.chain_log_probs(obs, chain_tensor)
-        return x.clamp(-1.0, 1.0), {"chain": chain_tensor, "log_prob": log_probs, "mean": means}
+        return x[:, : self.executed_dim].clamp(-1.0, 1.0), {"chain": chain_tensor, "log_prob": log_probs, "mean": means}
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
         log_probs, _ = self.chain_log_probs(obs, record["chain"])
@@ -251,7 +268,8 @@ class ConsistencyHead(PolicyHead):
     def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
         _, means = self.chain_log_probs(obs, record["chain"])
         variance = self.step_stds.square().view(1, -1, 1)
-        return ((means - record["mean"]).square() / (2 * variance)).sum(dim=-1).mean(dim=-1)
+        per_dim = (means - record["mean"]).square() / (2 * variance) * self.logprob_dims
+        return per_dim.sum(dim=-1).mean(dim=-1)
 
     # ------------------------------------------------------------------ consistency training
     @torch.no_grad()
@@ -284,10 +302,12 @@ class ConsistencyHead(PolicyHead):
         return per_sample.mean()
 
     def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Consistency training on expert ``actions [B, A]`` (in [-1, 1]); in training mode each call
-        is one CT step (it advances N(k) and refreshes the target every ``target_every`` steps)."""
-        if actions.shape[-1] != self.act_dim:
-            raise ValueError(f"consistency imitation needs actions of {self.act_dim} values, got {actions.shape[-1]}")
+        """Consistency training on expert ``actions [B, C]`` (chunks of ``horizon_steps`` actions, in [-1, 1]);
+        in training mode each call is one CT step (it advances N(k) and refreshes the target every
+        ``target_every`` steps)."""
+        if actions.shape[-1] != self.chunk_dim:
+            raise ValueError(f"consistency imitation needs action chunks of {self.horizon_steps} x "
+                             f"{self.act_dim // self.act_steps} = {self.chunk_dim} values, got {actions.shape[-1]}")
         if self.training:
             if self.ct_step % self.target_every == 0:
                 self.update_target()
