@@ -31,6 +31,18 @@ HEADS = {
     # the short consistency-training schedule that MultiGoal's BC test needs (N up to 21, target decay 0.95)
     "consistency-short-ct": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
                              "policy.ct_final_scales=20", "policy.target_decay=0.95"],
+    # the consistency head acting in DPPO's chunks of 4 (the same interface as "diffusion")
+    "consistency-chunk4": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                           "policy.act_steps=4", "policy.horizon_steps=4"],
+    "consistency-short-ct-chunk4": ["env=hopper", "policy=consistency", "pipeline=offline_to_online",
+                                    "env.normalize_obs=false", "policy.ct_final_scales=20", "policy.target_decay=0.95",
+                                    "policy.act_steps=4", "policy.horizon_steps=4"],
+    # improved CT's recipe (Song & Dhariwal 2023) as far as the head has it: pseudo-Huber, log-normal level
+    # pairs, the online network as target, N from 10 to 1280 (genpol's sqrt schedule, not iCT's doubling)
+    "consistency-ict": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                        "policy.ct_distance=pseudo_huber", "policy.ct_noise_sampling=lognormal",
+                        "policy.target_decay=0", "policy.target_every=1", "policy.ct_initial_scales=10",
+                        "policy.ct_final_scales=1280"],
 }
 
 

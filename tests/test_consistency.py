@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from genpol.heads import ConsistencyHead, head_from_spec
-from genpol.heads.consistency import consistency_coefficients, ct_num_scales, karras_boundaries, pseudo_huber
+from genpol.heads.consistency import (consistency_coefficients, ct_num_scales, karras_boundaries,
+                                     lognormal_level_weights, pseudo_huber)
 
 OBS_DIM, ACT_DIM, BATCH = 4, 3, 16
 
@@ -73,6 +74,27 @@ def test_ct_loss_on_a_hand_case(scaled):
     loss = head.ct_loss_at(obs, action, torch.tensor([0.002]), torch.tensor([tau_high]), noise)
     expected = (prediction - (0.3 + 0.002 * 0.5)) ** 2 * (100 / 79.998 if scaled else 1.0)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_lognormal_level_pairs_follow_improved_cts_formula_and_the_loss_draws_them():
+    """p(n) = (erf((log tau_{n+1} + 1.1) / (2 sqrt 2)) - erf((log tau_n + 1.1) / (2 sqrt 2))) / Z, by hand with
+    math.erf; the head's CT loss draws its pairs with those frequencies (20 000 draws, within 4 standard errors)."""
+    boundaries = karras_boundaries(6)
+    cdf = [math.erf((math.log(tau) + 1.1) / (2.0 * math.sqrt(2.0))) for tau in boundaries.tolist()]
+    expected = torch.tensor([high - low for low, high in zip(cdf[:-1], cdf[1:])])
+    expected = expected / expected.sum()
+    assert torch.allclose(lognormal_level_weights(boundaries), expected.float(), atol=1e-6)
+
+    head, draws = small_head(ct_noise_sampling="lognormal"), 20_000
+    seen = []
+    head.ct_loss_at = lambda obs, actions, tau_low, tau_high, noise: seen.append(tau_low) or torch.zeros(())
+    torch.manual_seed(0)
+    head.consistency_training_loss(torch.zeros(draws, OBS_DIM), torch.zeros(draws, ACT_DIM), num_scales=6)
+    counts = torch.stack([(seen[0] == tau).sum() for tau in boundaries[:-1]]).double()
+    standard_error = (expected * (1 - expected) / draws).sqrt()
+    assert ((counts / draws - expected).abs() <= 4 * standard_error + 1e-12).all()
+    with pytest.raises(ValueError, match="ct_noise_sampling must be 'uniform' or 'lognormal', got 'beta'"):
+        small_head(ct_noise_sampling="beta")
 
 
 def test_pseudo_huber_matches_its_formula():

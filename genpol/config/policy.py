@@ -312,13 +312,16 @@ class ConsistencyPolicyConfig(PolicyConfig):
     ct_total_steps: int = 20000
     """Training steps over which N grows (the yaml ties it to pipeline.pretrain_steps)."""
     target_decay: float = 0.995
-    """EMA decay of the consistency-training target network."""
+    """EMA decay of the consistency-training target network (0 with target_every=1: the online network
+    without gradient, improved CT's target)."""
     target_every: int = 5
     """Training steps between target updates."""
     target_start: int = 1000
     """Training step from which the target is an EMA (before: a copy)."""
     ct_distance: str = "l2"
     """Consistency-training distance: ``l2`` or ``pseudo_huber``."""
+    ct_noise_sampling: str = "uniform"
+    """How CT draws its pair of noise levels: uniform over the N - 1 pairs (reference) or lognormal (improved CT)."""
     ct_loss_scale: bool = True
     """Weight each sample by 100 / (tau_{n+1} - tau_n) (the reference's scale_consis_loss)."""
     min_sampling_std: float = 0.1
@@ -346,10 +349,12 @@ class ConsistencyPolicyConfig(PolicyConfig):
         require(2 <= self.ct_initial_scales <= self.ct_final_scales, "policy.ct_initial_scales",
                 f"in [2, ct_final_scales={self.ct_final_scales}]", self.ct_initial_scales)
         require(self.ct_total_steps >= 1, "policy.ct_total_steps", ">= 1", self.ct_total_steps)
-        require(0.0 < self.target_decay < 1.0, "policy.target_decay", "in (0, 1)", self.target_decay)
+        require(0.0 <= self.target_decay < 1.0, "policy.target_decay", "in [0, 1)", self.target_decay)
         require(self.target_every >= 1, "policy.target_every", ">= 1", self.target_every)
         require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
                 self.ct_distance)
+        require(self.ct_noise_sampling in ("uniform", "lognormal"), "policy.ct_noise_sampling", "uniform or lognormal",
+                self.ct_noise_sampling)
         require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)
         require(self.clamp_gradient in ("inward", "straight_through", "zero"), "policy.clamp_gradient",
                 "inward, straight_through or zero", self.clamp_gradient)

@@ -86,6 +86,15 @@ def ct_num_scales(step: int, total_steps: int, initial: int = 2, final: int = 15
     return math.ceil(math.sqrt(fraction * ((final + 1) ** 2 - initial**2) + initial**2) - 1) + 1
 
 
+def lognormal_level_weights(boundaries: torch.Tensor, mean: float = -1.1, std: float = 2.0) -> torch.Tensor:
+    """``[N]`` boundaries -> ``[N - 1]`` probabilities of the pairs (tau_n, tau_{n+1}) under improved CT's
+    discretized log-normal (Song & Dhariwal 2023, eq. 11): p(n) proportional to
+    erf((log tau_{n+1} - mean) / (sqrt(2) std)) - erf((log tau_n - mean) / (sqrt(2) std))."""
+    cdf = torch.erf((boundaries.double().log() - mean) / (math.sqrt(2.0) * std))
+    weights = cdf[1:] - cdf[:-1]
+    return (weights / weights.sum()).float()
+
+
 def pseudo_huber(difference: torch.Tensor) -> torch.Tensor:
     """``[B, A]`` -> ``[B]``: sqrt(||d||^2 + c^2) - c with c = 0.00054 sqrt(A) (improved CT)."""
     c = 0.00054 * math.sqrt(difference.shape[-1])
@@ -125,6 +134,8 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
             N(k) schedule (N reaches ct_final_scales + 1 after ct_total_steps training steps).
         target_decay, target_every, target_start: the EMA target network.
         ct_distance: ``l2`` (mean squared error, the reference) or ``pseudo_huber``.
+        ct_noise_sampling: how a training pair of levels is drawn: ``uniform`` over n (the reference) or
+            ``lognormal`` (improved CT's discretized log-normal, mean -1.1, std 2.0).
         ct_loss_scale: weight each sample's loss by 100 / (tau_{n+1} - tau_n) (reference default).
         min_sampling_std: the std floor of the on-policy sampler (and the std of its last step).
         scale_input: feed F_theta c_in(tau) a_tau, c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM, Song et al.);
@@ -146,7 +157,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
                  ct_initial_scales: int = 2, ct_final_scales: int = 150, ct_total_steps: int = 20_000,
                  target_decay: float = 0.995, target_every: int = 5, target_start: int = 1000,
                  ct_distance: str = "l2", ct_loss_scale: bool = True, min_sampling_std: float = 0.1,
-                 scale_input: bool = True, clamp_gradient: str = "inward"):
+                 scale_input: bool = True, clamp_gradient: str = "inward", ct_noise_sampling: str = "uniform"):
         super().__init__(obs_dim, act_dim)
         if act_steps < 1 or act_dim % act_steps or horizon_steps < act_steps:
             raise ValueError(f"consistency chunks need act_dim ({act_dim}) a multiple of act_steps ({act_steps}) "
@@ -158,6 +169,8 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
                              f"({tau_min_sampling}) <= tau_max ({tau_max})")
         if ct_distance not in ("l2", "pseudo_huber"):
             raise ValueError(f"consistency ct_distance must be 'l2' or 'pseudo_huber', got '{ct_distance}'")
+        if ct_noise_sampling not in ("uniform", "lognormal"):
+            raise ValueError(f"consistency ct_noise_sampling must be 'uniform' or 'lognormal', got '{ct_noise_sampling}'")
         if clamp_gradient not in CLAMP_GRADIENTS:
             raise ValueError(f"consistency clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
         if min_sampling_std <= 0:
@@ -169,7 +182,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
             "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
             "target_every": target_every, "target_start": target_start, "ct_distance": ct_distance,
             "ct_loss_scale": ct_loss_scale, "min_sampling_std": min_sampling_std, "scale_input": scale_input,
-            "clamp_gradient": clamp_gradient,
+            "clamp_gradient": clamp_gradient, "ct_noise_sampling": ct_noise_sampling,
         }
         self.scale_input, self.clamp_gradient = scale_input, clamp_gradient
         self.act_steps, self.horizon_steps = act_steps, horizon_steps
@@ -179,7 +192,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         self.sampling_steps = sampling_steps
         self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = ct_initial_scales, ct_final_scales, ct_total_steps
         self.target_decay, self.target_every, self.target_start = target_decay, target_every, target_start
-        self.ct_distance, self.ct_loss_scale = ct_distance, ct_loss_scale
+        self.ct_distance, self.ct_loss_scale, self.ct_noise_sampling = ct_distance, ct_loss_scale, ct_noise_sampling
         self.min_sampling_std = min_sampling_std
         self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim, eps, tau_max)
         self.target = copy.deepcopy(self.network)
@@ -283,9 +296,12 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
 
     def consistency_training_loss(self, obs: torch.Tensor, actions: torch.Tensor, num_scales: int) -> torch.Tensor:
         """CT loss (scalar) on ``obs [B, D]`` and clean ``actions [B, A]`` with N = ``num_scales``
-        boundaries: draws n ~ U{0..N-2} and xi ~ N(0, I), then ``ct_loss_at``."""
+        boundaries: draws n ~ U{0..N-2} (or improved CT's log-normal) and xi ~ N(0, I), then ``ct_loss_at``."""
         boundaries = karras_boundaries(num_scales, self.eps, self.tau_max, self.rho).to(obs.device)
-        index = torch.randint(0, num_scales - 1, (obs.shape[0],), device=obs.device)
+        if self.ct_noise_sampling == "lognormal":
+            index = torch.multinomial(lognormal_level_weights(boundaries), obs.shape[0], replacement=True)
+        else:
+            index = torch.randint(0, num_scales - 1, (obs.shape[0],), device=obs.device)
         return self.ct_loss_at(obs, actions, boundaries[index], boundaries[index + 1], torch.randn_like(actions))
 
     def ct_loss_at(self, obs: torch.Tensor, actions: torch.Tensor, tau_low: torch.Tensor, tau_high: torch.Tensor,
