@@ -37,6 +37,15 @@ HEADS = {
     "consistency-short-ct-chunk4": ["env=hopper", "policy=consistency", "pipeline=offline_to_online",
                                     "env.normalize_obs=false", "policy.ct_final_scales=20", "policy.target_decay=0.95",
                                     "policy.act_steps=4", "policy.horizon_steps=4"],
+    # ablations of the reference's CT options (single actions): no 100 / dtau weight, pseudo-Huber distance
+    "ct-noscale": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                   "policy.ct_loss_scale=false"],
+    "ct-huber": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                 "policy.ct_distance=pseudo_huber"],
+    "ct-huber-noscale": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                         "policy.ct_distance=pseudo_huber", "policy.ct_loss_scale=false"],
+    "ct-short-noscale": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                         "policy.ct_final_scales=20", "policy.target_decay=0.95", "policy.ct_loss_scale=false"],
     # improved CT's recipe (Song & Dhariwal 2023) as far as the head has it: pseudo-Huber, log-normal level
     # pairs, the online network as target, N from 10 to 1280 (genpol's sqrt schedule, not iCT's doubling)
     "consistency-ict": ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
