@@ -70,6 +70,11 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     ("policy=diffusion updater=consistency_ac policy.ft_denoising_steps=20",
      r"updater=consistency_ac learns from one-step transitions .* policy=diffusion acts in chunks "
      r"\(policy.act_steps=4, policy.horizon_steps=4\): set policy.act_steps=1 policy.horizon_steps=1"),
+    # ... but a head the learner cannot train at all hears that first
+    ("policy=consistency policy.act_steps=4 policy.horizon_steps=4 updater=sac",
+     r"policy=consistency with updater=sac: .*log-prob"),
+    ("policy=consistency updater=consistency_ac updater.offline_lr_decay=true",
+     r"updater.offline_lr_decay decays the learning rate over the offline phase .* pipeline=online has none"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -292,3 +292,33 @@ def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path,
         policy = TrainedPolicy.load(tmp_path / "run" / "pretrain" / "checkpoints" / f"step_{step:012d}")
         pairs = zip(policy.head.denoiser.state_dict().values(), policy.head.frozen_denoiser.state_dict().values())
         assert all(torch.equal(a, b) for a, b in pairs), f"pretraining checkpoint {step}: random frozen steps"
+
+
+@pytest.mark.parametrize("mode", ["inward", "zero"])
+def test_the_diffusion_chain_passes_the_q_gradient_of_a_saturated_action_back_in(mode):
+    """Diffusion-QL (the diffusion head's ``rsample``): the last step's clamp follows ``clamp_gradient``.
+    One DDPM step (K = 1: alpha_bar_prev = 1, so the action is the clamp of x0_hat = (x - sqrt(1 - abar) eps) /
+    sqrt(abar), no noise), eps_theta's last layer W = 0 and bias b = -20, every x0_hat far above 1 and
+    unclipped (denoised_clip 1e6): da/db = -coef_x0 sqrt(1 - abar) / sqrt(abar) per element before the clamp.
+    A loss sum(a) (a critic preferring smaller actions) gets 4x that under ``inward``, 0 under torch's clamp;
+    the outward loss -sum(a) gets 0 in both."""
+    torch.manual_seed(0)
+    head = DiffusionHead(3, 2, denoising_steps=1, ft_denoising_steps=1, hidden_sizes=(8,), min_sampling_std=0.0,
+                         denoised_clip=1e6, clamp_gradient=mode)
+    last_layer = head.denoiser.body.output[-1]
+    with torch.no_grad():
+        last_layer.weight.zero_()
+        last_layer.bias.fill_(-20.0)
+    obs = torch.randn(4, 3)
+    actions = head.rsample(obs)
+    assert torch.equal(actions, torch.ones(4, 2))
+    assert torch.equal(head.act(obs), actions)  # the same values outside rsample
+    actions.sum().backward()
+    alpha_bar = head.alpha_bar[0].item()
+    per_element = -head.coef_x0[0].item() * (1 - alpha_bar) ** 0.5 / alpha_bar**0.5
+    expected = 4 * per_element if mode == "inward" else 0.0
+    assert per_element != 0.0
+    assert last_layer.bias.grad.tolist() == pytest.approx([expected, expected], rel=1e-5, abs=0)
+    head.zero_grad()
+    (-head.rsample(obs).sum()).backward()
+    assert torch.equal(last_layer.bias.grad, torch.zeros(2))

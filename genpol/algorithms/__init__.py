@@ -110,7 +110,8 @@ def learner_needs(updater_name: str) -> frozenset:
 
 def check_learner(cfg: Any) -> None:
     """Raise ``ConfigError`` when ``cfg.policy``'s head lacks a capability ``cfg.updater`` needs, or
-    pretraining needs (imitation), naming head, learner and the missing capabilities."""
+    pretraining needs (imitation), naming head, learner and the missing capabilities; or when an
+    off-policy learner meets a head that acts in chunks."""
     from genpol.config.base import ConfigError
     from genpol.heads import head_class
     from genpol.heads.base import Capability, HeadCapabilityError, check_capabilities
@@ -125,3 +126,8 @@ def check_learner(cfg: Any) -> None:
             check_capabilities(head, "pipeline=offline_to_online (behaviour cloning)", {Capability.IMITATION})
     except HeadCapabilityError as error:
         raise ConfigError(f"policy={cfg.policy.family} with updater={cfg.updater.name}: {error}") from None
+    chunk = (getattr(cfg.policy, "act_steps", 1), getattr(cfg.policy, "horizon_steps", 1))
+    if chunk != (1, 1) and is_off_policy(cfg.updater.name):
+        raise ConfigError(f"updater={cfg.updater.name} learns from one-step transitions (its critics value single "
+                          f"actions), but policy={cfg.policy.family} acts in chunks (policy.act_steps={chunk[0]}, "
+                          f"policy.horizon_steps={chunk[1]}): set policy.act_steps=1 policy.horizon_steps=1")

@@ -67,15 +67,13 @@ class TrainConfig:
         if getattr(self.pipeline, "name", None) == "offline_to_online":
             require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                      self.dataset.path)
+        offline_phase = getattr(self.pipeline, "name", None) == "offline_to_online"
+        if getattr(self.updater, "offline_lr_decay", False) and not offline_phase:
+            raise ConfigError("updater.offline_lr_decay decays the learning rate over the offline phase of "
+                              f"pipeline=offline_to_online; pipeline={self.pipeline.name} has none")
         if getattr(self.env, "step_groups", 0) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
             raise ConfigError(f"env.step_groups={self.env.step_groups} pipelines on-policy collection only; "
                               f"updater={self.updater.name} steps one action at a time, so set env.step_groups=0")
-        chunk = (getattr(self.policy, "act_steps", 1), getattr(self.policy, "horizon_steps", 1))
-        if chunk != (1, 1) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
-            raise ConfigError(f"updater={self.updater.name} learns from one-step transitions (its critics value "
-                              f"single actions), but policy={self.policy.family} acts in chunks (policy.act_steps="
-                              f"{chunk[0]}, policy.horizon_steps={chunk[1]}): set policy.act_steps=1 "
-                              "policy.horizon_steps=1")
         if getattr(self.pipeline, "name", None) == "gorl":
             require(getattr(self.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
                     "retrain the latent-decoder head's decoder)", getattr(self.policy, "family", None))

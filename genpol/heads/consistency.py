@@ -42,6 +42,12 @@ clip; the record holds the unclamped x_T). Every transition is Gaussian, so each
 log-probability (summed over action dims), and ``log_ratio`` is ``[B, T]``, one unit per step, as
 DPPO's denoising chain. ``kl`` is exact per step (equal stds): the mean over steps of
 sum_dims (mu_old - mu_theta)^2 / (2 sigma^2), which matches the updaters' mean over units.
+
+Action chunks (``act_steps`` executed of ``horizon_steps`` predicted, as DPPO's head): the network,
+the chain and the CT targets are whole chunks of C = horizon_steps * A values; acting returns the
+first act_steps * A. The last transition's log-prob and KL sum over those executed dims only: the
+rest of x_T is a leaf of the chain that nothing executes, so leaving it out is exact marginalization
+(the earlier transitions keep every dim, since they feed the later means).
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ class ConsistencyNetwork(nn.Module):
         self.body = MLP(act_dim + time_dim + obs_dim, hidden_sizes, act_dim, activation, orthogonal_init=False)
 
     def forward(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """``noisy [B, A]``, ``tau [B]``, ``obs [B, D]`` -> ``[B, A]``."""
+        """``noisy [B, C]``, ``tau [B]``, ``obs [B, D]`` -> ``[B, C]`` (C: the chunk's size, A without chunks)."""
         u = (tau / self.eps).log() / self.log_range
         embedding = self.time_mlp(sinusoidal_time_embedding(u, self.time_dim))
         return self.body(torch.cat([noisy, embedding, obs], dim=-1))
@@ -214,7 +220,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
     # ------------------------------------------------------------------ the consistency function
     def consistency(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor,
                     network: nn.Module | None = None) -> torch.Tensor:
-        """``f(noisy [B, A], tau [B], obs [B, D]) -> [B, A]`` with the online network (or ``network``)."""
+        """``f(noisy [B, C], tau [B], obs [B, D]) -> [B, C]`` with the online network (or ``network``)."""
         c_skip, c_out = consistency_coefficients(tau.unsqueeze(-1), self.sigma_data, self.eps)
         network_input = noisy
         if self.scale_input:  # EDM's c_in: unit-variance network inputs at every noise level
@@ -295,7 +301,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
             torch._foreach_lerp_(target, online, 1.0 - self.target_decay)
 
     def consistency_training_loss(self, obs: torch.Tensor, actions: torch.Tensor, num_scales: int) -> torch.Tensor:
-        """CT loss (scalar) on ``obs [B, D]`` and clean ``actions [B, A]`` with N = ``num_scales``
+        """CT loss (scalar) on ``obs [B, D]`` and clean ``actions [B, C]`` with N = ``num_scales``
         boundaries: draws n ~ U{0..N-2} (or improved CT's log-normal) and xi ~ N(0, I), then ``ct_loss_at``."""
         boundaries = karras_boundaries(num_scales, self.eps, self.tau_max, self.rho).to(obs.device)
         if self.ct_noise_sampling == "lognormal":
@@ -307,7 +313,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
     def ct_loss_at(self, obs: torch.Tensor, actions: torch.Tensor, tau_low: torch.Tensor, tau_high: torch.Tensor,
                    noise: torch.Tensor) -> torch.Tensor:
         """mean_b w_b d(f_theta(a + tau_high xi, tau_high), f_target(a + tau_low xi, tau_low)) for given
-        ``tau_low, tau_high [B]`` and ``noise [B, A]``; w = 100 / (tau_high - tau_low) with ``ct_loss_scale``."""
+        ``tau_low, tau_high [B]`` and ``noise [B, C]``; w = 100 / (tau_high - tau_low) with ``ct_loss_scale``."""
         prediction = self.consistency(actions + tau_high.unsqueeze(-1) * noise, tau_high, obs)
         with torch.no_grad():
             target = self.consistency(actions + tau_low.unsqueeze(-1) * noise, tau_low, obs, self.target)
