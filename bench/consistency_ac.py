@@ -13,7 +13,8 @@ schedule N(k) spans the offline phase in both (ct_total_steps = pretrain_steps).
 
     python bench/consistency_ac.py --seeds 0 --steps 10000 --online-steps 5000
 
-Writes ``bench/results/consistency_ac.json`` (runs in ``bench/runs/consistency_ac/``, resumable).
+Writes ``bench/results/consistency_ac.json`` (``consistency_ac_<steps/1000>k.json`` for other ``--steps``;
+runs in ``bench/runs/consistency_ac/<method>-<steps/1000>k-s<seed>``, resumable).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def rows(path: Path) -> list[dict]:
 
 
 def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
-    run_dir = RUNS / f"consistency-bc-s{seed}"
+    run_dir = RUNS / f"consistency-bc-{steps // 1000}k-s{seed}"
     train(run_dir, ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
                     f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
                     "pipeline.pretrain_batch_size=128", f"pipeline.eval_episodes={episodes}", "total_steps=1"])
@@ -55,7 +56,7 @@ def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
 
 
 def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str) -> dict:
-    run_dir = RUNS / f"consistency-ac-s{seed}"
+    run_dir = RUNS / f"consistency-ac-{steps // 1000}k-s{seed}"
     train(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
                     f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
                     f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}", f"pipeline.eval_episodes={episodes}",
@@ -96,7 +97,8 @@ def main() -> None:
         print(f"{run['method']:16s} {run['seed']:4d} {run['offline_normalized_score']:8.1f} "
               f"{run['offline_wall_time_s']:7.0f} {'' if online is None else f'{online:8.1f}'}  {curve}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "consistency_ac.json").write_text(json.dumps({
+    name = "consistency_ac.json" if args.steps == 10000 else f"consistency_ac_{args.steps // 1000}k.json"
+    (RESULTS / name).write_text(json.dumps({
         "benchmark": "consistency_ac", "date": time.strftime("%Y-%m-%d %H:%M"), "dataset": args.dataset,
         "offline_gradient_steps": args.steps, "batch_size": 128, "online_env_steps": args.online_steps,
         "eval_episodes": args.episodes, "load_average": os.getloadavg(), "runs": runs}, indent=2))

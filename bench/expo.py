@@ -196,7 +196,9 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
              "maze": ("pointmaze_medium", [], args.maze_dataset)}  # Minari's evaluation map, success logged
     results: dict[str, Any] = {"steps": args.steps, "seeds": args.seeds, "critic": critic_overrides(args),
                                "batch_size": args.batch_size, "learning_starts": args.learning_starts,
-                               "expo_samples_and_edits": args.num_samples, "runs": {}}
+                               "expo_samples_and_edits": args.num_samples, "runs": {},
+                               "command": "python bench/expo.py " + " ".join(sys.argv[1:]),
+                               "note": "RLPD runs +experiment=rlpd's compiled critic steps; EXPO refuses compile and runs eager"}
     root = Path(args.run_root)
     for task in args.task:
         env_group, env_overrides, dataset = tasks[task]
