@@ -10,7 +10,7 @@ episodes, reset seeds 10000-10004), and the run's time to the target is the trai
 Configurations: ``+experiment=default`` as ``make train`` runs it (gymnasium, 2 env processes), and
 the same on EnvPool's C++ HalfCheetah-v5 (2 threads, one process).
 
-    python bench/time_to_return.py [--seeds 0] [--steps 600000] [--every 10] [--target 5000]
+    python bench/time_to_return.py [--seeds 0] [--steps 600000] [--every 10] [--target 5000] [--configs gymnasium]
 
 Writes ``bench/results/time_to_return.json`` and prints a table.
 """
@@ -69,10 +69,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600_000)
     parser.add_argument("--every", type=int, default=10, help="iterations (2048 env steps) between checkpoints")
     parser.add_argument("--target", type=float, default=5000.0)
+    parser.add_argument("--configs", nargs="+", default=[name.split(",")[1].strip() for name in CONFIGS],
+                        help="backends to run (gymnasium, EnvPool); rows of the others are kept from the results file")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    rows = {}
+    path = RESULTS / "time_to_return.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    rows = {name: row for name, row in previous.get("rows", {}).items()
+            if previous.get("target") == args.target and name.split(",")[1].strip() not in args.configs}
     for name, overrides in CONFIGS.items():
+        if name.split(",")[1].strip() not in args.configs:
+            continue
         for seed in args.seeds:
             run_dir = ROOT / "bench" / "runs" / "time_to_return" / f"{name.split(',')[1].strip()}-s{seed}"
             train(run_dir, overrides, seed, args.steps, args.every)
@@ -80,12 +87,12 @@ def main() -> None:
             summary = json.loads((run_dir / "summary.json").read_text())
             seconds = reached["train_seconds"]
             rows[f"{name}, seed {seed}"] = {
-                **reached, "overrides": overrides, "sps": summary["sps"],
+                **reached, "overrides": overrides, "sps": summary["sps"], "measured": time.strftime("%Y-%m-%d %H:%M"),
                 "speedup_over_zoo": None if seconds is None else ZOO_SECONDS / seconds}
     out = {"benchmark": "time_to_return", "target": args.target, "zoo": {"seconds": ZOO_SECONDS, "steps": ZOO_STEPS},
            "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "time_to_return.json").write_text(json.dumps(out, indent=2))
+    path.write_text(json.dumps(out, indent=2))
     print(f"\n| run | steps to {args.target:.0f} | training s | env-steps/s | vs the zoo's 660 s |\n|---|---|---|---|---|")
     for name, row in rows.items():
         speedup = "not reached" if row["speedup_over_zoo"] is None else f"{row['speedup_over_zoo']:.1f}x"
