@@ -32,8 +32,13 @@ def torchrun(*args: str) -> None:
     this checkout's ``genpol`` first on the path (also for the worker script)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "PYTHONWARNINGS": "ignore"}
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0 and "terminate called without an active exception" in result.stderr:
+        # torch's gloo backend once aborted a rank this way (std::terminate from a C++ thread, in CI on
+        # 2026-11-30, not reproduced in 3 reruns): run once more; a second failure, or any wrong result
+        # the tests compare, still fails
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"torchrun {args} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
 
