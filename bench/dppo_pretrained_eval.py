@@ -6,8 +6,9 @@ Why: before commit 7ee7ab7 the offline-to-online pipeline evaluated the pretrain
 before ``start_finetuning`` had copied the pretrained weights into the frozen early steps, so with
 K' < K a run's ``pretrained`` return came from a chain whose first K - K' steps had random weights (the
 pretraining checkpoints written before commit "BC checkpoints store the head after start_finetuning" carry
-that random copy too; this script calls ``start_finetuning`` on them, a no-op on newer ones). And a DDIM head evaluated at eta = 0 (DPPO's) follows another chain
-than the eta = 1 one that fine-tuning trains (``policy.ddim_eval_eta``).
+that random copy too; this script calls ``start_finetuning`` on them, a no-op on newer ones). And a DDIM
+head evaluated at eta = 0 (DPPO's) follows another chain than the eta = 1 one that fine-tuning trains
+(``policy.ddim_eval_eta``).
 Writes ``bench/results/dppo_eval.json``.
 
     python bench/dppo_pretrained_eval.py bench/runs/dppo_options/ddpm20-ft10-s0 [...] [--ddim-eval-eta 0 1]

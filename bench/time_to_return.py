@@ -87,7 +87,8 @@ def main() -> None:
             summary = json.loads((run_dir / "summary.json").read_text())
             seconds = reached["train_seconds"]
             rows[f"{name}, seed {seed}"] = {
-                **reached, "overrides": overrides, "sps": summary["sps"], "trained": time.strftime("%Y-%m-%d %H:%M", time.localtime((run_dir / "summary.json").stat().st_mtime)),
+                **reached, "overrides": overrides, "sps": summary["sps"],
+                "trained": time.strftime("%Y-%m-%d %H:%M", time.localtime((run_dir / "summary.json").stat().st_mtime)),
                 "speedup_over_zoo": None if seconds is None else ZOO_SECONDS / seconds}
     out = {"benchmark": "time_to_return", "target": args.target, "zoo": {"seconds": ZOO_SECONDS, "steps": ZOO_STEPS},
            "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}

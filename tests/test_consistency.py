@@ -157,8 +157,8 @@ def test_on_policy_log_probs_and_kl_match_torch_distributions(chunk):
 
     def step_distributions():
         with torch.no_grad():
-            return [torch.distributions.Normal(head.consistency(chain[:, i], torch.full((BATCH,), taus[i]), obs)[:, :dims[i]],
-                                               stds[i]) for i in range(3)]
+            means = [head.consistency(chain[:, i], torch.full((BATCH,), taus[i]), obs) for i in range(3)]
+            return [torch.distributions.Normal(means[i][:, :dims[i]], stds[i]) for i in range(3)]
 
     old = step_distributions()
     expected_old = torch.stack([old[i].log_prob(chain[:, i + 1, :dims[i]]).sum(-1) for i in range(3)], dim=1)

@@ -128,7 +128,8 @@ def test_the_offline_phase_resumes_exactly_through_a_weights_only_checkpoint(off
     buffer = io.BytesIO()
     torch.save(runner.training_state(), buffer)
     buffer.seek(0)
-    resumed, _ = make(seed=1, offline_lr_decay=offline_lr_decay)  # other weights and generators, all overwritten by the load
+    # other weights and generators, all overwritten by the load
+    resumed, _ = make(seed=1, offline_lr_decay=offline_lr_decay)
     second = OfflineRLRunner(resumed, offline_store(0), steps=6, batch_size=8, log_every=3)  # the same data
     second.load({}, torch.load(buffer, weights_only=True))
     second.run()

@@ -176,13 +176,15 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         if ct_distance not in ("l2", "pseudo_huber"):
             raise ValueError(f"consistency ct_distance must be 'l2' or 'pseudo_huber', got '{ct_distance}'")
         if ct_noise_sampling not in ("uniform", "lognormal"):
-            raise ValueError(f"consistency ct_noise_sampling must be 'uniform' or 'lognormal', got '{ct_noise_sampling}'")
+            raise ValueError("consistency ct_noise_sampling must be 'uniform' or 'lognormal', "
+                             f"got '{ct_noise_sampling}'")
         if clamp_gradient not in CLAMP_GRADIENTS:
             raise ValueError(f"consistency clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
         if min_sampling_std <= 0:
             raise ValueError(f"consistency min_sampling_std must be > 0 (the last step's std), got {min_sampling_std}")
         self.spec_kwargs = {
-            "act_steps": act_steps, "horizon_steps": horizon_steps, "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
+            "act_steps": act_steps, "horizon_steps": horizon_steps,
+            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
             "sampling_steps": sampling_steps, "sigma_data": sigma_data, "eps": eps, "tau_max": tau_max,
             "tau_min_sampling": tau_min_sampling, "rho": rho, "ct_initial_scales": ct_initial_scales,
             "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
