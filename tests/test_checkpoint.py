@@ -162,3 +162,26 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
     with pytest.raises(ConfigError, match=r"updater.adam_eps: None -> 0.001"):
         check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.adam_eps=1e-3"])))
+
+
+def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the_old_value(tmp_path):
+    """updater.adjust_target_entropy (EXPO) was added with a default that computes something new: an
+    EXPO run saved before it existed computed the legacy value (false), so the default is a changed run
+    and the error says which value continues it."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.config import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    expo = [f"run_dir={run_dir}", "updater=expo", "policy=diffusion_expo"]
+    check_resume_config(run_dir, validate(compose_config(expo)))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del saved["updater"]["adjust_target_entropy"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ConfigError,
+                       match=r"adjust_target_entropy: False \(saved before the field existed\) -> True"):
+        check_resume_config(run_dir, validate(compose_config(expo)))
+    check_resume_config(run_dir, validate(compose_config([*expo, "updater.adjust_target_entropy=false"])))

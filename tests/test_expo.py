@@ -135,6 +135,25 @@ def test_the_base_and_edit_learning_rates_follow_expos_cosine_decay_and_stay_at_
         tiny_expo(base_lr_decay_steps=0)
 
 
+def test_the_temperature_target_lies_within_reach_of_an_edit_of_scale_beta():
+    """log pi_e(a') = log pi(u) - |A| log beta, so the edited action's entropy is at most |A| (log 2 +
+    log beta) (u uniform on (-1, 1)^A). |A| = 2, beta 0.05 by hand: the adjusted target -1 + 2 log 0.05 =
+    -6.99 lies below that maximum (-4.61); EXPO's unadjusted -1 lies above it, so its temperature can
+    only grow: over 50 temperature steps alpha falls with the adjusted target and rises without it."""
+    largest = ACT_DIM * (math.log(2.0) + math.log(0.05))
+    adjusted, legacy = tiny_expo(), tiny_expo(adjust_target_entropy=False)
+    assert adjusted.target_entropy == pytest.approx(-1.0 + 2 * math.log(0.05))
+    assert adjusted.target_entropy < largest
+    assert legacy.target_entropy == pytest.approx(-1.0) and legacy.target_entropy > largest
+    for algorithm in (adjusted, legacy):
+        batch = algorithm.sampler.sample(8)
+        for _ in range(50):
+            with torch.no_grad():
+                _, log_prob = algorithm.edit.rsample_edit(batch.obs, batch.actions)
+            algorithm.temperature_step(log_prob)
+    assert float(adjusted.alpha) < 1.0 < float(legacy.alpha)
+
+
 def test_no_q_gradient_reaches_the_base_policy():
     """Over whole rounds (critic steps with on-the-fly targets, base step, edit step, temperature),
     every gradient computed for a base parameter comes from its one imitation step per round; the
@@ -199,12 +218,13 @@ def test_the_on_the_fly_policy_rebuilds_from_its_spec_and_acts_deterministically
     assert policy.act(obs, deterministic=False).shape == (7, ACT_DIM)
 
 
-@pytest.mark.parametrize("family", ["fpo", "policyflow", "diffusion"])
-def test_flow_and_diffusion_bases_train_and_act(family):
+@pytest.mark.parametrize("family", ["fpo", "policyflow", "diffusion", "consistency"])
+def test_flow_diffusion_and_consistency_bases_train_and_act(family):
     from genpol.heads import build_head
 
     kwargs = {"fpo": {"hidden_sizes": (16,)}, "policyflow": {"hidden_sizes": (16,)},
-              "diffusion": {"denoising_steps": 4, "ft_denoising_steps": 4, "hidden_sizes": (16, 16)}}[family]
+              "diffusion": {"denoising_steps": 4, "ft_denoising_steps": 4, "hidden_sizes": (16, 16)},
+              "consistency": {"hidden_sizes": (16, 16)}}[family]
     algorithm = tiny_expo(head=build_head(family, OBS_DIM, ACT_DIM, **kwargs))
     named = algorithm.rlpd_round()
     assert all(torch.isfinite(value).all() for value in named.values()) and algorithm.base_steps == 1
@@ -339,10 +359,10 @@ def contextual_bandit_run(iterations: int = 100):
 
 
 def test_expo_learns_a_contextual_bandit_through_argmax_q_and_its_edits():
-    """Measured (seed 0): on-the-fly -0.18, uniform actions -1.08, edit gain +0.024. With the argmax
-    replaced by an argmin the on-the-fly policy scores -2.81 (the first assertion fails); with the edit
-    loss's Q negated it still scores -0.18 through the base samples, but the edit gain is -0.021 (the
-    second fails)."""
+    """Measured (seed 0): on-the-fly -0.17, uniform actions -1.08, edit gain +0.068 (+0.024 with EXPO's
+    unadjusted temperature target, under which alpha only grows). With the argmax replaced by an argmin
+    the on-the-fly policy scores -2.78 (the first assertion fails); with the edit loss's Q negated it
+    still scores -0.19 through the base samples, but the edit gain is -0.053 (the second fails)."""
     on_the_fly, uniform, gain = contextual_bandit_run()
     assert on_the_fly > 0.5 * uniform, (on_the_fly, uniform)
     assert gain > 0.01, gain

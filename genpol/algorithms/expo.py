@@ -9,8 +9,10 @@ batching), with three changes:
   nothing differentiable in its parameters ever meets a critic;
 * the **edit policy** (``genpol.heads.edit.EditPolicy``) is trained SAC-style on the same minibatch's
   *replay* actions, ``edit_loss`` with the ensemble-mean Q; the temperature tracks the entropy of the
-  edited action toward ``-|A| / 2``; the base's and the edit policy's learning rates follow one cosine
-  decay over ``base_lr_decay_steps`` of their own steps (EXPO's ``actor_lr`` schedule serves both);
+  edited action toward ``-|A| / 2 + |A| log beta`` (``adjust_target_entropy``; EXPO's default target,
+  ``-|A| / 2`` alone, lies above the largest entropy an edit of scale beta can have); the base's and
+  the edit policy's learning rates follow one cosine decay over ``base_lr_decay_steps`` of their own
+  steps (EXPO's ``actor_lr`` schedule serves both);
 * the **next action** of every TD target is the on-the-fly policy's at s' (N base samples from the
   *online* base, ``n_edit`` of them edited, argmax of the target critics' subset-min), batched over
   the minibatch's next states, and the target is that subset-min, without an entropy backup. The
@@ -24,6 +26,7 @@ and one edit step and one temperature step on the last minibatch.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -36,7 +39,7 @@ from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_
 from genpol.qensemble import polyak_update
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.sac_losses import td_target
-from genpol.updaters.schedules import cosine_lr
+from genpol.updaters.schedules import cosine_lr, set_lr
 
 
 class EXPO(SAC):
@@ -56,6 +59,8 @@ class EXPO(SAC):
                               f"act_steps={head.act_steps}, horizon_steps={head.horizon_steps}")
         super().__init__(head, cfg, num_envs=num_envs, obs_dim=obs_dim, act_dim=act_dim, capacity=capacity,
                          device=device, seed=seed, offline=offline)
+        if cfg.adjust_target_entropy:  # the target is for u's entropy; log pi_e(a') carries -|A| log beta
+            self.target_entropy += act_dim * math.log(cfg.edit_scale)
         self.ema_base = copy.deepcopy(head).requires_grad_(False)
         self.edit = EditPolicy(obs_dim, act_dim, cfg.edit_hidden_sizes, cfg.edit_activation,
                                edit_scale=cfg.edit_scale).to(device)
@@ -96,8 +101,7 @@ class EXPO(SAC):
 
     def base_step(self, batch: ReplayBatch) -> torch.Tensor:
         """One imitation step of the base policy on the batch's actions, then the EMA update."""
-        for group in self.actor_optimizer.param_groups:
-            group["lr"] = self.policy_lr(self.base_steps)
+        set_lr(self.policy_lr(self.base_steps), self.actor_optimizer)
         loss = self.head.imitation_loss(batch.obs, batch.actions)
         self._step(self.actor_optimizer, loss, self.actor_params)
         polyak_update(self.ema_base, self.head, self.cfg.base_ema_tau)
@@ -107,8 +111,7 @@ class EXPO(SAC):
     def edit_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One edit-policy step on the batch's (replay) actions; returns the loss and the edited
         actions' log-probs (for the temperature)."""
-        for group in self.edit_optimizer.param_groups:
-            group["lr"] = self.policy_lr(self.actor_steps)
+        set_lr(self.policy_lr(self.actor_steps), self.edit_optimizer)
         edited, log_prob = self.edit.rsample_edit(batch.obs, batch.actions)
         self.critic.requires_grad_(False)
         try:

@@ -217,7 +217,14 @@ class ExpoConfig(SACConfig):
     actor_q_reduction: str = "mean"
     """Q in the edit loss: the ensemble mean (EXPO)."""
     target_entropy_scale: float = -0.5
-    """Target entropy of the edit policy = target_entropy_scale x |A| (EXPO: -|A| / 2)."""
+    """Target entropy of the edit policy = target_entropy_scale x |A| (EXPO: -|A| / 2), plus
+    |A| log edit_scale with adjust_target_entropy."""
+    adjust_target_entropy: bool = True
+    """Add |A| log edit_scale to the target (the flag of that name in EXPO's code): the temperature
+    tracks the entropy of the edited action a + beta u, which is that of u plus |A| log beta and so at
+    most |A| (log 2 + log beta) (Hopper at beta 0.05: -6.9, below the target -1.5). Without the
+    adjustment (false: EXPO's default, and genpol's before 2026-12-01) the target is out of reach, alpha
+    grows without bound (7108 after 25k steps on Hopper) and the edit policy is driven to uniform noise."""
     temperature_loss: str = "alpha"
     """Temperature loss form (jaxrl's alpha (H - H_target))."""
     backup_entropy: bool = False

@@ -29,7 +29,7 @@ from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
 from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 from genpol.storage.replay import OfflineReplay
-from genpol.updaters.schedules import cosine_lr
+from genpol.updaters.schedules import cosine_lr, set_lr
 
 
 class OfflineRLRunner:
@@ -61,15 +61,11 @@ class OfflineRLRunner:
         """The head evaluation acts with."""
         return self.algorithm.acting_head()
 
-    def set_learning_rate(self, lr: float) -> None:
-        for optimizer in (self.algorithm.actor_optimizer, self.algorithm.critic_optimizer):
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-
     def train_step(self) -> dict[str, torch.Tensor]:
         cfg = self.algorithm.cfg
         if cfg.offline_lr_decay:
-            self.set_learning_rate(cosine_lr(cfg.lr, self.algorithm.offline_steps, self.total_steps))
+            set_lr(cosine_lr(cfg.lr, self.algorithm.offline_steps, self.total_steps),
+                   self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
         named = self.algorithm.gradient_step(self.offline.sample(self.batch_size))
         self.algorithm.offline_steps += 1
         self.global_step += 1
@@ -92,7 +88,8 @@ class OfflineRLRunner:
                 metrics["pretrain/learning_rate"] = self.algorithm.actor_optimizer.param_groups[0]["lr"]
             self.callbacks.on_iteration_end(self, metrics)
             stop_if_requested(self)
-        self.set_learning_rate(self.algorithm.cfg.lr)  # online fine-tuning's rate (the optimizers carry on)
+        # online fine-tuning's rate (the optimizers carry on)
+        set_lr(self.algorithm.cfg.lr, self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
         self.callbacks.on_train_end(self)
 
     # ------------------------------------------------------------------ checkpoints (Checkpointer API)

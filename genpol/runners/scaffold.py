@@ -35,6 +35,11 @@ RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pip
                      "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
                      "updater.compile")
 
+# Fields added with a default that computes something new: the value that reproduces what a run saved
+# before the field existed computed. A key missing from a saved config is compared against this value
+# instead of the default, so such a run resumes only when the old behaviour is asked for.
+LEGACY_VALUES = {"updater.adjust_target_entropy": False}
+
 _NO_DEFAULT = object()
 
 
@@ -76,9 +81,14 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     now = flatten_keys(current)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES)
-                     and not (key not in saved and now[key] == _schema_default(cfg, key)))
+                     and not (key not in saved and now[key] == LEGACY_VALUES.get(key, _schema_default(cfg, key))))
     if changed:
-        details = ", ".join(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in changed)
+        def was(key: str) -> str:
+            if key not in saved and key in LEGACY_VALUES:
+                return f"{LEGACY_VALUES[key]!r} (saved before the field existed)"
+            return repr(saved.get(key))
+
+        details = ", ".join(f"{key}: {was(key)} -> {now.get(key)!r}" for key in changed)
         raise ConfigError(
             f"{run_dir} holds a run with a different config ({details}); resuming it would not "
             "continue the same run. Use another run_dir, or the saved config."

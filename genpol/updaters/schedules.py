@@ -31,6 +31,14 @@ def cosine_lr(lr: float, step: int, total_steps: int, min_lr: float = 0.0) -> fl
     return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def set_lr(lr: float, *optimizers: torch.optim.Optimizer) -> None:
+    """Set every parameter group of ``optimizers`` to ``lr`` (the schedules here are plain functions of
+    a step count, so no scheduler object holds state that a checkpoint would have to carry)."""
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+
 class AdaptiveLR:
     """rsl_rl's KL-adaptive rule: after each minibatch, divide the learning rate by ``factor`` when
     the KL exceeds ``2 * target_kl``, multiply it when the KL is below ``target_kl / 2``, and keep
