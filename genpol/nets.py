@@ -1,4 +1,11 @@
-"""Network building blocks shared by heads and critics."""
+"""Network building blocks shared by heads and critics.
+
+Their layers are ``genpol.onednn.OneDNNLinear``: ``nn.Linear`` itself (parameters, state dict, init),
+whose wide layers run oneDNN's GEMM on one CPU thread for minibatches of 64 rows or more, where torch's
+MKL takes a slower generic path on this project's CPUs (DPPO's 3 x 256 denoiser, forward and backward on
+2560 rows: 21 ms against 32 ms with ``nn.Linear``). Narrow layers, small batches, two threads and other
+devices run ``F.linear`` unchanged. Their Mish is ``genpol.mish.Mish`` (torch's CPU Mish is scalar).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,16 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from genpol.mish import Mish
+from genpol.onednn import OneDNNLinear
+
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "relu": nn.ReLU,
     "elu": nn.ELU,
     "gelu": nn.GELU,
-    "mish": nn.Mish,
+    "mish": Mish,
     "silu": nn.SiLU,
 }
 
@@ -45,7 +56,7 @@ class MLP(nn.Sequential):
         sizes = [in_dim, *hidden_sizes, out_dim]
         layers: list[nn.Module] = []
         for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-            linear = nn.Linear(fan_in, fan_out)
+            linear = OneDNNLinear(fan_in, fan_out)
             is_output = i == len(sizes) - 2
             if orthogonal_init:
                 nn.init.orthogonal_(linear.weight, gain=output_gain if is_output else math.sqrt(2))
@@ -96,12 +107,12 @@ class ResidualMLP(nn.Module):
         if any(size != width for size in hidden_sizes):
             raise ValueError(f"ResidualMLP needs equal hidden widths, got {list(hidden_sizes)}")
         act = activation_class(activation)
-        self.input = nn.Linear(in_dim, width)
+        self.input = OneDNNLinear(in_dim, width)
         self.blocks = nn.ModuleList(
-            nn.Sequential(act(), nn.Linear(width, width), act(), nn.Linear(width, width))
+            nn.Sequential(act(), OneDNNLinear(width, width), act(), OneDNNLinear(width, width))
             for _ in range(max((len(hidden_sizes) - 1) // 2, 0))
         )
-        self.output = nn.Sequential(act(), nn.Linear(width, out_dim))
+        self.output = nn.Sequential(act(), OneDNNLinear(width, out_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.input(x)

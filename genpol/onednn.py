@@ -9,7 +9,8 @@ being trained. ``QEnsemble(impl="onednn")`` routes the critics' hidden layers th
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,35 @@ def _onednn_gemm_works() -> bool:
 
 
 ONEDNN_AVAILABLE = _onednn_gemm_works()
+
+
+def is_functorch_wrapped(tensor: torch.Tensor) -> bool:
+    """Whether a torch.func transform (vmap, grad, jvp, ...) has wrapped ``tensor`` (eager only: the
+    check cannot be traced, so callers skip it while ``torch.compiler.is_compiling()``)."""
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return check is not None and check(tensor)
+
+
+# True while torch.func.grad is traced or run by torch.compile (``plain_linear_layers``): there every layer
+# runs ``F.linear``. Measured with torch 2.13: an autograd.Function under torch.func.grad inside dynamo
+# gets ``needs_input_grad`` False for the parameters (their gradients came out zero), fails to trace when
+# a layer's input is data rather than an intermediate, and a custom op's registered autograd is no
+# more functorch-compatible. Plain autograd under torch.compile (the off-policy steps) is unaffected.
+_PLAIN_LINEAR = False
+
+
+@contextlib.contextmanager
+def plain_linear_layers() -> Iterator[None]:
+    """Run every ``OneDNNLinear`` as ``F.linear`` inside the block (a compiled graph reads the flag when
+    traced and guards on it, so set it around every call of such a graph too)."""
+    global _PLAIN_LINEAR
+    previous, _PLAIN_LINEAR = _PLAIN_LINEAR, True
+    try:
+        yield
+    finally:
+        _PLAIN_LINEAR = previous
+
+
 # A layer narrower than this on either side stays in MKL: oneDNN's advantage is in the wide products
 # (the actor's 17 -> 256 input layer and 256 -> 6 heads gain nothing measurable).
 MIN_WIDTH = 128
@@ -100,11 +130,14 @@ class OneDNNLinear(nn.Linear):
                            and min(in_features, out_features) >= MIN_WIDTH)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if not (self.use_onednn and inputs.device.type == "cpu" and inputs.dtype == torch.float32
+        if not (self.use_onednn and not _PLAIN_LINEAR and inputs.device.type == "cpu"
+                and inputs.dtype == torch.float32
                 and self.weight.dtype == torch.float32 and inputs.numel() > 0):
             return F.linear(inputs, self.weight, self.bias)
         flat = inputs.reshape(-1, self.in_features)
-        if flat.shape[0] < MIN_ROWS:
+        # the autograd.Function has no vmap rule: under torch.func (vmap, jacrev, ...) F.linear serves
+        if flat.shape[0] < MIN_ROWS or (not torch.compiler.is_compiling()
+                                        and (is_functorch_wrapped(inputs) or is_functorch_wrapped(self.weight))):
             return F.linear(inputs, self.weight, self.bias)
         output = _OneDNNLinearFunction.apply(flat, self.weight, self.bias)
         return output.reshape(*inputs.shape[:-1], self.out_features)

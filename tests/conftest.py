@@ -56,6 +56,15 @@ def _work_in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test (oneDNN layers decide at construction, on one thread), then back."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def random_dataset(tmp_path_factory):
     """``random_dataset("Walker2d")``: a D4RL file of >= 600 random-policy ``<task>-v5`` transitions in

@@ -10,14 +10,6 @@ from genpol.onednn import ONEDNN_AVAILABLE, OneDNNLinear
 pytestmark = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN GEMM")
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def twin_layers(in_features: int = 256, out_features: int = 256) -> tuple[OneDNNLinear, nn.Linear]:
     torch.manual_seed(0)
     fast = OneDNNLinear(in_features, out_features)
@@ -80,3 +72,36 @@ def test_compiled_step_matches_eager(one_thread):
     torch.testing.assert_close(compiled_value, plain_value, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(fast.bias.grad, plain.bias.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_the_compiled_on_policy_step_trains_onednn_layers_as_eager_adam_does(one_thread):
+    """``CompiledAdamStep`` (updater.compile=true on-policy) traces torch.func.grad: there an
+    autograd.Function lost the oneDNN layers' parameter gradients (zeros) and failed to trace a layer
+    whose input is data. The step runs them as F.linear; after three steps it matches eager Adam."""
+    import copy
+
+    from genpol.updaters.compiled import CompiledAdamStep
+
+    torch.manual_seed(0)
+    net = nn.Sequential(OneDNNLinear(256, 256), nn.Tanh(), OneDNNLinear(256, 256), nn.Tanh(), nn.Linear(256, 1))
+    assert net[0].use_onednn and net[2].use_onednn  # the first one's input is data
+    twin = copy.deepcopy(net)
+    eager_optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def loss_of(module: nn.Module):
+        def loss(inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            value = (module(inputs).squeeze(-1) - targets).square().mean()
+            return value, {"loss": value.detach()}
+        return loss
+
+    step = CompiledAdamStep({"net": twin}, loss_of(twin), torch.optim.Adam(twin.parameters(), lr=1e-3), None)
+    for _ in range(3):
+        inputs, targets = torch.randn(128, 256), torch.randn(128)
+        eager_loss, _ = loss_of(net)(inputs, targets)
+        eager_optimizer.zero_grad()
+        eager_loss.backward()
+        eager_optimizer.step()
+        compiled = step(inputs, targets)
+        assert float(compiled["loss"]) == pytest.approx(float(eager_loss), rel=1e-5)
+    for ours, theirs in zip(net.parameters(), twin.parameters()):
+        torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5)

@@ -143,26 +143,48 @@ def test_entropy_bonus_without_an_entropy_is_refused():
                                    torch.zeros(2), torch.zeros(2))
 
 
-def test_compiled_minibatch_step_matches_the_eager_one():
+def wide_diffusion_twins():
+    """A DPPO head and critic whose 128-wide layers take oneDNN's GEMM (tests run on one thread, 64
+    rows per minibatch) and whose activations are genpol's Mish: the layers `+experiment=dppo_hopper`
+    compiles."""
+    from genpol.heads import DiffusionHead
+    from genpol.mish import Mish
+    from genpol.onednn import ONEDNN_AVAILABLE, OneDNNLinear
+
+    head = DiffusionHead(5, 2, denoising_steps=3, ft_denoising_steps=2, hidden_sizes=(128, 128, 128))
+    critic = ValueNetwork(5, (128, 128), activation="mish")
+    layers = [m for m in [*head.modules(), *critic.modules()] if isinstance(m, OneDNNLinear) and m.use_onednn]
+    assert len(layers) >= 3 or not ONEDNN_AVAILABLE  # the block's two in each denoiser copy, the critic's one
+    assert any(isinstance(m, Mish) for m in head.modules())
+    return head, critic
+
+
+@pytest.mark.parametrize("heads", ["gaussian", "diffusion"])
+def test_compiled_minibatch_step_matches_the_eager_one(heads):
     """updater.compile=true: same diagnostics and parameters as eager Adam, also across a learning-rate
-    change (the rate is a tensor input, so it must not be baked into the compiled graph)."""
+    change (the rate is a tensor input, so it must not be baked into the compiled graph). For a Gaussian
+    head, and for a DPPO head with oneDNN layers and genpol's Mish inside the compiled graph."""
     import copy
 
     torch.manual_seed(0)
-    head, critic = GaussianHead(5, 2, hidden_sizes=(32, 32)), ValueNetwork(5, (32, 32))
+    if heads == "gaussian":
+        head, critic = GaussianHead(5, 2, hidden_sizes=(32, 32)), ValueNetwork(5, (32, 32))
+    else:
+        head, critic = wide_diffusion_twins()
     storage = RolloutStorage(64, 4, 5)
     for _ in range(64):
         obs = torch.randn(4, 5)
         with torch.no_grad():
             _, record = head.sample(obs)
-        record["log_prob"] += 0.2 * torch.randn(4)
+        record["log_prob"] += 0.2 * torch.randn_like(record["log_prob"])
         storage.add(obs, record, torch.randn(4), torch.randn(4), torch.zeros(4, dtype=torch.bool),
                     torch.zeros(4, dtype=torch.bool))
     storage.compute_advantages(torch.zeros(4), 0.99, 0.95)
     twins = copy.deepcopy((head, critic))
     kwargs = dict(epochs=2, minibatch_size=64, critic_lr=1e-3, max_grad_norm=0.5)
-    eager = MinibatchUpdater(head, critic, PPOClipLoss(ent_coef=0.01), **kwargs)
-    compiled = MinibatchUpdater(*twins, PPOClipLoss(ent_coef=0.01), compile=True, **kwargs)
+    ent_coef = 0.01 if heads == "gaussian" else 0.0  # DPPO's chain has no entropy
+    eager = MinibatchUpdater(head, critic, PPOClipLoss(ent_coef=ent_coef), **kwargs)
+    compiled = MinibatchUpdater(*twins, PPOClipLoss(ent_coef=ent_coef), compile=True, **kwargs)
     for scale in (1.0, 0.5):
         eager.set_lr_scale(scale)
         compiled.set_lr_scale(scale)

@@ -259,7 +259,10 @@ def diffusion_batch(samples: int):
 
 def test_chunked_trpo_step_equals_the_unchunked_one_for_dppo():
     """The DPPO head's step in chunks of 40 (96 samples: 40, 40, 16) equals the one-chunk step: same
-    diagnostics and parameters to float tolerance."""
+    diagnostics and parameters to float tolerance. Not bitwise: the time MLP's Mish sees 384 rows x 32
+    whole and 160 x 32 in a chunk, on either side of the size where genpol's Mish leaves torch's kernel
+    for its own ops (equal to float rounding, not bitwise); conjugate gradient amplifies that to ~2e-4
+    relative on single parameters. A dropped or doubled chunk would be off by tens of percent."""
     results = []
     for chunk_size in (96, 40):
         head, obs, record, advantages = diffusion_batch(96)
@@ -271,9 +274,9 @@ def test_chunked_trpo_step_equals_the_unchunked_one_for_dppo():
     assert whole["line_search_success"] == chunked["line_search_success"] == 1.0
     assert whole["line_search_steps"] == chunked["line_search_steps"]
     for key in ("policy", "kl", "approx_kl", "step_size", "gradient_norm"):
-        assert chunked[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-8), key
+        assert chunked[key] == pytest.approx(whole[key], rel=1e-3, abs=1e-8), key
     for ours, theirs in zip(chunked_params, whole_params):
-        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ours, theirs, rtol=1e-3, atol=1e-5)
 
 
 def test_trpo_chunk_size_bounds_the_batch_of_every_graph():

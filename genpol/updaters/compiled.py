@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad
 
+from genpol.onednn import plain_linear_layers
+
 
 class _LossModule(nn.Module):
     """Holds the trained modules so that ``functional_call`` can swap their parameters."""
@@ -105,4 +107,5 @@ class CompiledAdamStep:
             self._lrs[index] = group["lr"]  # a tensor input: a new lr does not recompile
         params = {name: parameter for name, parameter, _ in self.entries}
         states = [self._state(parameter) for _, parameter, _ in self.entries]
-        return self._compiled(params, states, self._lrs, *batch)
+        with plain_linear_layers():  # oneDNN's autograd.Function breaks under torch.func.grad when compiled
+            return self._compiled(params, states, self._lrs, *batch)
