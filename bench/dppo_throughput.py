@@ -10,7 +10,9 @@ and in what is compiled:
 * ``... compiled update``: the same with ``updater.compile=true`` (the whole minibatch step one graph);
 * ``dppo ddpm K=20 K'=5``: DDPM sampling as above, only the last 5 steps fine-tuned (half the update);
 * ``dppo ddim 5 K'=5``: DDIM in 5 steps, all 5 fine-tuned (DPPO's Furniture setting; ``policy=diffusion_ddim``);
-* ``dppo ddim 5 K'=5, eager update``.
+* ``dppo ddim 5 K'=5, eager update``;
+* ``..., torch layers``: the Gaussian and DPPO Gym rows built with torch's ``nn.Mish`` and ``nn.Linear``
+  in ``genpol.nets`` instead of its ``Mish`` and ``OneDNNLinear`` (the layers before 2026-12-01).
 
 Two more Gaussian rows keep the Gaussian's own critic (64-64 tanh, the comparison of
 bench/results/dppo.json, where DPPO measured 0.51): each DPPO row is quoted against them as well
@@ -58,24 +60,35 @@ ROWS = {  # name -> (overrides, the Gaussian row it is compared with)
     "dppo ddpm K=20 K'=5": ([*DPPO, *LOOP, "policy.ft_denoising_steps=5"], "gaussian"),
     "dppo ddim 5 K'=5": ([*DDIM, *LOOP], "gaussian"),
     "dppo ddim 5 K'=5, compiled update": ([*DDIM, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
+    # the layers before 2026-12-01: the same two loops built with torch's nn.Mish and nn.Linear
+    "gaussian, torch layers": ([*LOOP, "policy=gaussian"], None),
+    "dppo ddpm K=20 K'=10, torch layers": ([*DPPO, *LOOP], "gaussian, torch layers"),
 }
 
 
 class Row:
     """One training loop, built and warmed up once; ``time(iterations)`` -> env-steps/s and its split."""
 
-    def __init__(self, overrides: list[str]):
+    def __init__(self, overrides: list[str], torch_layers: bool = False):
         from genpol.algorithms import make_algorithm
         from genpol.api import compose_config
         from genpol.build import env_stack, make_env, make_head
         from genpol.config import validate
         from genpol.runners.onpolicy import OnPolicyRunner
 
+        from genpol import nets
+
         cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
         torch.manual_seed(0)
         self.env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
-        head = make_head(cfg.policy, self.env.obs_dim, self.env.act_dim).to(cfg.device)
-        self.algorithm = make_algorithm(cfg, head, self.env)
+        mish, linear = nets.ACTIVATIONS["mish"], nets.OneDNNLinear
+        if torch_layers:
+            nets.ACTIVATIONS["mish"], nets.OneDNNLinear = torch.nn.Mish, torch.nn.Linear
+        try:
+            head = make_head(cfg.policy, self.env.obs_dim, self.env.act_dim).to(cfg.device)
+            self.algorithm = make_algorithm(cfg, head, self.env)
+        finally:
+            nets.ACTIVATIONS["mish"], nets.OneDNNLinear = mish, linear
         self.runner = OnPolicyRunner(self.env, self.algorithm, total_steps=cfg.updater.rollout_steps * cfg.env.num_envs)
         start = time.perf_counter()
         self.runner.run()  # warm-up iteration: compiles what is compiled
@@ -111,8 +124,10 @@ def main() -> None:
 
     rows = {}
     for name in names:
-        rows[name] = Row(ROWS[name][0])
+        rows[name] = Row(ROWS[name][0], torch_layers=name.endswith("torch layers"))
         print(f"built {name:42s} warm-up {rows[name].warmup_s:6.1f} s", flush=True)
+    for row in rows.values():  # once more after all are built: building a later row made the first
+        row.time(1)  # timed iteration of a compiled one recompile (1245 env-steps/s against ~6100)
     rounds: list[dict] = []
     gaussians = [n for n in names if ROWS[n][1] is None]
     measured = {n: rows[n].time(args.iterations) for n in gaussians}  # the first "before"
