@@ -208,10 +208,6 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                                "command": "python bench/expo.py " + " ".join(sys.argv[1:]),
                                "note": "RLPD runs +experiment=rlpd's compiled critic steps; EXPO refuses compile and runs eager"}
     results_path = RESULTS / "expo_learning.json"
-    if results_path.exists():  # keep the runs of other invocations at the same setting
-        previous = json.loads(results_path.read_text())
-        if all(previous.get(key) == value for key, value in setting.items()):
-            results["runs"], results["claim"] = previous.get("runs", {}), previous.get("claim", {})
     root = Path(args.run_root)
     # offline-to-online: BC-pretrain the base (EXPO) or the actor (RLPD) first; runs are named o2o-...
     prefix, pipeline = "", []
@@ -240,7 +236,8 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                       policy="diffusion_expo" if experiment == "expo" else "tanh_gaussian",
                       updater="expo" if experiment == "expo" else "sac", total_steps=steps, seed=seed,
                       run_dir=run_dir)
-                results["runs"][run_dir.name] = {"steps": steps, **run_record(run_dir, steps)}
+                results["runs"][run_dir.name] = {"steps": steps, **run_record(run_dir, steps),
+                                                 "command": results["command"]}
         for seed in args.seeds:  # the step at which EXPO first evaluates at RLPD's final score or above
             rlpd_final = score_at(root / f"{prefix}{task}-rlpd-{seed}", rlpd_steps)
             first = first_step_at(root / f"{prefix}{task}-expo-{seed}", rlpd_final)
@@ -251,9 +248,24 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                 # judged only when EXPO ran at least half of RLPD's steps
                 "holds": (None if args.steps < rlpd_steps // 2
                           else first is not None and first <= rlpd_steps // 2)}
-        results_path.write_text(json.dumps(results, indent=2))
+        save_learning(results_path, results, setting)
     print(json.dumps(results, indent=2))
     return results
+
+
+def save_learning(path: Path, results: dict[str, Any], setting: dict[str, Any]) -> None:
+    """Write ``results``, keeping the runs and claims of other invocations at the same setting: read
+    just before writing, so two invocations running side by side (one per core) keep each other's."""
+    merged = dict(results, runs=dict(results["runs"]), claim=dict(results["claim"]))
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if all(previous.get(key) == value for key, value in setting.items()):
+            merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
+            merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
+    merged["seeds"] = sorted({int(name.rsplit("-", 1)[1]) for name in merged["runs"]})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=2))
+    tmp.replace(path)
 
 
 def main() -> None:
