@@ -10,7 +10,9 @@ The formulas, with ``e = exp(min(x, 20))`` and ``n = e (e + 2)`` (so ``(1 + e)^2
 ``tanh(softplus(x)) = n / (n + 2)``, ``1 - tanh(softplus(x)) = 2 / (n + 2)`` and ``sigmoid(x) = e / (1 + e)``.
 Only products and quotients, no differences of nearly equal numbers, so the relative error stays at a
 few ulps for every x, very negative ones included (where ``1 - 2 / ((1 + e)^2 + 1)`` would cancel). Past
-x = 20 every factor is 1 in float32 and float64, so clamping there loses nothing and avoids inf / inf.
+x = 20 every factor is 1 in float32 and float64, so clamping there loses nothing and avoids inf / inf;
+the derivative's ``x (1 - t)`` term takes the clamped x as well (below 1e-15 there: with x itself, 1 - t
+frozen at its x = 20 value would let the term grow with x, to 2.7 at x = 1e17).
 
 * float32 and float64 on the CPU. Tensors below ``TORCH_KERNEL_MAX_ELEMENTS`` (acting on a few envs),
   other dtypes and devices use ``F.mish``: one call is cheaper there, bfloat16 intermediates would lose
@@ -58,11 +60,12 @@ def mish_reference(x: torch.Tensor) -> torch.Tensor:
 def mish_derivative(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``grad (t + x (1 - t) (1 + t) sigmoid(x))``, ``t = tanh(softplus(x)) = n / (n + 2)``,
     ``1 - t = 2 / (n + 2)``, ``sigmoid(x) = e / (1 + e)``; out-of-place differentiable ops."""
-    e = torch.exp(torch.clamp(x, max=CLAMP))
+    clamped = torch.clamp(x, max=CLAMP)
+    e = torch.exp(clamped)
     n = e * (e + 2.0)
     inverse = 1.0 / (n + 2.0)
     t = n * inverse
-    return grad * (t + x * (2.0 * inverse) * (1.0 + t) * (e / (1.0 + e)))
+    return grad * (t + clamped * (2.0 * inverse) * (1.0 + t) * (e / (1.0 + e)))
 
 
 def _mish_eager(x: torch.Tensor) -> torch.Tensor:
@@ -74,13 +77,14 @@ def _mish_eager(x: torch.Tensor) -> torch.Tensor:
 
 def _mish_derivative_eager(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     """``mish_derivative`` with in-place ops on fresh buffers (``grad`` is read, never written)."""
-    e = x.clamp(max=CLAMP).exp_()
+    clamped = x.clamp(max=CLAMP)
+    e = clamped.exp()
     sigmoid = e / (e + 1.0)
     n = (e + 2.0).mul_(e)
     inverse = n.add(2.0).reciprocal_()
     t = n.mul_(inverse)
     # t + x (1 - t)(1 + t) sigmoid, with 1 - t = 2 inverse; the last product out of place (grad may be batched)
-    return inverse.mul_(2.0).mul_(t + 1.0).mul_(sigmoid).mul_(x).add_(t) * grad
+    return inverse.mul_(2.0).mul_(t + 1.0).mul_(sigmoid).mul_(clamped).add_(t) * grad
 
 
 class _Fused:
@@ -99,8 +103,8 @@ def _fused(name: str, function: Callable[..., torch.Tensor], *tensors: torch.Ten
         _Fused.kernels[name] = torch.compile(function, dynamic=True)
     try:
         return _Fused.kernels[name](*tensors)
-    except torch.OutOfMemoryError:
-        raise
+    except (torch.OutOfMemoryError, torch._dynamo.exc.RecompileError):
+        raise  # memory, or a caller that forbids recompiles (error_on_recompile): not the loop's failure
     except Exception as error:  # e.g. no C++ compiler for inductor: the eager ops still work
         _Fused.failed = True
         log.warning("genpol Mish: the compiled CPU loop failed (%s: %s); using eager ops from now on",

@@ -46,6 +46,13 @@ def test_mish_at_the_extremes_small_tensors_and_other_dtypes():
     y.sum().backward()
     torch.testing.assert_close(y, F.mish(x.detach()))
     assert torch.isfinite(x.grad[:-1]).all() and x.grad[-2] == 1.0
+    # far past the clamp the gradient stays 1 (with the unclamped x in its x (1 - t) term: 2.7 at 1e17
+    # and 1700 at 1e20 in float32, 1.17 at 1e16 in float64); on both the eager and the compiled path
+    for dtype in (torch.float32, torch.float64):
+        for size in (8, 70_000):
+            big = torch.logspace(16, 30, size, dtype=dtype).requires_grad_(True)
+            _MishFunction.apply(big).backward(torch.ones(size, dtype=dtype))  # contiguous: the compiled loop
+            torch.testing.assert_close(big.grad, torch.ones_like(big.grad), rtol=1e-15, atol=0)
     # torch's kernel, bit for bit: small tensors (acting on a few envs: one call instead of eight ops),
     # with or without gradients (sampling and its recomputed log-prob must run the same function), and
     # other dtypes
