@@ -54,6 +54,16 @@ INITS = ("torch", "xavier")
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
+def _layer_kind(layer: nn.Module) -> type[nn.Module]:
+    """A head layer's role: every ``nn.Linear`` (genpol's ``OneDNNLinear`` included) is one, and torch's
+    ``nn.Mish`` is genpol's Mish (the same function), so heads built either way load alike."""
+    if isinstance(layer, nn.Linear):
+        return nn.Linear
+    if isinstance(layer, nn.Mish):
+        return ACTIVATIONS["mish"]
+    return type(layer)
+
+
 def critic_mlp(in_dim: int, hidden_sizes: Sequence[int], activation: str = "relu", layer_norm: bool = False,
                layer_norm_eps: float = 1e-5) -> nn.Sequential:
     """One plain critic head ``in_dim -> hidden_sizes -> 1``: [Linear, (LayerNorm), activation] per hidden
@@ -140,7 +150,7 @@ class QEnsemble(nn.Module):
         # Read the architecture off head 0; load_heads then checks every head against it layer by layer.
         linears = [layer for layer in heads[0] if isinstance(layer, nn.Linear)]
         norms = [layer for layer in heads[0] if isinstance(layer, nn.LayerNorm)]
-        others = [type(layer) for layer in heads[0] if not isinstance(layer, (nn.Linear, nn.LayerNorm))]
+        others = [_layer_kind(layer) for layer in heads[0] if not isinstance(layer, (nn.Linear, nn.LayerNorm))]
         names = [name for name, module_class in ACTIVATIONS.items() if others and module_class is others[0]]
         if not linears or not names:
             raise ValueError(f"head 0 is not a critic MLP of Linear layers and one of {sorted(ACTIVATIONS)}: {heads[0]}")
@@ -173,10 +183,10 @@ class QEnsemble(nn.Module):
         heads = list(heads)
         if len(heads) != self.num_qs:
             raise ValueError(f"expected {self.num_qs} heads, got {len(heads)}")
-        expected = [(type(layer), getattr(layer, "eps", None)) for layer in self._func_base]
+        expected = [(_layer_kind(layer), getattr(layer, "eps", None)) for layer in self._func_base]
         expected_shapes = {name: p.shape for name, p in self._func_base.named_parameters()}
         for index, head in enumerate(heads):
-            layers = [(type(layer), getattr(layer, "eps", None)) for layer in head]
+            layers = [(_layer_kind(layer), getattr(layer, "eps", None)) for layer in head]
             shapes = {name: p.shape for name, p in head.named_parameters()}
             if layers != expected or shapes != expected_shapes:
                 raise ValueError(f"head {index} does not match this ensemble's head {self._func_base}:\n{head}")

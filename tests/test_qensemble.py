@@ -92,6 +92,23 @@ def test_from_modules_rejects_heads_that_differ():
         QEnsemble.from_modules([nn.Sequential(nn.Linear(8, 1), nn.Softplus())], obs_dim=5)
 
 
+def test_from_modules_takes_heads_of_torch_mish_and_of_genpols_mlp():
+    """torch's nn.Mish heads and genpol MLPs (OneDNNLinear layers, genpol's Mish) load as critic_mlp heads:
+    the ensemble's Q equals each head's own output."""
+    from genpol.nets import MLP
+
+    torch.manual_seed(0)
+    torch_heads = [nn.Sequential(nn.Linear(8, 16), nn.Mish(), nn.Linear(16, 16), nn.Mish(), nn.Linear(16, 1))
+                   for _ in range(2)]
+    genpol_heads = [MLP(8, [16, 16], 1, activation="mish") for _ in range(2)]
+    obs, actions = torch.randn(5, 5), torch.randn(5, 3)
+    for heads in (torch_heads, genpol_heads):
+        ensemble = QEnsemble.from_modules(heads, obs_dim=5, impl="batched")
+        assert ensemble.activation_name == "mish" and ensemble.hidden_sizes == (16, 16)
+        expected = torch.stack([head(torch.cat([obs, actions], -1)).squeeze(-1) for head in heads])
+        torch.testing.assert_close(ensemble(obs, actions), expected)
+
+
 def hand_built_head(ensemble: QEnsemble, index: int) -> nn.Sequential:
     """Head ``index`` rebuilt layer by layer from the stacked tensors, independently of head_module."""
     widths = [ensemble.in_dim, *ensemble.hidden_sizes]
