@@ -31,6 +31,7 @@ Writes ``bench/results/expo_cost.json`` / ``bench/results/expo_learning.json`` a
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -255,17 +256,22 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
 
 def save_learning(path: Path, results: dict[str, Any], setting: dict[str, Any]) -> None:
     """Write ``results``, keeping the runs and claims of other invocations at the same setting: read
-    just before writing, so two invocations running side by side (one per core) keep each other's."""
-    merged = dict(results, runs=dict(results["runs"]), claim=dict(results["claim"]))
-    if path.exists():
-        previous = json.loads(path.read_text())
-        if all(previous.get(key) == value for key, value in setting.items()):
-            merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
-            merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
-    merged["seeds"] = sorted({int(name.rsplit("-", 1)[1]) for name in merged["runs"]})
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(merged, indent=2))
-    tmp.replace(path)
+    just before writing, under a lock, so two invocations running side by side (one per core) keep
+    each other's. A file of another setting is replaced."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = dict(results, runs=dict(results["runs"]), claim=dict(results["claim"]))
+        if path.exists():
+            previous = json.loads(path.read_text())
+            if all(previous.get(key) == value for key, value in setting.items()):
+                merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
+                merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
+        merged["seeds"] = sorted({int(seed) for seed in (name.rsplit("-", 1)[-1] for name in merged["runs"])
+                                  if seed.isdigit()})
+        handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(handle, "w") as out:
+            out.write(json.dumps(merged, indent=2))
+        os.replace(tmp, path)
 
 
 def main() -> None:
