@@ -45,6 +45,8 @@ def is_functorch_wrapped(tensor: torch.Tensor) -> bool:
 # gets ``needs_input_grad`` False for the parameters (their gradients came out zero), fails to trace when
 # a layer's input is data rather than an intermediate, and a custom op's registered autograd is no
 # more functorch-compatible. Plain autograd under torch.compile (the off-policy steps) is unaffected.
+# The flag is process-wide (a module global, which a compiled graph can guard on): no genpol code runs
+# networks on several Python threads at once, and one that did would see F.linear in all of them.
 _PLAIN_LINEAR = False
 
 

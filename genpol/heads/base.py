@@ -13,7 +13,9 @@ For an on-policy updater every head reduces to two calls:
 
 PPO-clip, SPO, ASPO and TRPO see only ``RatioTerms`` and advantages, so every head works with every
 updater. The contract, tested for every head: right after ``sample``, before any parameter change,
-``log_ratio`` is exactly 0.
+``log_ratio`` of the sampled batch is exactly 0. Recomputed in another batch shape (PPO's minibatches)
+it is 0 to float rounding (~1e-6), not bitwise: GEMM kernels and genpol's Mish pick their code path
+by the size of the tensor.
 
 Heads that have a closed-form KL set ``has_exact_kl`` and implement ``kl``; TRPO and the adaptive
 learning rate otherwise use the sample estimate ``mean((r - 1) - log r)``.
