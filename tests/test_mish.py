@@ -15,7 +15,7 @@ def relative_errors(ours_x: torch.Tensor, ours: torch.Tensor) -> tuple[float, fl
     """Largest relative errors of Mish's value and gradient (``ours_x.grad`` after ``ours.sum()``'s
     backward) against float64 ``F.mish`` at the same inputs; gradients where |f'| > 1e-3 (near the
     derivative's root at x = -1.19 every float32 evaluation, torch's too, loses relative accuracy)."""
-    ours.sum().backward()
+    ours.backward(torch.ones_like(ours))  # a contiguous gradient (sum's is broadcast): the compiled loop's path
     x = ours_x.detach().double().requires_grad_(True)
     reference = F.mish(x)
     reference.sum().backward()
@@ -124,7 +124,8 @@ def test_mish_runs_under_torch_func_as_the_func_q_ensemble_uses_it():
     results = {}
     for impl in ("func", "batched"):
         torch.manual_seed(0)
-        critic = QEnsemble(5, 2, num_qs=3, hidden_sizes=(32, 32), activation="mish", impl=impl)
+        # 70 x 128 per head: genpol's formulas under vmap (func), its eager ops on [3, 70, 128] (batched)
+        critic = QEnsemble(5, 2, num_qs=3, hidden_sizes=(128, 128), activation="mish", impl=impl)
         torch.manual_seed(1)
         q = critic(torch.randn(70, 5), torch.randn(70, 2))
         q.square().sum().backward()
@@ -132,7 +133,7 @@ def test_mish_runs_under_torch_func_as_the_func_q_ensemble_uses_it():
     torch.testing.assert_close(results["func"][0], results["batched"][0])
     for func_grad, batched_grad in zip(results["func"][1], results["batched"][1], strict=True):
         torch.testing.assert_close(func_grad, batched_grad, rtol=1e-4, atol=1e-5)
-    for x in (torch.randn(4, 6, 3), torch.randn(2, 300, 256)):  # the eager ops; the compiled loop's size
+    for x in (torch.randn(4, 40, 256), torch.randn(2, 300, 256)):  # the eager ops; the compiled loop's size
         torch.testing.assert_close(torch.vmap(Mish())(x), F.mish(x))
         (grad,) = torch.func.grad(lambda t: Mish()(t).sum(), argnums=(0,))(x[0])
         torch.testing.assert_close(grad, torch.func.grad(lambda t: F.mish(t).sum())(x[0]))
@@ -150,9 +151,14 @@ def test_networks_with_onednn_layers_run_under_vmap_and_jacrev(one_thread):
     """OneDNNLinear's autograd.Function has no vmap rule: under torch.func its layers run F.linear."""
     torch.manual_seed(0)
     net = MLP(256, (256, 256), 4, activation="mish")
-    x = torch.randn(100, 256)
-    torch.testing.assert_close(torch.vmap(net)(x.view(4, 25, 256)).reshape(100, 4), net(x), rtol=1e-5, atol=1e-5)
-    assert torch.func.jacrev(net)(x[:70]).shape == (70, 4, 70, 256)
+    assert all(layer.use_onednn for layer in list(net)[:-1:2])  # the wide layers would run oneDNN outside torch.func
+    x = torch.randn(400, 256)  # 100 rows a sample: at or above MIN_ROWS, where the oneDNN path would apply
+    torch.testing.assert_close(torch.vmap(net)(x.view(4, 100, 256)).reshape(400, 4), net(x), rtol=1e-5, atol=1e-5)
+    plain = MLP(256, (256, 256), 4, activation="mish")
+    plain.load_state_dict(net.state_dict())
+    for layer in list(plain)[::2]:
+        layer.use_onednn = False
+    torch.testing.assert_close(torch.func.jacrev(net)(x[:70]), torch.func.jacrev(plain)(x[:70]))
 
 
 def test_mish_inside_a_compiled_graph_is_one_fused_formula_with_its_gradient():
