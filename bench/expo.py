@@ -220,7 +220,7 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
         if dataset is None:
             print(f"skipping {task}: no dataset given (--{task}-dataset)")
             continue
-        for experiment in ("expo", "rlpd"):
+        for experiment in args.learners:
             steps = args.steps if experiment == "expo" else rlpd_steps
             for seed in args.seeds:
                 run_dir = root / f"{prefix}{task}-{experiment}-{seed}"
@@ -240,9 +240,15 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                 results["runs"][run_dir.name] = {"steps": steps, **run_record(run_dir, steps),
                                                  "command": results["command"]}
         for seed in args.seeds:  # the step at which EXPO first evaluates at RLPD's final score or above
+            if not all((root / f"{prefix}{task}-{learner}-{seed}" / "summary.json").exists()
+                       for learner in ("expo", "rlpd")):
+                continue  # judged by whichever invocation finishes the pair (--learners split them)
             rlpd_final = score_at(root / f"{prefix}{task}-rlpd-{seed}", rlpd_steps)
             first = first_step_at(root / f"{prefix}{task}-expo-{seed}", rlpd_final)
-            results["runs"][f"{prefix}{task}-expo-{seed}"]["first_step_at_rlpd_final"] = first
+            expo_run = f"{prefix}{task}-expo-{seed}"
+            if expo_run not in results["runs"]:  # EXPO ran in another invocation: take its record from disk
+                results["runs"][expo_run] = {"steps": args.steps, **run_record(root / expo_run, args.steps)}
+            results["runs"][expo_run]["first_step_at_rlpd_final"] = first
             results["claim"][f"{prefix}{task}-{seed}"] = {
                 "rlpd_steps": rlpd_steps, "rlpd_final": rlpd_final, "expo_steps": args.steps,
                 "expo_first_step_at_rlpd_final": first,
@@ -288,6 +294,8 @@ def main() -> None:
     parser.add_argument("--maze-dataset", default=None)
     parser.add_argument("--rlpd-steps", type=int, default=None,
                         help="learning: RLPD's env steps (default --steps)")
+    parser.add_argument("--learners", nargs="+", default=["expo", "rlpd"], choices=("expo", "rlpd"),
+                        help="learning: which to run (two invocations may split them, one per core)")
     parser.add_argument("--pretrain-steps", type=int, default=0,
                         help="learning: BC steps before going online (pipeline=offline_to_online); 0: online with data")
     parser.add_argument("--eval-every", type=int, default=5000)
