@@ -140,6 +140,7 @@ def test_resuming_with_a_different_config_is_refused(tmp_path):
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=5"])))  # allowed
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.compile=true"])))
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "update_threads=2"])))
     with pytest.raises(ConfigError, match=r"updater.lr: 0.0003 -> 0.001"):
         check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.lr=1e-3"])))
 

@@ -59,11 +59,16 @@ class TrainConfig:
     """Torch device of networks and rollout tensors."""
     torch_threads: int = 1
     """torch intra-op threads; 1 is fastest for small MLPs next to a CPU simulator."""
+    update_threads: int = 0
+    """torch intra-op threads during an on-policy update (0: torch_threads). Env worker processes
+    (env.workers) sit idle while the learner updates, so their cores can serve the update's GEMMs;
+    collection keeps torch_threads, which is faster for the policy's small per-step batches."""
 
     def __post_init__(self) -> None:
         """Ranges, and the checks that need two groups at once (policy with pipeline or updater)."""
         require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
+        require(self.update_threads >= 0, "update_threads", ">= 0 (0: torch_threads)", self.update_threads)
         if getattr(self.pipeline, "name", None) == "offline_to_online":
             require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                      self.dataset.path)

@@ -180,7 +180,8 @@ def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, 
         extra_callbacks=extra,
     )
     callbacks = phase_callbacks(phase)
-    runner = OnPolicyRunner(env, algorithm, budget, seed=cfg.seed, callbacks=callbacks.callbacks)
+    runner = OnPolicyRunner(env, algorithm, budget, seed=cfg.seed, callbacks=callbacks.callbacks,
+                            update_threads=cfg.update_threads)
     run_phase(runner, phase, cfg.device)
     if not list_checkpoints(stage_dir / "best"):
         raise CheckpointError(f"GoRL stage {stage} ended without its best-encoder checkpoint in {stage_dir / 'best'}: "

@@ -86,7 +86,8 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     )
     callbacks = phase_callbacks(phase)
     if algorithm.on_policy:
-        runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks)
+        runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
+                                update_threads=cfg.update_threads)
     else:
         from genpol.runners.offpolicy import OffPolicyRunner
 

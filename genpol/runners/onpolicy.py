@@ -7,6 +7,9 @@ is plugged in, because the algorithm owns the critic, the rollout and the update
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import torch
 
 from genpol import distributed
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
@@ -19,6 +22,12 @@ class OnPolicyRunner(EnvRunner):
     and one update."""
 
     algorithm: OnPolicyAlgorithm
+
+    def __init__(self, *args: Any, update_threads: int = 0, **kwargs: Any):
+        """``update_threads``: torch intra-op threads during ``algorithm.update()`` (0: leave the
+        caller's count). The caller's count is restored after every update, so acting never sees it."""
+        super().__init__(*args, **kwargs)
+        self.update_threads = update_threads
 
     def collect(self) -> int:
         """Fill the algorithm's rollout, then compute its advantages; returns the env steps taken.
@@ -46,7 +55,12 @@ class OnPolicyRunner(EnvRunner):
         self.global_step += distributed.sum_int(self.collect())  # all ranks' env steps under torchrun
         collect_time = time.perf_counter() - start
         self.algorithm.set_progress(self.global_step / self.total_steps)
-        stats = self.algorithm.update()
+        collect_threads = torch.get_num_threads()
+        torch.set_num_threads(self.update_threads or collect_threads)
+        try:
+            stats = self.algorithm.update()
+        finally:
+            torch.set_num_threads(collect_threads)
         metrics = {f"losses/{key}": value for key, value in stats.items() if not key.startswith("head/")}
         metrics.update({key: value for key, value in stats.items() if key.startswith("head/")})
         metrics["charts/collect_fraction"] = collect_time / max(time.perf_counter() - start, 1e-12)

@@ -30,10 +30,10 @@ log = logging.getLogger(__name__)
 # Keys that may change when a run is resumed: they do not alter what the run computes.
 # Keys a resumed run may change: budgets, I/O, and how (not what) the updates compute. Compiled and
 # eager steps run the same math to within float rounding, so a run saved before a bundle turned
-# updater.compile on still resumes.
+# updater.compile on still resumes; the same holds for the update's thread count.
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
                      "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
-                     "updater.compile")
+                     "updater.compile", "update_threads")
 
 # Fields added with a default that computes something new: the value that reproduces what a run saved
 # before the field existed computed. A key missing from a saved config is compared against this value
