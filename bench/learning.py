@@ -156,6 +156,12 @@ SUITES["stability"] = {
     "halfcheetah-default-adaptivekl-clip0.2": ["+experiment=default", *ADAPTIVE_KL, "updater.clip_range=0.2"],
     "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     "walker2d-ppo_mujoco": ["+experiment=ppo_mujoco", "env=walker2d"],
+    # experiment=default as shipped since 2026-12-01 (the same with update_threads=2: another rounding path)
+    "halfcheetah-default": ["+experiment=default"],
+    # candidates for a faster-learning default (seed 0 first): a larger KL target, or twice the
+    # iterations per env step (16 envs x 64 steps, 4 minibatches of 256)
+    "halfcheetah-default-kl0.03": ["+experiment=default", "updater.desired_kl=0.03"],
+    "halfcheetah-default-16envs": ["+experiment=default", "env.num_envs=16", "updater.minibatch_size=256"],
 }
 # the same runs (evaluation does not perturb training) judged on 20 evaluation episodes instead of 5:
 # with 5, one upward outlier in "best before" trips the criterion (Hopper s1, Walker2d s2 above)
@@ -228,6 +234,8 @@ def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
     for ax, key in zip(axes[0], keys):
         for color, (job, dirs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], runs.items()):
             for i, run_dir in enumerate(dirs):
+                if not (run_dir / "progress.jsonl").exists():  # a job kept from the results file, its runs gone
+                    continue
                 points = curves(run_dir, key)
                 if points:
                     ax.plot(*zip(*points), color=color, alpha=0.7, label=job if i == 0 else None)

@@ -1,7 +1,11 @@
 """Wall-clock to a deterministic return of 5000 on HalfCheetah-v5, against rl-baselines3-zoo's PPO.
 
 The zoo's PPO first evaluates at 5000 after 250k steps, about 660 s of training at its ~378 env-steps/s
-(``../shared/notes/ANCHORS.md``, the same machine kind). genpol's runs train ``--steps`` with a
+(``../shared/notes/ANCHORS.md``, one machine on one day). Machines of that kind differ by up to ~1.5x
+between sessions, so the script also runs the peer side by side: stable-baselines3's PPO at the zoo's
+HalfCheetah settings for ``--zoo-steps`` steps before and after genpol's runs (one torch thread, as
+ANCHORS.md measured it), and quotes each run against 250k steps at that rate on this machine as well as
+against the fixed 660 s. genpol's runs train ``--steps`` with a
 checkpoint every ``--every`` iterations and no evaluation inside the run, so that the timed training
 is training only; afterwards every checkpoint is evaluated as the zoo's curve was (5 deterministic
 episodes, reset seeds 10000-10004), and the run's time to the target is the training wall time
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -47,16 +52,45 @@ def train(run_dir: Path, overrides: list[str], seed: int, steps: int, every: int
                    env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
+def zoo_rate(steps: int) -> float:
+    """env-steps/s of stable-baselines3's PPO with rl-baselines3-zoo's HalfCheetah hyperparameters (ANCHORS.md's
+    peer), after one warm-up rollout and update."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    env = VecNormalize(make_vec_env("HalfCheetah-v5", n_envs=1, seed=0))
+    model = PPO("MlpPolicy", env, n_steps=512, batch_size=64, gamma=0.98, gae_lambda=0.92, n_epochs=20,
+                ent_coef=0.000401762, learning_rate=2.0633e-05, clip_range=0.1, max_grad_norm=0.8, vf_coef=0.58096,
+                policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
+                                   net_arch=dict(pi=[256, 256], vf=[256, 256])), seed=0, device="cpu")
+    model.learn(total_timesteps=512)
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps, reset_num_timesteps=False)
+    rate = steps / (time.perf_counter() - start)
+    env.close()
+    torch.set_num_threads(threads)
+    return rate
+
+
 def first_reach(run_dir: Path, target: float) -> dict:
-    """Evaluate the checkpoints in step order until one reaches ``target``."""
+    """Evaluate the checkpoints in step order until one reaches ``target``. Evaluations are deterministic, so
+    they are kept in ``<run_dir>/checkpoint_returns.json`` and a re-run of the script reads them back."""
     from genpol.api import evaluate
 
     wall = {row["global_step"]: row["wall_time"] for row in map(json.loads, (run_dir / "progress.jsonl").open())}
+    cache_path = run_dir / "checkpoint_returns.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     curve = []
     for checkpoint in sorted((run_dir / "checkpoints").iterdir()):
         step = int(checkpoint.name.split("_")[-1])
-        result = evaluate(run_dir, episodes=5, checkpoint=str(checkpoint))
-        curve.append((step, result["deterministic_return_mean"]))
+        if checkpoint.name not in cache:
+            cache[checkpoint.name] = evaluate(run_dir, episodes=5, checkpoint=str(checkpoint))["deterministic_return_mean"]
+            cache_path.write_text(json.dumps(cache, indent=1))
+        curve.append((step, cache[checkpoint.name]))
         print(f"  {step:>8d} steps  {curve[-1][1]:8.0f}  at {wall.get(step, float('nan')):6.1f} s", flush=True)
         if curve[-1][1] >= target:
             return {"steps": step, "train_seconds": wall[step], "curve": curve}
@@ -71,8 +105,12 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=5000.0)
     parser.add_argument("--configs", nargs="+", default=[name.split(",")[1].strip() for name in CONFIGS],
                         help="backends to run (gymnasium, EnvPool); rows of the others are kept from the results file")
+    parser.add_argument("--zoo-steps", type=int, default=10_240,
+                        help="steps of the zoo's PPO timed before and after genpol's runs (multiple of 512)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
+    zoo_rates = [zoo_rate(args.zoo_steps)]
+    print(f"zoo PPO here: {zoo_rates[0]:.0f} env-steps/s", flush=True)
     path = RESULTS / "time_to_return.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     rows = {name: row for name, row in previous.get("rows", {}).items()
@@ -90,14 +128,28 @@ def main() -> None:
                 **reached, "overrides": overrides, "sps": summary["sps"],
                 "trained": time.strftime("%Y-%m-%d %H:%M", time.localtime((run_dir / "summary.json").stat().st_mtime)),
                 "speedup_over_zoo": None if seconds is None else ZOO_SECONDS / seconds}
+    zoo_rates.append(zoo_rate(args.zoo_steps))
+    zoo_here = ZOO_STEPS / statistics.mean(zoo_rates)  # the zoo's 250k steps at its rate on this machine
+    for name, row in rows.items():
+        if name.split(",")[1].strip() in args.configs:
+            seconds = row["train_seconds"]
+            row["zoo_seconds_here"] = zoo_here
+            row["speedup_over_zoo_here"] = None if seconds is None else zoo_here / seconds
     out = {"benchmark": "time_to_return", "target": args.target, "zoo": {"seconds": ZOO_SECONDS, "steps": ZOO_STEPS},
+           "zoo_here": {"env_steps_per_s": zoo_rates, "steps_timed": args.zoo_steps, "seconds_to_target": zoo_here},
            "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}
     RESULTS.mkdir(exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
-    print(f"\n| run | steps to {args.target:.0f} | training s | env-steps/s | vs the zoo's 660 s |\n|---|---|---|---|---|")
+    print(f"\nzoo PPO here: {', '.join(f'{rate:.0f}' for rate in zoo_rates)} env-steps/s, so 250k steps take "
+          f"{zoo_here:.0f} s")
+    print(f"\n| run | steps to {args.target:.0f} | training s | env-steps/s | vs the zoo's 660 s | vs the zoo here |"
+          "\n|---|---|---|---|---|---|")
+    def ratio(value: float | None) -> str:
+        return "not reached" if value is None else f"{value:.1f}x"
+
     for name, row in rows.items():
-        speedup = "not reached" if row["speedup_over_zoo"] is None else f"{row['speedup_over_zoo']:.1f}x"
-        print(f"| {name} | {row['steps']} | {row['train_seconds']} | {row['sps']:.0f} | {speedup} |")
+        print(f"| {name} | {row['steps']} | {row['train_seconds']} | {row['sps']:.0f} | "
+              f"{ratio(row['speedup_over_zoo'])} | {ratio(row.get('speedup_over_zoo_here'))} |")
     print(f"\nwrote {RESULTS / 'time_to_return.json'}")
 
 
