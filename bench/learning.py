@@ -142,7 +142,9 @@ SUITES["onpolicy_heads"] = {
 }
 SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
                  "hopper-sac": ["+experiment=sac", "env=hopper"]}
-# Recommended configs with evaluation curves; the adaptive-KL candidates keep the trust region at desired_kl
+# Recommended configs with evaluation curves; the adaptive-KL candidates keep the trust region at desired_kl.
+# ppo_mujoco's jobs update on 2 threads (update_threads=2): run one suite at a time on a 2-core machine
+# (two at once, each spinning 2 OpenMP threads, ran at ~1000 env-steps/s each).
 STABILITY_COMMON = [item for item in COMMON if not item.startswith("pipeline.eval_every")] + [
     "pipeline.eval_every=25", "env.workers=1"]
 ADAPTIVE_KL = ["updater.lr_schedule=adaptive", "updater.desired_kl=0.01"]
