@@ -11,6 +11,7 @@ and in what is compiled:
 * ``dppo ddpm K=20 K'=5``: DDPM sampling as above, only the last 5 steps fine-tuned (half the update);
 * ``dppo ddim 5 K'=5``: DDIM in 5 steps, all 5 fine-tuned (DPPO's Furniture setting; ``policy=diffusion_ddim``);
 * ``dppo ddim 5 K'=5, eager update``;
+* ``..., 2 update threads``: the Gaussian and DPPO Gym rows with ``update_threads=2`` (acting on one thread);
 * ``..., torch layers``: the Gaussian and DPPO Gym rows built with torch's ``nn.Mish`` and ``nn.Linear``
   in ``genpol.nets`` instead of its ``Mish`` and ``OneDNNLinear`` (the layers before 2026-12-01).
 
@@ -26,7 +27,7 @@ fraction is the median over rounds of its rate divided by the mean of its Gaussi
 rounds around it. The load average (1 min) is recorded with each round.
 Writes ``bench/results/dppo_throughput.json``.
 
-    python bench/dppo_throughput.py [--iterations 2] [--rounds 3]
+    python bench/dppo_throughput.py [--iterations 2] [--rounds 3] [--rows ...] [--out dppo_throughput.json]
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ ROWS = {  # name -> (overrides, the Gaussian row it is compared with)
     "dppo ddpm K=20 K'=5": ([*DPPO, *LOOP, "policy.ft_denoising_steps=5"], "gaussian"),
     "dppo ddim 5 K'=5": ([*DDIM, *LOOP], "gaussian"),
     "dppo ddim 5 K'=5, compiled update": ([*DDIM, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
+    # both loops with the update on two torch threads (update_threads=2; acting stays on one): the second
+    # core idles during the update of this one-process loop
+    "gaussian, 2 update threads": ([*LOOP, "policy=gaussian", "update_threads=2"], None),
+    "dppo ddpm K=20 K'=10, 2 update threads": ([*DPPO, *LOOP, "update_threads=2"], "gaussian, 2 update threads"),
     # the layers before 2026-12-01: the same two loops built with torch's nn.Mish and nn.Linear
     "gaussian, torch layers": ([*LOOP, "policy=gaussian"], None),
     "dppo ddpm K=20 K'=10, torch layers": ([*DPPO, *LOOP], "gaussian, torch layers"),
@@ -89,7 +94,8 @@ class Row:
             self.algorithm = make_algorithm(cfg, head, self.env)
         finally:
             nets.ACTIVATIONS["mish"], nets.OneDNNLinear = mish, linear
-        self.runner = OnPolicyRunner(self.env, self.algorithm, total_steps=cfg.updater.rollout_steps * cfg.env.num_envs)
+        self.runner = OnPolicyRunner(self.env, self.algorithm, total_steps=cfg.updater.rollout_steps * cfg.env.num_envs,
+                                     update_threads=cfg.update_threads)
         start = time.perf_counter()
         self.runner.run()  # warm-up iteration: compiles what is compiled
         self.time(1)  # and one more, so that no first-call work lands in a timed round
@@ -102,7 +108,9 @@ class Row:
             start = time.perf_counter()
             steps += self.runner.collect()
             middle = time.perf_counter()
+            torch.set_num_threads(self.runner.update_threads or 1)
             self.algorithm.update()
+            torch.set_num_threads(1)
             collect += middle - start
             update += time.perf_counter() - middle
         return {"sps": steps / (collect + update), "collect_s": collect, "update_s": update, "steps": steps,
@@ -114,6 +122,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="timed rollouts per row and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", nargs="*", default=list(ROWS), help="a subset of the rows (with their Gaussians)")
+    parser.add_argument("--out", default="dppo_throughput.json", help="results file name in bench/results/")
     args = parser.parse_args()
     torch.set_num_threads(1)
     # every row builds its own compiled step and sampler: more than dynamo's default 8 per code object
@@ -164,8 +173,8 @@ def main() -> None:
            "warmup_s": {n: rows[n].warmup_s for n in names}, "fraction_of_gaussian": summary,
            "fraction_of_gaussian_own_critic": own_critic, "rounds": rounds}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dppo_throughput.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'dppo_throughput.json'}")
+    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / args.out}")
     for row in rows.values():
         row.env.close()
 
