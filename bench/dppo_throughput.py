@@ -108,9 +108,7 @@ class Row:
             start = time.perf_counter()
             steps += self.runner.collect()
             middle = time.perf_counter()
-            torch.set_num_threads(self.runner.update_threads or 1)
-            self.algorithm.update()
-            torch.set_num_threads(1)
+            self.runner.update()  # on the row's update_threads
             collect += middle - start
             update += time.perf_counter() - middle
         return {"sps": steps / (collect + update), "collect_s": collect, "update_s": update, "steps": steps,

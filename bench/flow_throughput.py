@@ -25,6 +25,7 @@ is genpol's fast Gaussian configuration with its own 64-64 tanh critic, for refe
 Writes ``bench/results/flow_throughput.json``.
 
     python bench/flow_throughput.py [--iterations 3] [--rounds 3] [--heads fpo policyflow dppo-ddim5-64 ...]
+        [--overrides update_threads=2 --out flow_throughput_threads.json]
 """
 
 from __future__ import annotations
@@ -66,13 +67,15 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3, help="timed rollouts per row")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--heads", nargs="*", default=HEADS, choices=HEADS)
+    parser.add_argument("--overrides", nargs="*", default=[], help="appended to every row, e.g. update_threads=2")
+    parser.add_argument("--out", default="flow_throughput.json", help="results file name in bench/results/")
     args = parser.parse_args()
     torch.set_num_threads(1)
     # every row builds its own compiled step and sampler: more than dynamo's default 8 per code object
     torch._dynamo.config.recompile_limit = 64
 
     def measure(name: str) -> dict:
-        sps, detail = genpol_run(ROWS[name], args.iterations)
+        sps, detail = genpol_run([*ROWS[name], *args.overrides], args.iterations)
         print(f"{name:24s} {sps:8.0f} env-steps/s  (collect {detail['collect_s']:.2f} s, "
               f"update {detail['update_s']:.2f} s)", flush=True)
         return {"sps": sps, **detail}
@@ -93,10 +96,10 @@ def main() -> None:
         print(f"{name:24s} {fraction:.2f} of Gaussian PPO (median over {args.rounds} rounds; same loop and critic)")
     RESULTS.mkdir(exist_ok=True)
     out = {"benchmark": "flow_throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
-           "loop": LOOP, "date": time.strftime("%Y-%m-%d %H:%M"), "fraction_of_gaussian": summary,
-           "rounds": rounds, "gaussian_ppo_fast": reference}
-    (RESULTS / "flow_throughput.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'flow_throughput.json'}")
+           "loop": LOOP, "overrides": args.overrides, "date": time.strftime("%Y-%m-%d %H:%M"),
+           "fraction_of_gaussian": summary, "rounds": rounds, "gaussian_ppo_fast": reference}
+    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / args.out}")
 
 
 if __name__ == "__main__":

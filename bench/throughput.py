@@ -95,7 +95,7 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     algorithm = make_algorithm(cfg, head, env)
     per_iteration = cfg.updater.rollout_steps * cfg.env.num_envs
-    runner = OnPolicyRunner(env, algorithm, total_steps=per_iteration)
+    runner = OnPolicyRunner(env, algorithm, total_steps=per_iteration, update_threads=cfg.update_threads)
     runner.run()  # warm-up iteration
     collect = update = 0.0
     steps = 0
@@ -103,7 +103,7 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
         start = time.perf_counter()
         iteration_steps = runner.collect()
         middle = time.perf_counter()
-        algorithm.update()
+        runner.update()  # on the config's update_threads
         collect += middle - start
         update += time.perf_counter() - middle
         steps += iteration_steps

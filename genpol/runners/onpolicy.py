@@ -50,17 +50,21 @@ class OnPolicyRunner(EnvRunner):
         self.obs = obs
         return int(env_steps)
 
+    def update(self) -> dict[str, float]:
+        """``algorithm.update()`` on ``update_threads`` torch threads; the caller's count is restored."""
+        collect_threads = torch.get_num_threads()
+        torch.set_num_threads(self.update_threads or collect_threads)
+        try:
+            return self.algorithm.update()
+        finally:
+            torch.set_num_threads(collect_threads)
+
     def iterate(self) -> dict[str, float]:
         start = time.perf_counter()
         self.global_step += distributed.sum_int(self.collect())  # all ranks' env steps under torchrun
         collect_time = time.perf_counter() - start
         self.algorithm.set_progress(self.global_step / self.total_steps)
-        collect_threads = torch.get_num_threads()
-        torch.set_num_threads(self.update_threads or collect_threads)
-        try:
-            stats = self.algorithm.update()
-        finally:
-            torch.set_num_threads(collect_threads)
+        stats = self.update()
         metrics = {f"losses/{key}": value for key, value in stats.items() if not key.startswith("head/")}
         metrics.update({key: value for key, value in stats.items() if key.startswith("head/")})
         metrics["charts/collect_fraction"] = collect_time / max(time.perf_counter() - start, 1e-12)
