@@ -171,6 +171,9 @@ SUITES["stability"]["hopper-ppo_mujoco-std1-eval20"] = [*SUITES["stability"]["ho
                                                         "pipeline.eval_episodes=20"]
 SUITES["stability"]["walker2d-ppo_mujoco-eval20"] = [*SUITES["stability"]["walker2d-ppo_mujoco"],
                                                      "pipeline.eval_episodes=20"]
+# ... and on two update threads, as ppo_mujoco runs since 2026-12-01 (another rounding path of the same config)
+SUITES["stability"]["hopper-ppo_mujoco-std1-eval20-2threads"] = [*SUITES["stability"]["hopper-ppo_mujoco-std1-eval20"],
+                                                                 "update_threads=2"]
 SUITE_COMMON["stability"] = STABILITY_COMMON
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
                   "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "updater.offline_ratio=0"]}
