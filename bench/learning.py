@@ -23,6 +23,11 @@ Suites:
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
 
 Writes ``bench/results/learning_<suite>.json`` and ``bench/results/learning_<suite>.png``.
+
+Jobs built on ``ppo_mujoco`` (and ``default``) whose results predate 2026-12-01 ran their updates on one
+torch thread; the bundles now set ``update_threads=2``, another rounding path of the same config, so a
+re-run reproduces those numbers only with ``update_threads=1`` added (seed by seed they differ as two
+seeds would: Hopper's 3 seeds gave 3425 median on one thread, 6 on two 2192).
 """
 
 from __future__ import annotations
