@@ -55,6 +55,13 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
         assert cfg.env.id.lower().startswith(task) and cfg.updater.eta == (0.1 if task == "hopper" else 1.0)
     if experiment == "default":  # the measured make-train run: HalfCheetah at the zoo's initial std e^-2
         assert cfg.env.id == "HalfCheetah-v5" and cfg.policy.log_std_init == -2.0
+    if experiment == "ppo_hopper":  # the bundle is the benchmarked job (bench/learning.py stability)
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("learning", Path(__file__).parent.parent / "bench" / "learning.py")
+        learning = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(learning)
+        job = [o for o in learning.SUITES["stability"]["hopper-std1-adaptivekl0.01"] if not o.startswith("pipeline.")]
+        assert cfg == validate(compose_config([*job, "run_dir=/tmp/x", "total_steps=1000000"]))
 
 
 @pytest.mark.parametrize("override,message", [
