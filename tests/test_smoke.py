@@ -56,6 +56,7 @@ CASES = {
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
+    "experiment-ppo_hopper": ["+experiment=ppo_hopper", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_fast": ["+experiment=ppo_fast", *ON_POLICY],
     "experiment-ppo_fast_envpool": ["+experiment=ppo_fast_envpool", *ON_POLICY],
     "experiment-trpo_mujoco": ["+experiment=trpo_mujoco", "updater.rollout_steps=8", "total_steps=64"],
