@@ -8,6 +8,7 @@ import torch
 from genpol.heads import FPOHead, PolicyFlowHead
 from genpol.heads.flow_core import (VelocityNetwork, flow_matching_loss, from_fpo_code_convention, integrate,
                                     solver_grid)
+from genpol.nets import sinusoidal_time_embedding
 
 
 def constant_velocity(network: VelocityNetwork, value) -> None:
@@ -175,3 +176,22 @@ def test_policyflow_degenerate_mode_is_a_gaussian_around_a_deterministic_flow():
     assert torch.equal(record["x0"], torch.zeros_like(record["x0"]))
     assert torch.allclose(record["x1"], record["x1"][:1].expand_as(record["x1"]))
     assert torch.allclose(actions.std(0), torch.full((2,), math.exp(-1.0)), rtol=0.05)
+
+
+def test_fpo_recorded_time_embedding_is_the_one_the_network_computes():
+    """FPO records its pairs' time embedding so that minibatch steps skip sin/cos; the ratio from the
+    recorded embedding must be the ratio from t itself (a record written without it, as above)."""
+    torch.manual_seed(0)
+    head = FPOHead(obs_dim=3, act_dim=2, hidden_sizes=(16, 16), n_mc=4, t_sampling="uniform")
+    obs = torch.randn(5, 3)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    assert record["t_embed"].shape == (5, 4, 8)
+    assert torch.equal(record["t_embed"], sinusoidal_time_embedding(record["t"], 8))
+    with torch.no_grad():
+        for parameter in head.velocity.parameters():  # a changed network: log r is not 0
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    from_record = head.log_ratio(obs, record).log_ratio
+    from_t = head.log_ratio(obs, {k: v for k, v in record.items() if k != "t_embed"}).log_ratio
+    assert from_record.abs().min() > 1e-4
+    torch.testing.assert_close(from_record, from_t, rtol=1e-6, atol=1e-7)

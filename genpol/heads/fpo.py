@@ -93,11 +93,14 @@ class FPOHead(VelocitySnapshot, PolicyHead):
         return torch.rand(batch, self.n_mc, device=device)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        """The record: ``action [B, A]``, the pairs ``t [B, N]``, ``noise [B, N, A]``, their embedding
+        ``t_embed [B, N, E]`` (stored so that no minibatch step recomputes it) and ``cfm_loss [B, N]``."""
         action = self.generate(obs, torch.randn(obs.shape[0], self.act_dim, device=obs.device))
         t = self._draw_times(obs.shape[0], obs.device)
         noise = torch.randn(obs.shape[0], self.n_mc, self.act_dim, device=obs.device)
-        loss = flow_matching_loss(self.velocity, obs, action, t, noise, self.loss_weighting)
-        return action, {"action": action, "t": t, "noise": noise, "cfm_loss": loss}
+        t_embed = self.velocity.time_embedding(t)
+        loss = flow_matching_loss(self.velocity, obs, action, t, noise, self.loss_weighting, t_embed)
+        return action, {"action": action, "t": t, "noise": noise, "t_embed": t_embed, "cfm_loss": loss}
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         """Deterministic: FPO++'s zero sampling (x0 = 0). Otherwise x0 ~ N(0, I)."""
@@ -106,7 +109,8 @@ class FPOHead(VelocitySnapshot, PolicyHead):
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
         action, t, noise = record["action"], record["t"], record["noise"]
-        x_t, v_new = velocity_at_interpolants(self.velocity, obs, action, t, noise)
+        t_embed = record.get("t_embed")  # None in a record written without it: computed from t
+        x_t, v_new = velocity_at_interpolants(self.velocity, obs, action, t, noise, t_embed)
         loss = flow_matching_error(v_new, action, t, noise, self.loss_weighting)
         if self.ratio_mode == "average":
             log_ratio = (record["cfm_loss"].mean(dim=1) - loss.mean(dim=1)).unsqueeze(-1)
@@ -116,7 +120,7 @@ class FPOHead(VelocitySnapshot, PolicyHead):
         aux_loss = None
         if self.brownian_coef > 0:
             with torch.no_grad():
-                _, v_old = velocity_at_interpolants(self.snapshot, obs, action, t, noise)
+                _, v_old = velocity_at_interpolants(self.snapshot, obs, action, t, noise, t_embed)
             brownian = brownian_regularizer(v_new, v_old, x_t, t, self.brownian_beta)
             aux_loss, diagnostics["brownian"] = self.brownian_coef * brownian, brownian.detach()
         return RatioTerms(log_ratio=log_ratio, aux_loss=aux_loss, diagnostics=diagnostics)
