@@ -169,6 +169,8 @@ SUITES["stability"] = {
     # iterations per env step (16 envs x 64 steps, 4 minibatches of 256)
     "halfcheetah-default-kl0.03": ["+experiment=default", "updater.desired_kl=0.03"],
     "halfcheetah-default-16envs": ["+experiment=default", "env.num_envs=16", "updater.minibatch_size=256"],
+    # experiment=default with 128-128 networks, the fastest to 5000 (bench/time_to_return.py)
+    "halfcheetah-default_fast": ["+experiment=default_fast"],
 }
 # the same runs (evaluation does not perturb training) judged on 20 evaluation episodes instead of 5:
 # with 5, one upward outlier in "best before" trips the criterion (Hopper s1, Walker2d s2 above)

@@ -55,6 +55,7 @@ CASES = {
     "policy-gorl": ["env=pendulum", "policy=gorl", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
     "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
+    "experiment-default_fast": ["+experiment=default_fast", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_hopper": ["+experiment=ppo_hopper", *ON_POLICY, "updater.compile=false"],
     "experiment-ppo_fast": ["+experiment=ppo_fast", *ON_POLICY],
