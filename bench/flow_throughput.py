@@ -17,6 +17,12 @@ flow heads' default), so that the rows differ only in the policy head:
   Mish); ``dppo-ddim5-64-h1`` samples every env step (horizon 1), the harder case.
   The DDPM heads (20 steps) cannot train from scratch unless all 20 are fine-tuned; their
   throughput is measured in DPPO's offline-to-online loop by ``bench/dppo_throughput.py``.
+* consistency: its stochastic 2-step sampler (2 network calls per action) with exact per-step Gaussian
+  log-probs, so 2 ratio units per sample; ``consistency`` is the head's own 3 x 256 Mish network,
+  ``consistency-64`` the same at 3 x 64;
+* GoRL (``policy=gorl``, stage 0 as ``pipeline=online`` runs it): a 4 x 32 Gaussian encoder in latent
+  space, whose ratio is the update's, and a 4 x 64 flow decoder integrated in 10 Euler steps per action
+  at collection time (zero-initialized: the identity, but every step is computed).
 
 The machine's speed drifts by up to 2x over a minute, so the heads run in interleaved rounds
 (Gaussian, FPO, PolicyFlow, DPPO, Gaussian, ...) and each generative head is quoted as the median over rounds of
@@ -55,9 +61,13 @@ ROWS = {
     "dppo-ddim5-64": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", *SAME_CRITIC],
     "dppo-ddim5-64-h1": [*LOOP, "policy=diffusion_ddim", "policy.hidden_sizes=[64,64,64]", "policy.act_steps=1",
                          "policy.horizon_steps=1", *SAME_CRITIC],
+    "consistency": [*LOOP, "policy=consistency", *SAME_CRITIC],
+    "consistency-64": [*LOOP, "policy=consistency", "policy.hidden_sizes=[64,64,64]", *SAME_CRITIC],
+    "gorl": [*LOOP, "policy=gorl", *SAME_CRITIC],
     "gaussian (ppo_fast)": ["+experiment=ppo_fast", "env=halfcheetah"],
 }
-HEADS = ["fpo", "policyflow", "dppo-ddim5-256", "dppo-ddim5-64", "dppo-ddim5-64-h1"]
+HEADS = ["fpo", "policyflow", "dppo-ddim5-256", "dppo-ddim5-64", "dppo-ddim5-64-h1", "consistency", "consistency-64",
+         "gorl"]
 
 
 def main() -> None:
