@@ -1,5 +1,5 @@
 # One-command setup and runs. Every target does its own idempotent setup first.
-#   make train   - set up, then train the default experiment (~10 min on 2 CPU cores)
+#   make train   - set up, then train the default experiment (~3 min on 2 CPU cores, plus the first install)
 #   make test    - set up, then run the whole test suite (what CI runs)
 #   make bench   - set up, then run the throughput benchmark
 #   make docs    - set up, then build the documentation site strictly into site/
