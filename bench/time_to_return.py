@@ -112,7 +112,8 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10, help="iterations (2048 env steps) between checkpoints")
     parser.add_argument("--target", type=float, default=5000.0)
     parser.add_argument("--configs", nargs="+", default=[name.split(",")[1].strip() for name in CONFIGS],
-                        help="backends to run (gymnasium, EnvPool); rows of the others are kept from the results file")
+                        help='configs to run ("gymnasium", "EnvPool", "gymnasium 128-128"); rows of the others are '
+                             'kept from the results file')
     parser.add_argument("--zoo-steps", type=int, default=10_240,
                         help="steps of the zoo's PPO timed before and after genpol's runs (multiple of 512)")
     args = parser.parse_args()

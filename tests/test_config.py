@@ -58,7 +58,6 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     if experiment == "default_fast":  # exactly make train's run with 128-128 networks, as benchmarked
         assert cfg == validate(compose_config(["+experiment=default", "run_dir=/tmp/x", "policy.hidden_sizes=[128,128]",
                                                "policy.critic_hidden_sizes=[128,128]"]))
-        assert cfg.policy.hidden_sizes == [128, 128] and cfg.policy.critic_hidden_sizes == [128, 128]
     if experiment == "ppo_hopper":  # the bundle is the benchmarked job (bench/learning.py stability)
         import importlib.util
         spec = importlib.util.spec_from_file_location("learning", Path(__file__).parent.parent / "bench" / "learning.py")

@@ -195,3 +195,19 @@ def test_fpo_recorded_time_embedding_is_the_one_the_network_computes():
     from_t = head.log_ratio(obs, {k: v for k, v in record.items() if k != "t_embed"}).log_ratio
     assert from_record.abs().min() > 1e-4
     torch.testing.assert_close(from_record, from_t, rtol=1e-6, atol=1e-7)
+    # and the ratio is computed from the recorded embedding, not from t: another embedding moves it
+    shuffled = {**record, "t_embed": record["t_embed"].roll(1, dims=1)}
+    assert (head.log_ratio(obs, shuffled).log_ratio - from_record).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("ratio_mode", ["average", "per_sample"])
+def test_fpo_log_ratio_is_exactly_zero_on_its_own_record(ratio_mode):
+    """The contract with the recorded embedding, on the grid times FPO samples by default."""
+    torch.manual_seed(1)
+    head = FPOHead(obs_dim=3, act_dim=2, hidden_sizes=(16, 16), n_mc=4, ratio_mode=ratio_mode)
+    obs = torch.randn(6, 3)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+        log_ratio = head.log_ratio(obs, record).log_ratio
+    assert log_ratio.shape == (6, 1 if ratio_mode == "average" else 4)
+    assert torch.equal(log_ratio, torch.zeros_like(log_ratio))

@@ -57,7 +57,8 @@ class VelocityNetwork(nn.Module):
     def time_embedding(self, t: torch.Tensor) -> torch.Tensor:
         """``t [...]`` -> ``[..., E]``. A head that evaluates the network at the same t in every minibatch
         step (FPO's recorded pairs) stores this once: in FPO's compiled minibatch step (512 samples x 8
-        pairs) the sin/cos took ~0.35 of the 1.8 ms of pointwise kernels (bench/fpo_profile.py)."""
+        pairs) that cut the pointwise kernels from 2.46-3.23 to 2.00-2.09 ms (bench/fpo_profile.py, A/B in
+        bench/results/fpo_tembed_ab.json)."""
         return sinusoidal_time_embedding(t, self.time_embed_dim)
 
 
