@@ -2,7 +2,7 @@
 throughput as a fraction of raw stepping, for gymnasium (HalfCheetah-v5), dm_control (cheetah-run)
 and MuJoCo Playground (CheetahRun, MJX).
 
-Raw stepping uses uniform random actions through the full ``envs.make`` stack (torch tensors in
+Raw stepping uses uniform random actions through the full ``genpol.envs.make`` stack (torch tensors in
 and out). Training uses genpol's fast configuration (64-64 networks, 64-step rollouts, minibatches
 of 512, compiled minibatch steps) at one batch size per backend. Playground's compilation time is
 reported separately and excluded from the rates.
@@ -35,7 +35,7 @@ GROUPS = {"gym": ["env=gym", "env.id=HalfCheetah-v5"], "dmc": ["env=dmc", "env.i
 
 def raw_rate(env_id: str, num_envs: int, device: str, seconds: float = 3.0) -> tuple[float, float]:
     """(env-steps/s, seconds spent before the first step, i.e. construction and compilation)."""
-    import envs
+    from genpol import envs
 
     start = time.perf_counter()
     env = envs.make(env_id, num_envs=num_envs, device=device, seed=0)

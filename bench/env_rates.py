@@ -52,7 +52,7 @@ def gymnasium_sync(task: str, n: int, seconds: float) -> float:
 
 
 def genpol_stack(env_id: str, n: int, seconds: float, workers: int = 1) -> float:
-    import envs
+    from genpol import envs
 
     env = envs.make(env_id, num_envs=n, seed=0, workers=workers)
     env.reset()

@@ -42,7 +42,8 @@ check() {  # check NAME COMMAND...: run one check, time it, count it if it fails
 check versions python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices()); print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 # env worker processes (env.workers) step on the CPU and hand back tensors on the training device
 check env-workers python3 -c "
-import torch, envs
+import torch
+from genpol import envs
 env = envs.make('gym:HalfCheetah-v5', num_envs=4, workers=2, device='cuda', seed=0)
 obs = env.reset()
 out = env.step(torch.zeros(4, env.act_dim, device='cuda'))

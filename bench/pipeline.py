@@ -87,7 +87,7 @@ ROWS = {  # name: (env.step_groups, EnvPool threads in all); step_groups=0 is th
 
 
 def build(groups: int, threads: int) -> tuple[Any, Timers]:
-    from envs.core import innermost
+    from genpol.envs.core import innermost
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
     from genpol.build import env_stack, make_env, make_head

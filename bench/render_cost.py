@@ -1,4 +1,4 @@
-"""Render cost per frame before and after the floor-following renderer (``envs.rendering``).
+"""Render cost per frame before and after the floor-following renderer (``genpol.envs.rendering``).
 
 Before: what genpol rendered with until this change: gymnasium's own viewer on the ``track`` camera
 with shadows and reflections off (gym), ``physics.render`` on camera 0 with dm_control's defaults,
@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 def gym_methods(size: int):
     import gymnasium as gym
 
-    from envs.rendering import FloorFollowingRenderer
+    from genpol.envs.rendering import FloorFollowingRenderer
 
     env = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=size, height=size).unwrapped
     env.reset(seed=0)
@@ -57,7 +57,7 @@ def gym_methods(size: int):
 def dmc_methods(size: int):
     from dm_control import suite
 
-    from envs.rendering import FloorFollowingRenderer
+    from genpol.envs.rendering import FloorFollowingRenderer
 
     env = suite.load("cheetah", "run", task_kwargs={"random": 0})
     env.reset()

@@ -4,9 +4,9 @@ Rows, all in this one process, one after another (the machine is noisy, so peers
 script and ratios are what to quote):
 
 * raw simulator: gymnasium ``SyncVectorEnv`` x8 stepping random actions (the ceiling);
-* genpol's env stack alone at 32 envs (``envs.make``: the same SyncVectorEnv without gymnasium's
+* genpol's env stack alone at 32 envs (``genpol.envs.make``: the same SyncVectorEnv without gymnasium's
   passive env checker and the per-env info merge, plus tensor conversion), random actions, in one
-  process and split over 2 processes (``env.workers=2``, ``envs.subproc``);
+  process and split over 2 processes (``env.workers=2``, ``genpol.envs.subproc``);
 * SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
 * genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
 * the same with ``updater.compile=true`` (the minibatch step as one compiled function), in one
@@ -58,7 +58,7 @@ def raw_simulator(num_envs: int, steps: int = 2000) -> float:
 
 
 def genpol_env_stack(num_envs: int, steps: int = 1000, workers: int = 1) -> float:
-    import envs
+    from genpol import envs
 
     env = envs.make("gym:HalfCheetah-v5", num_envs=num_envs, seed=0, workers=workers)
     env.reset(seed=0)

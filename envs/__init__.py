@@ -1,20 +1,20 @@
-"""Simulators as batched torch tensors: ``envs.make("gym:HalfCheetah-v5", num_envs=16, device="cpu")``.
+"""Simulators as batched torch tensors: ``genpol.envs.make("gym:HalfCheetah-v5", num_envs=16, device="cpu")``.
 
 Ids take a backend prefix:
 
 * ``gym:<gymnasium id>`` - any gymnasium env with 1-D Box actions and 1-D Box observations, or a goal
-  env's dict of them, flattened as [observation, achieved_goal, desired_goal] (``envs.goal_envs``;
+  env's dict of them, flattened as [observation, achieved_goal, desired_goal] (``genpol.envs.goal_envs``;
   gymnasium-robotics' ids such as ``gym:PointMaze_Medium-v3`` import the package on demand);
 * ``dmc:<domain>-<task>`` - the dm_control suite, e.g. ``dmc:cheetah-run``;
 * ``playground:<Env>`` - MuJoCo Playground (MJX on JAX, CPU or GPU), e.g. ``playground:CheetahRun``;
 * ``envpool:<task>`` - EnvPool's C++ MuJoCo and dm_control tasks, e.g. ``envpool:HalfCheetah-v5``;
 * ``genpol:<task>`` - genpol's own tasks (``genpol:MultiGoal``);
 * ``custom:<module>:<factory>`` - your own batched simulator, built by a function in your package
-  (``envs.custom``; ``envs.testing.check_vector_env`` checks it against the protocol).
+  (``genpol.envs.custom``; ``genpol.envs.testing.check_vector_env`` checks it against the protocol).
 
 Your own gymnasium env: ``gym:<module>:<id>`` imports the module that registers the id first
 (gymnasium's ``module:EnvId`` form), or ``imports=[<module>, ...]`` names modules to import before
-any env is built (``envs.imports``); env workers and evaluation import them too.
+any env is built (``genpol.envs.imports``); env workers and evaluation import them too.
 
 This package never imports ``genpol``; the learning layer depends on it, not the reverse.
 """
@@ -35,9 +35,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
-from envs.imports import import_user_modules, merge_imports
-from envs.wrappers import (
+from .core import EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
+from .imports import import_user_modules, merge_imports
+from .wrappers import (
     ActionRescale,
     EpisodeStats,
     ObservationNormalizer,
@@ -55,13 +55,13 @@ __all__ = [
 
 
 def _make_gym(name: str, **kwargs: Any) -> VectorEnv:
-    from envs.gym_backend import GymVectorEnv
+    from .gym_backend import GymVectorEnv
 
     return GymVectorEnv(name, **kwargs)
 
 
 def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> VectorEnv:
-    from envs.multigoal import MultiGoal
+    from .multigoal import MultiGoal
 
     tasks: dict[str, Callable[..., VectorEnv]] = {"MultiGoal": MultiGoal}
     if name not in tasks:
@@ -72,20 +72,20 @@ def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwarg
 
 
 def _make_dmc(name: str, **kwargs: Any) -> VectorEnv:
-    from envs.dmc_backend import DMCVectorEnv
+    from .dmc_backend import DMCVectorEnv
 
     return DMCVectorEnv(name, **kwargs)
 
 
 def _make_custom(name: str, **kwargs: Any) -> VectorEnv:
-    from envs.custom import make_custom
+    from .custom import make_custom
 
     return make_custom(name, **kwargs)
 
 
 def _make_envpool(name: str, **kwargs: Any) -> VectorEnv:
     try:
-        from envs.envpool_backend import EnvPoolVectorEnv
+        from .envpool_backend import EnvPoolVectorEnv
     except ImportError as error:
         raise EnvError(f"envpool:{name} needs EnvPool: pip install -e '.[envpool]' ({error})") from None
     return EnvPoolVectorEnv(name, **kwargs)
@@ -93,7 +93,7 @@ def _make_envpool(name: str, **kwargs: Any) -> VectorEnv:
 
 def _make_playground(name: str, **kwargs: Any) -> VectorEnv:
     try:
-        from envs.playground_backend import PlaygroundVectorEnv
+        from .playground_backend import PlaygroundVectorEnv
     except ImportError as error:
         raise EnvError(f"playground:{name} needs MuJoCo Playground: pip install -e '.[playground]' ({error})") from None
     return PlaygroundVectorEnv(name, **kwargs)
@@ -173,7 +173,7 @@ def make(
     imports: Sequence[str] = (),
     step_groups: int = 0,
 ) -> VectorEnv:
-    """A vector env with the standard wrapper stack (see ``envs.wrappers`` for the order).
+    """A vector env with the standard wrapper stack (see ``genpol.envs.wrappers`` for the order).
 
     Args:
         env_id: ``"<backend>:<name>"``, e.g. ``"gym:HalfCheetah-v5"`` or ``"genpol:MultiGoal"``.
@@ -191,20 +191,20 @@ def make(
         video_prefix: file-name prefix of the videos.
         max_episode_steps: override the task's time limit.
         env_kwargs: passed to the backend's constructor (``gymnasium.make`` for ``gym:``).
-        action_chunk: env actions per agent step (``envs.chunking``): the agent acts with
+        action_chunk: env actions per agent step (``genpol.envs.chunking``): the agent acts with
             ``[chunk * A]`` vectors, rewards are summed, and ``info["env_steps"]`` counts env steps.
         action_bounds: ``(low, high)`` that the agent's [-1, 1] maps to, instead of the env's own
             bounds (e.g. an offline dataset's action range); same shape as the env's bounds.
         obs_bounds: ``(low, high)`` mapped to [-1, 1] by a fixed ``ObservationScaler`` (an offline
             dataset's observation range); exclusive with ``normalize_obs``.
-        workers: simulator processes, this one included (``envs.subproc``); above 1 the
+        workers: simulator processes, this one included (``genpol.envs.subproc``); above 1 the
             ``gym:``/``dmc:`` envs are split into that many slices stepped at the same time, which
             pays on machines with spare cores. The wrappers stay in this process. Scripts must
             then create envs under ``if __name__ == "__main__":`` (workers start with ``spawn``).
         imports: modules to import before the env is built, here and in every env worker (your
             package, when importing it registers the gymnasium id or defines the backend).
         step_groups: 1 or more: fixed groups of envs that step separately (``send_group`` /
-            ``recv_group``, see ``envs.core``), for collection that computes while envs simulate;
+            ``recv_group``, see ``genpol.envs.core``), for collection that computes while envs simulate;
             the ``envpool:`` backend only, with ``workers=1``. 0: ``step`` only.
     """
     if obs_bounds is not None and normalize_obs:
@@ -220,7 +220,7 @@ def make(
     if workers == 1:
         env = make_backend(env_id, imports=imports, **backend_kwargs)
     else:
-        from envs.subproc import SubprocVectorEnv
+        from .subproc import SubprocVectorEnv
 
         env = SubprocVectorEnv(env_id, workers=workers, imports=imports, **backend_kwargs)
     if rescale_actions:

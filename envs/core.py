@@ -55,7 +55,7 @@ class VectorEnv(abc.ABC):
     ``action_high`` (``[A]`` tensors), and ``max_episode_steps`` (or None), and implement
     ``reset``, ``step``, and for an exact resume ``state_dict`` and ``load_state_dict`` (every
     backend genpol ships does; a custom backend without them resumes inexactly, see
-    ``envs.custom``). ``envs.testing.check_vector_env`` checks an implementation rule by rule.
+    ``genpol.envs.custom``). ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
     """
 
     num_envs: int
@@ -68,7 +68,7 @@ class VectorEnv(abc.ABC):
     env_id: str = "?"
     provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
     reports_success: bool = False  # every step's info holds "success" [N] (see the module docstring)
-    # Modules another process must import before it can build this env again (``envs.imports``):
+    # Modules another process must import before it can build this env again (``genpol.envs.imports``):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
     step_groups: int = 0  # the groups send_group / recv_group step; 0: the env implements step only
@@ -110,7 +110,7 @@ class VectorEnv(abc.ABC):
         """Everything needed to continue the current episodes exactly (simulator and RNG state).
 
         Optional for a backend: one that keeps this default cannot be checkpointed exactly, and
-        ``saves_state`` says so (``envs.custom`` then resumes by reseeding, with a warning)."""
+        ``saves_state`` says so (``genpol.envs.custom`` then resumes by reseeding, with a warning)."""
         raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot save its state: implement state_dict() "
                        "and load_state_dict() for exact resume")
 
@@ -153,7 +153,7 @@ class VectorEnvWrapper(VectorEnv):
     """Passes everything to the wrapped env; subclasses override what they change.
 
     A wrapper that changes steps overrides ``transform_actions`` (the actions it sends inward) and
-    ``transform_step`` (the step tuple it returns outward, for the envs ``envs`` of the batch), not
+    ``transform_step`` (the step tuple it returns outward, for the envs ``genpol.envs`` of the batch), not
     ``step``: the same two then serve ``step`` and the grouped ``send_group`` / ``recv_group``. A
     wrapper that overrides ``step`` itself works for plain steps and refuses grouped ones.
 
@@ -185,7 +185,7 @@ class VectorEnvWrapper(VectorEnv):
         return actions
 
     def transform_step(self, result: StepResult, envs: slice) -> StepResult:
-        """The inner env's step tuple of the envs ``envs`` (all, or one group) -> this wrapper's."""
+        """The inner env's step tuple of the envs ``genpol.envs`` (all, or one group) -> this wrapper's."""
         return result
 
     def step(self, actions: torch.Tensor) -> StepResult:

@@ -3,7 +3,7 @@
 A batched simulator (your own torch code, or ManiSkill, Isaac Lab, Genesis behind a thin class)
 joins genpol without an edit to genpol: a function in your package builds it, genpol imports the
 module and calls the function. What the function must return: an object that speaks the protocol
-of ``envs.core`` (subclassing ``envs.VectorEnv`` is the easy way, duck typing also works):
+of ``genpol.envs.core`` (subclassing ``genpol.envs.VectorEnv`` is the easy way, duck typing also works):
 
 * attributes ``num_envs``, ``device`` (``torch.device``), ``obs_dim``, ``act_dim``,
   ``action_low`` / ``action_high`` (``[A]`` float tensors), optionally ``max_episode_steps``;
@@ -24,7 +24,7 @@ run uses them, and a factory that does not take one fails naming the parameter a
 Without ``state_dict`` a run still checkpoints and resumes, inexactly: the resumed env resets
 every env (the seed derived from the saved step count, so a re-run resumes the same way), and
 the first transition after the resume joins the saved observation to the new episode. A warning
-says so at the resume. ``envs.testing.check_vector_env`` checks an implementation rule by rule.
+says so at the resume. ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
 Env workers (``env.workers``) do not apply: a batched backend steps its envs itself.
 """
 
@@ -38,8 +38,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv, saves_state
-from envs.imports import import_user_module
+from .core import EnvError, StepResult, VectorEnv, saves_state
+from .imports import import_user_module
 
 REQUIRED_ATTRIBUTES = ("num_envs", "device", "obs_dim", "act_dim", "action_low", "action_high", "reset", "step")
 RESERVED_KWARGS = ("num_envs", "device", "seed", "max_episode_steps", "render", "render_size", "action_chunk")

@@ -8,7 +8,7 @@
 * Vectorization: the envs are stepped one after another in this process (``SyncVectorEnv``'s
   choice, for the same reason: no inter-process traffic on a few cores).
 * Rendering: env 0 through its model's camera 0 (a tracking camera in the locomotion domains), with
-  the floor following the robot (``envs.rendering``).
+  the floor following the robot (``genpol.envs.rendering``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.chunking import chunk_bounds
-from envs.core import EnvError, StepResult, VectorEnv
+from .chunking import chunk_bounds
+from .core import EnvError, StepResult, VectorEnv
 
 import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402
@@ -40,7 +40,7 @@ class DMCVectorEnv(VectorEnv):
         render: allow ``render()`` (env 0); render_size: (width, height).
         max_episode_steps: override the suite's time limit (in control steps).
         env_kwargs: extra ``task_kwargs`` for ``suite.load``.
-        action_chunk: actions per agent step (``envs.chunking``).
+        action_chunk: actions per agent step (``genpol.envs.chunking``).
     """
 
     def __init__(self, name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
@@ -140,7 +140,7 @@ class DMCVectorEnv(VectorEnv):
             return None
         env0 = self._envs[0]
         if self._renderer is None or self._renderer_env is not env0:  # a seeded reset rebuilds the envs
-            from envs.rendering import FloorFollowingRenderer
+            from .rendering import FloorFollowingRenderer
 
             self._close_renderer()
             model = env0.physics.model.ptr

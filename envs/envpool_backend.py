@@ -29,7 +29,7 @@ no Python loop per env and no worker processes.
   so), not bit-identically; everything else in the checkpoint (policy, optimizer, RNG, counters,
   normalizers) restores exactly.
 * Rendering (env 0): gymnasium's MuJoCo locomotion tasks are drawn from a gymnasium twin that takes
-  env 0's pose, with the floor following the robot (``envs.envpool_render``: EnvPool's own frames lose
+  env 0's pose, with the floor following the robot (``genpol.envs.envpool_render``: EnvPool's own frames lose
   HalfCheetah's floor after ~2 s). Other tasks use EnvPool's own renderer, which needs an OpenGL
   context made current in this thread first; genpol makes one with MuJoCo's EGL or OSMesa binding
   (``MUJOCO_GL``).
@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv, concat_steps
-from envs.envpool_render import TwinRenderer
+from .core import EnvError, StepResult, VectorEnv, concat_steps
+from .envpool_render import TwinRenderer
 
 _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
 

@@ -2,7 +2,7 @@
 
 EnvPool renders with its own copy of the task's model and a fixed-size floor rectangle: a HalfCheetah
 that runs past gymnasium's 40 m plane runs on in a grey void, and EnvPool exposes no simulator state
-that ``envs.rendering.FloorFollowingRenderer`` could draw. It exposes enough to rebuild the pose,
+that ``genpol.envs.rendering.FloorFollowingRenderer`` could draw. It exposes enough to rebuild the pose,
 though: gymnasium's v5 observations are ``qpos`` without its first ``skipped_qpos`` entries (the
 torso's x, or x and y), followed by velocities, and EnvPool reports those skipped coordinates in
 ``info["x_position"]`` / ``info["y_position"]``. Drawing needs positions only (``mj_forward``
@@ -27,7 +27,7 @@ class TwinRenderer:
     """Draws env 0 of an EnvPool gymnasium-MuJoCo task through a gymnasium twin of the same task id."""
 
     def __init__(self, gym_env: Any, width: int, height: int):
-        from envs.rendering import FloorFollowingRenderer
+        from .rendering import FloorFollowingRenderer
 
         self._gym_env = gym_env
         unwrapped = gym_env.unwrapped

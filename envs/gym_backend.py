@@ -4,7 +4,7 @@ Synchronous, because on two cores ``AsyncVectorEnv`` measured 2.5x slower than `
 for HalfCheetah-v5 (3.3k vs 8.5k env-steps/s at 8 envs): its per-step pipe round-trips cost more
 than the physics. ``SyncVectorEnv`` runs in ``SAME_STEP`` autoreset mode, so the step that ends an
 episode already returns the next episode's first observation, and the true last one arrives in
-``info["final_obs"]``, which is what the protocol in ``envs.core`` asks for.
+``info["final_obs"]``, which is what the protocol in ``genpol.envs.core`` asks for.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.chunking import ActionChunking
-from envs.core import EnvError, StepResult, VectorEnv
-from envs.goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space, provider_of,
+from .chunking import ActionChunking
+from .core import EnvError, StepResult, VectorEnv
+from .goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space, provider_of,
                             restore_goal_env_state, success_flag)
-from envs.imports import import_user_module
+from .imports import import_user_module
 
 try:  # MuJoCo is optional for gymnasium itself; genpol installs it.
     import mujoco
@@ -131,7 +131,7 @@ class GymVectorEnv(VectorEnv):
         render_size: (width, height) of rendered frames.
         max_episode_steps: override the registered time limit (in env steps, not chunks).
         env_kwargs: passed to ``gymnasium.make``.
-        action_chunk: actions per agent step (``envs.chunking``); the action becomes ``[chunk * A]``.
+        action_chunk: actions per agent step (``genpol.envs.chunking``); the action becomes ``[chunk * A]``.
     """
 
     def __init__(
@@ -279,12 +279,12 @@ class GymVectorEnv(VectorEnv):
 
         gymnasium 1.4 renders with a free camera by default, which loses HalfCheetah after a few
         seconds; the locomotion models' own ``track`` camera (``mode="trackcom"``) follows the torso,
-        and the floor follows it too (``envs.rendering``). Envs without that camera (Reacher,
+        and the floor follows it too (``genpol.envs.rendering``). Envs without that camera (Reacher,
         pendulums) keep gymnasium's own view.
         """
         if not _is_mujoco(unwrapped) or mujoco.mj_name2id(unwrapped.model, mujoco.mjtObj.mjOBJ_CAMERA, "track") < 0:
             return None
-        from envs.rendering import FloorFollowingRenderer
+        from .rendering import FloorFollowingRenderer
 
         return FloorFollowingRenderer(unwrapped.model, *self._render_size, camera="track")
 

@@ -3,7 +3,7 @@
 A user's task lives in their own package, which registers gymnasium ids or defines a batched
 backend when it is imported. genpol imports it (1) where an id names it (``gym:<module>:<id>``, as
 gymnasium's own ``module:EnvId`` form, and ``custom:<module>:<factory>``), and (2) from an explicit
-list (``envs.make(..., imports=[...])``, config ``env.imports``) for modules that register ids
+list (``genpol.envs.make(..., imports=[...])``, config ``env.imports``) for modules that register ids
 under a plain name. Env worker processes start with ``spawn`` and import the same list before they
 build their slice, and policy checkpoints record it, so evaluation in a fresh process imports it too.
 """
@@ -15,7 +15,7 @@ import re
 from types import ModuleType
 from typing import Iterable
 
-from envs.core import EnvError
+from .core import EnvError
 
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

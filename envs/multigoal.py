@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import StepResult, VectorEnv
+from .core import StepResult, VectorEnv
 
 
 class MultiGoal(VectorEnv):

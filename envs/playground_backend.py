@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import EnvError, StepResult, VectorEnv
+from .core import EnvError, StepResult, VectorEnv
 
 DEFAULT_CACHE = Path(os.environ.get("GENPOL_JAX_CACHE", Path.home() / ".cache" / "genpol" / "jax"))
 
@@ -243,7 +243,7 @@ class PlaygroundVectorEnv(VectorEnv):
             return None
         import mujoco
 
-        from envs.rendering import FloorFollowingRenderer
+        from .rendering import FloorFollowingRenderer
 
         model = self._env.mj_model
         if self._renderer is None:  # camera 0 tracks the robot in the dm_control-suite ports

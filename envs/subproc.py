@@ -7,7 +7,7 @@ this process steps slice 0 itself and one worker process steps each other slice.
 
 Why not gymnasium's ``AsyncVectorEnv``: it runs one process per env and pickles every step's
 results through a pipe; on two cores that measured 2.5x slower than one process (see
-``envs.gym_backend``). Here a process owns many envs (a whole backend of its slice), the step
+``genpol.envs.gym_backend``). Here a process owns many envs (a whole backend of its slice), the step
 results go through preallocated shared-memory tensors, and a step is signalled with semaphores that
 both sides first poll for a moment before they sleep: a sleeping process took so long to wake on
 this machine's VM that a pipe-signalled version with two worker processes ran at 4.5-5.7k env-steps/s
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from envs.core import EnvError, StepResult, VectorEnv
+from .core import EnvError, StepResult, VectorEnv
 
 SEED_KEYS = ("seed", "pending_seed")  # the gym / dm_control backends' "seed of the next reset"
 SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one entry per env
@@ -78,12 +78,12 @@ def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, 
     on ``conn``; a release without one is a step, written into ``buffers`` and answered by
     releasing ``done`` (after sending the exception on ``conn`` if the step failed).
     """
-    import envs
+    from . import make_backend  # the package imports this module: import it at use
 
     torch.set_num_threads(1)
     rows = slice(first, first + count)
     try:
-        env = envs.make_backend(env_id, num_envs=count, device="cpu", seed=None, **kwargs)
+        env = make_backend(env_id, num_envs=count, device="cpu", seed=None, **kwargs)
         conn.send(("ok", None))
     except Exception as error:  # noqa: BLE001 - sent to the parent, which re-raises it
         conn.send(("error", error, traceback.format_exc()))
@@ -153,12 +153,12 @@ class SubprocVectorEnv(VectorEnv):
 
     def __init__(self, env_id: str, num_envs: int, workers: int, device: str | torch.device = "cpu",
                  seed: int | None = None, render: bool = False, imports: Sequence[str] = (), **kwargs: Any):
-        import envs
+        from . import backend_prefix, make_backend  # the package imports this module
 
-        if envs.backend_prefix(env_id) == "custom":
+        if backend_prefix(env_id) == "custom":
             raise EnvError(f"{env_id}: env workers > 1 do not apply to a custom backend, which steps its envs "
                            "batched itself; use workers=1 and as many envs as the simulator takes")
-        if envs.backend_prefix(env_id) not in SPLITTABLE_BACKENDS:
+        if backend_prefix(env_id) not in SPLITTABLE_BACKENDS:
             raise EnvError(f"{env_id}: env workers > 1 needs a CPU backend with per-env state "
                            f"({', '.join(p + ':' for p in SPLITTABLE_BACKENDS)}); use workers=1")
         if not 2 <= workers <= num_envs:
@@ -172,8 +172,8 @@ class SubprocVectorEnv(VectorEnv):
         self._seed = seed
         sizes = [len(part) for part in np.array_split(np.arange(num_envs), workers)]
         self._slices = [(sum(sizes[:w]), size) for w, size in enumerate(sizes)]
-        self._local = envs.make_backend(env_id, num_envs=sizes[0], device="cpu", seed=None, render=render,
-                                        imports=imports, **kwargs)
+        self._local = make_backend(env_id, num_envs=sizes[0], device="cpu", seed=None, render=render,
+                                   imports=imports, **kwargs)
         for name in METADATA:
             setattr(self, name, getattr(self._local, name))
         self.action_low, self.action_high = self.action_low.to(self.device), self.action_high.to(self.device)

@@ -1,11 +1,11 @@
 """The vector-env protocol as a conformance suite you can run on your own backend.
 
-    from envs.testing import check_vector_env
+    from .testing import check_vector_env
 
     check_vector_env(lambda: MySim(num_envs=4, device="cpu", max_episode_steps=10))
     check_vector_env("custom:my_pkg.sim:make_env", num_envs=4, max_episode_steps=10)
 
-Each rule of ``envs.core`` (and ``envs.custom`` for what a custom backend adds) is checked in turn;
+Each rule of ``genpol.envs.core`` (and ``genpol.envs.custom`` for what a custom backend adds) is checked in turn;
 the first broken one raises ``ProtocolViolation`` naming the rule, the env and what was seen. On
 success the names of the rules checked are returned (exact resume is skipped, and not listed,
 for an env without ``state_dict`` unless ``exact_resume=True`` demands it).
@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from envs.core import saves_state
-from envs.custom import step_problems
+from .core import saves_state
+from .custom import step_problems
 
 RULES = (
     "attributes",                  # num_envs, device, obs_dim, act_dim, action bounds [A] on the device
@@ -100,7 +100,7 @@ def check_vector_env(make_env: str | Callable[[], Any], *, steps: int = 200, see
 
     Args:
         make_env: a zero-argument factory of fresh, identically configured envs, or an env id
-            (``"custom:my_pkg.sim:make_env"``) built by ``envs.make_backend(id, **make_kwargs)``.
+            (``"custom:my_pkg.sim:make_env"``) built by ``genpol.envs.make_backend(id, **make_kwargs)``.
         steps: random-action steps per rollout; some episode must end within them.
         seed: reset seed of the rollouts (``seed + 1`` for the "seeds differ" check).
         exact_resume: True demands ``state_dict``/``load_state_dict``; None checks them if present;
@@ -112,10 +112,10 @@ def check_vector_env(make_env: str | Callable[[], Any], *, steps: int = 200, see
         ProtocolViolation: naming the first rule broken.
     """
     if isinstance(make_env, str):
-        import envs
+        from . import make_backend
 
         def make() -> Any:
-            return envs.make_backend(make_env, **make_kwargs)
+            return make_backend(make_env, **make_kwargs)
     else:
         make = make_env
     checked: list[str] = []

@@ -1,11 +1,11 @@
 """Wrappers on the torch vector-env protocol.
 
-These are written for ``envs.core.VectorEnv`` rather than taken from ``gymnasium.wrappers.vector``
+These are written for ``genpol.envs.core.VectorEnv`` rather than taken from ``gymnasium.wrappers.vector``
 because they must work on every backend, including GPU simulators whose tensors never visit numpy;
 gymnasium's vector wrappers operate on numpy arrays.
 
 Usual order, innermost first: backend -> ActionRescale -> EpisodeStats -> VideoRecorder ->
-ObservationNormalizer -> RewardScaler (``envs.make`` builds it). Episode statistics therefore see the
+ObservationNormalizer -> RewardScaler (``genpol.envs.make`` builds it). Episode statistics therefore see the
 raw rewards, and the learner sees normalized observations and scaled rewards.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.core import StepResult, VectorEnv, VectorEnvWrapper
+from .core import StepResult, VectorEnv, VectorEnvWrapper
 
 
 class RunningMeanStd:

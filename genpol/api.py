@@ -14,21 +14,27 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 from genpol.config import register_configs, validate
 from genpol.config.base import claim_new_dir
 from genpol.policy import TrainedPolicy
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
+                   config_dirs: Sequence[str | Path] = ()) -> DictConfig:
+    """Compose genpol's ``<config_name>.yaml`` (the installed ``genpol.configs``) with Hydra
+    command-line style ``overrides``.
 
-
-def compose_config(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
-    """Compose ``configs/<config_name>.yaml`` with Hydra command-line style ``overrides``."""
+    ``config_dirs``: folders of your own config groups (Hydra's search path, as ``--config-dir``
+    on the command line): ``my_dir/experiment/mine.yaml`` is then ``+experiment=mine``. genpol's
+    own folder is searched first, so give your files names genpol's groups do not use.
+    """
     register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
+    extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
+             ] if config_dirs else []
+    with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
+        return compose(config_name=config_name, overrides=[*extra, *overrides])
 
 
 def _env_overrides(env: str) -> list[str]:

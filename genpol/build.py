@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import torch
 
-import envs
-from envs import ObservationNormalizer, VectorEnv
+from genpol import envs
+from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.config import EnvConfig
 from genpol.heads import PolicyHead, build_head
 

@@ -42,8 +42,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from envs.core import VectorEnvWrapper
-from envs.wrappers import RunningMeanStd
+from genpol.envs.core import VectorEnvWrapper
+from genpol.envs.wrappers import RunningMeanStd
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError
 

@@ -16,7 +16,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from envs import EnvError, VideoRecorder
+from genpol.envs import EnvError, VideoRecorder
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
 from genpol.policy import TrainedPolicy, evaluate_episodes
@@ -53,7 +53,7 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     return results
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
     try:
         results = evaluate_run(validate(cfg))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from envs.multigoal import MultiGoal
+from genpol.envs.multigoal import MultiGoal
 from genpol.policy import TrainedPolicy
 
 

@@ -8,8 +8,8 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-import envs
-from envs import ObservationNormalizer, VectorEnv
+from genpol import envs
+from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
 from genpol.heads import PolicyHead, head_from_spec
 

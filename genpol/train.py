@@ -24,7 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from envs import EnvError
+from genpol.envs import EnvError
 from genpol import distributed
 from genpol.checkpoint import CheckpointError
 from genpol.config import ConfigError, TrainConfig, register_configs, validate
@@ -66,7 +66,7 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             distributed.shutdown(wait_for_others=finished)
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     from genpol.runners.guards import NonFiniteError, RunDirBusyError, TrainingInterrupted
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from envs.wrappers import ObservationNormalizer, RunningMeanStd
+from genpol.envs.wrappers import ObservationNormalizer, RunningMeanStd
 from genpol import distributed
 from genpol.heads.gaussian import GaussianHead
 from genpol.nets import ValueNetwork

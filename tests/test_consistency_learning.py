@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
+from genpol import envs
 from genpol.heads import ConsistencyHead
 from genpol.multigoal_analysis import goal_coverage
 from genpol.runners.bc import BCRunner

@@ -17,10 +17,10 @@ import h5py
 import pytest
 import torch
 
-import envs
+from genpol import envs
 from custom_envs import SIGKILL_ENV
-from envs import EnvError
-from envs.testing import ProtocolViolation, check_vector_env
+from genpol.envs import EnvError
+from genpol.envs.testing import ProtocolViolation, check_vector_env
 from genpol.api import compose_config
 from genpol.checkpoint import list_checkpoints
 from genpol.config import ConfigError, validate

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
+from genpol import envs
 from genpol.data import (DatasetError, Normalization, d4rl_normalized_score, load_d4rl, load_dataset,
                          load_minari, write_d4rl, write_minari)
 from genpol.data.collect import main as collect_main

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from envs import EnvError
+from genpol import envs
+from genpol.envs import EnvError
 
 envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed")
 

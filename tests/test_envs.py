@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
+from genpol import envs
+from genpol.envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
                   RunningMeanStd)
 
 NEEDS_ENVPOOL = pytest.mark.skipif(importlib.util.find_spec("envpool") is None,

@@ -55,7 +55,7 @@ def test_a_failing_evaluation_costs_the_evaluation_only(tmp_path, monkeypatch, c
 
 
 def test_a_failing_video_keeps_the_evaluation(tmp_path, monkeypatch):
-    import envs
+    from genpol import envs
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("EGL: simulated render failure")

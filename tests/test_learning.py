@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
+from genpol import envs
 from genpol.policy import run_episodes
 
 THRESHOLD = 10.0  # reaching a goal pays 10 on top of ~4.5 of progress; see envs/multigoal.py

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from envs.testing import check_vector_env
+from genpol import envs
+from genpol.envs.testing import check_vector_env
 from genpol.data import load_dataset, reference_returns
 from genpol.data.maze_dataset import MAZE_REFERENCE, collect_segments, eval_maze_map, evaluate_controller
 from genpol.data.maze_dataset import main as maze_main

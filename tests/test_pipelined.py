@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-import envs
-from envs import EnvError
-from envs.testing import check_vector_env
+from genpol import envs
+from genpol.envs import EnvError
+from genpol.envs.testing import check_vector_env
 from genpol.algorithms import make_algorithm
 from genpol.api import compose_config
 from genpol.build import env_stack, make_env, make_head

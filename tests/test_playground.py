@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import envs
-from envs import EnvError
+from genpol import envs
+from genpol.envs import EnvError
 
 pytest.importorskip("mujoco_playground")  # the playground extra; `make test` installs it
 

@@ -1,4 +1,4 @@
-"""Evaluation videos keep a textured floor under a robot that runs far (``envs.rendering``)."""
+"""Evaluation videos keep a textured floor under a robot that runs far (``genpol.envs.rendering``)."""
 
 import dataclasses
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from envs.rendering import FloorFollowingRenderer, find_floors, floor_shift
+from genpol import envs
+from genpol.envs.rendering import FloorFollowingRenderer, find_floors, floor_shift
 
 # Open-loop gaits a_j(t) = sin(2 pi f t + phase_j), found by random search over (f, phases): the
 # first runs gymnasium's HalfCheetah about 100 m forward in 1000 steps (its floor ends at 40 m), the
@@ -161,7 +161,7 @@ def test_every_frame_of_a_long_halfcheetah_video_shows_the_floor(tmp_path):
 
 @pytest.mark.parametrize("step_groups", [0, 2])
 def test_envpool_halfcheetah_frames_keep_the_floor_and_follow_env0_across_resets(step_groups):
-    """EnvPool's HalfCheetah is drawn from a gymnasium twin (``envs.envpool_render``): the last frame of a
+    """EnvPool's HalfCheetah is drawn from a gymnasium twin (``genpol.envs.envpool_render``): the last frame of a
     1000-step run ~100 m past the start still shows the checker, and after env 0's episode ends the
     frame shows the new episode's pose, not the old one. Env 1 stands still (zero actions), so drawing
     env 1 instead of env 0 fails the distance check; with two step groups env 0 is group 0's."""

@@ -1,4 +1,4 @@
-"""Env worker processes (``envs.subproc``): the same results as one process, state that moves
+"""Env worker processes (``genpol.envs.subproc``): the same results as one process, state that moves
 between worker counts, and clear errors."""
 
 import os
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from envs import EnvError
-from envs.subproc import SubprocVectorEnv
+from genpol import envs
+from genpol.envs import EnvError
+from genpol.envs.subproc import SubprocVectorEnv
 from genpol.api import compose_config, train
 from genpol.checkpoint import list_checkpoints, load_policy_files
 from genpol.config import ConfigError, validate

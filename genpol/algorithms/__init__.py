@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol.algorithms.base import Algorithm
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.heads import PolicyHead

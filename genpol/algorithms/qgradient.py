@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol.algorithms.sac import SAC
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.softmax_q import SoftmaxQPolicy

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol.algorithms.base import Algorithm
 from genpol.heads.base import Capability, PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update

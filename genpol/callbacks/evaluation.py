@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from envs import VectorEnv, VideoRecorder
+from genpol.envs import VectorEnv, VideoRecorder
 from genpol.callbacks.base import Callback, failure_hint, log
 from genpol.policy import EpisodeResults, evaluate_episodes
 

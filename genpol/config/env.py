@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from envs.imports import is_module_name
-from envs.subproc import SPLITTABLE_BACKENDS
+from genpol.envs.imports import is_module_name
+from genpol.envs.subproc import SPLITTABLE_BACKENDS
 from genpol.config.base import ENV_BACKENDS, require
 
 
@@ -17,7 +17,7 @@ class EnvConfig:
     """The simulator and its wrappers."""
 
     backend: str = "gym"
-    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX), ``envpool`` (EnvPool's C++ MuJoCo and dm_control tasks), ``genpol``, or ``custom`` (your own batched simulator, ``envs.custom``)."""
+    """Simulator backend: ``gym`` (gymnasium), ``dmc`` (dm_control suite), ``playground`` (MuJoCo Playground / MJX), ``envpool`` (EnvPool's C++ MuJoCo and dm_control tasks), ``genpol``, or ``custom`` (your own batched simulator, ``genpol.envs.custom``)."""
     id: str = MISSING
     """Task name inside the backend, e.g. ``HalfCheetah-v5``, ``cheetah-run``, ``CheetahRun``, ``MultiGoal``; ``my_pkg:MyReach-v0`` imports your module ``my_pkg`` first (gym), ``my_pkg.sim:make_env`` names your factory (custom)."""
     imports: List[str] = field(default_factory=list)

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-import envs
+from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.minari_io import write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score

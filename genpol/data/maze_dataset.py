@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-import envs
+from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.maze_planner import GOAL, POSITION, VELOCITY, BatchController, MazeGrid, maze_map_of
 from genpol.data.minari_io import write_minari

@@ -12,7 +12,7 @@ The controller is the one D4RL's maze2d and Minari's pointmaze datasets were mad
   next waypoint becomes current within ``threshold`` (0.1) of it;
 * replan whenever the desired goal changes (by more than 1e-3).
 
-Observations are the gym backend's flattened goal-env vectors (``envs.goal_envs``):
+Observations are the gym backend's flattened goal-env vectors (``genpol.envs.goal_envs``):
 ``[x, y, vx, vy, achieved_x, achieved_y, goal_x, goal_y]``.
 """
 

@@ -1,7 +1,7 @@
 """Action chunking, for the heads that predict several actions at once (DPPO's diffusion head).
 
 A chunked head predicts ``horizon_steps`` actions per observation and the env executes the first
-``act_steps`` of them (``envs.chunking``), so the head's ``act_dim`` is ``act_steps * A`` and its
+``act_steps`` of them (``genpol.envs.chunking``), so the head's ``act_dim`` is ``act_steps * A`` and its
 ``imitation_loss`` takes targets of ``horizon_steps * A``. Heads without chunks are not
 ``ChunkedActions``: one action per step, imitation targets of one action.
 """

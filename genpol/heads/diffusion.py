@@ -1,7 +1,7 @@
 """DPPO (Ren et al., ICLR 2025): a diffusion policy fine-tuned as a two-layer MDP.
 
 The head predicts a chunk of ``horizon_steps`` actions (flattened, ``H * A``); the env executes
-the first ``act_steps`` of them (``envs.chunking``). Each denoising step is a Gaussian policy
+the first ``act_steps`` of them (``genpol.envs.chunking``). Each denoising step is a Gaussian policy
 ``x^{k-1} ~ N(mu_theta(x^k, k, s), sigma_k^2)``, so the denoising chain has exact per-step
 log-probabilities and the ratio is taken per step:
 

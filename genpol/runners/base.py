@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol import distributed
 from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList

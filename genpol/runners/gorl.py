@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from envs import ObservationNormalizer, VectorEnv, VideoRecorder
+from genpol.envs import ObservationNormalizer, VectorEnv, VideoRecorder
 from genpol.algorithms import make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation

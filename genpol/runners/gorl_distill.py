@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol.heads.latent import LatentDecoderHead
 
 

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-import envs
-from envs import VectorEnv
+from genpol import envs
+from genpol.envs import VectorEnv
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-import envs
-from envs import VectorEnv
+from genpol import envs
+from genpol.envs import VectorEnv
 from genpol.algorithms.sac import SAC
 from genpol.callbacks.base import Callback
 from genpol.config import TrainConfig

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from envs import VectorEnv
+from genpol.envs import VectorEnv
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation

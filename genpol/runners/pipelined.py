@@ -1,6 +1,6 @@
 """Pipelined on-policy collection: the policy acts for one env group while the other groups simulate.
 
-With an env whose envs form G fixed groups (``env.step_groups``, ``envs.core``), a rollout runs
+With an env whose envs form G fixed groups (``env.step_groups``, ``genpol.envs.core``), a rollout runs
 
     for g in groups:  act on g's obs, send_group(g)                    # step 0 starts
     for t in range(T):
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from envs.core import concat_steps
+from genpol.envs.core import concat_steps
 from genpol.algorithms.onpolicy import Pending
 
 if TYPE_CHECKING:

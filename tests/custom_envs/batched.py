@@ -2,7 +2,7 @@
 
 ``custom:custom_envs.batched:make_env`` builds it; ``make_env_without_state`` builds the same task
 without ``state_dict`` (a simulator that cannot save its state), ``make_duck_typed_env`` also without
-the ``envs.VectorEnv`` base; ``make_not_an_env`` is the mistake of returning a single gymnasium env.
+the ``genpol.envs.VectorEnv`` base; ``make_not_an_env`` is the mistake of returning a single gymnasium env.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-import envs
+from genpol import envs
 from custom_envs import sigkill_at_step
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-import envs
+from genpol import envs
 from custom_envs.batched import BatchedReach
 
 

@@ -1,0 +1,169 @@
+"""Q-gradient actors: Consistency-AC (Ding & Jin 2024, ALGORITHMS.md 8.3-8.4) and, with the same
+learner, Diffusion-QL (9b) for any head with reparameterized sampling and batched candidates.
+
+One gradient step, on SAC's replay, twin critics and Polyak targets (``genpol.algorithms.sac``):
+
+1. critic: y = r + gamma (1 - done) min_i Q_target,i(s', a'), a' drawn by the **EMA actor**;
+2. actor: L = bc_coef L_BC(s, a_data) + eta L_Q, L_Q = -Q_i(s, a_theta) / mean|Q_j|.detach() for a
+   random critic pair, a_theta = ``head.rsample(s)`` (through the whole sampling chain); L_BC is the
+   head's ``imitation_loss`` (the CT loss of the consistency head) on the batch's actions; online
+   from scratch ``bc_coef`` = 0 (Q-loss only);
+3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before).
+
+Offline (``pipeline=offline_to_online``, ``genpol.runners.offline_rl``): the same gradient step on
+batches of dataset transitions only (``gradient_step(batch)``), no env steps; the critics, their
+targets, the EMA actor and the optimizers then carry on into online fine-tuning. ``offline_steps``
+counts those steps; after them the online phase acts with the policy from its first env step
+(``learning_starts`` then only delays the gradient steps, until the replay holds online data).
+
+Acting: uniform random actions until ``learning_starts`` (from scratch); then, with probability epsilon (linear
+from ``explore_initial`` to ``explore_final`` over ``explore_fraction`` of the run; 8.4's schedule),
+a uniform random action, else one of ``act_candidates`` samples of the online head drawn with
+probability softmax(min_i Q_target,i) (8.3's evaluation rule, as the references' ``sample_action``;
+1 candidate = the head's own sample).
+
+Evaluation (in the run, ``genpol.evaluate``, ``load_policy``) acts with ``acting_head()``: the
+``SoftmaxQPolicy`` of the online head and the target critics, which a checkpoint's ``policy/``
+holds and rebuilds; its deterministic action is the softmax draw from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol.envs import VectorEnv
+from genpol.algorithms.sac import SAC
+from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.heads.softmax_q import SoftmaxQPolicy
+from genpol.storage.replay import OfflineReplay, ReplayBatch
+from genpol.updaters.qgradient_losses import q_gradient_actor_loss
+from genpol.updaters.sac_losses import critic_loss, td_target
+
+
+class QGradientActor(SAC):
+    """Consistency-AC / Diffusion-QL. ``cfg`` is a ``QGradientConfig``; see its field docstrings.
+
+    Args: as ``SAC``, plus ``total_steps`` (env steps of the run, the clock of the epsilon schedule).
+    """
+
+    name = "consistency_ac"
+    needs = frozenset({Capability.REPARAMETERIZED, Capability.CANDIDATES})
+
+    def __init__(self, head: PolicyHead, cfg: Any, *, total_steps: int, num_envs: int, obs_dim: int, act_dim: int,
+                 capacity: int, device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
+        super().__init__(head, cfg, num_envs=num_envs, obs_dim=obs_dim, act_dim=act_dim, capacity=capacity,
+                         device=device, seed=seed, offline=offline)
+        if cfg.bc_coef > 0:
+            check_capabilities(head, f"{self.name} with bc_coef > 0", {Capability.IMITATION})
+        self.total_steps = total_steps
+        self.ema_head = copy.deepcopy(head).requires_grad_(False)
+        self.pair_generator = torch.Generator().manual_seed(seed + 5)
+        self.softmax_q = SoftmaxQPolicy(obs_dim, act_dim, head, self.critic_target, cfg.act_candidates)
+        self.offline_steps = 0  # gradient steps on dataset batches only (the offline phase)
+
+    # ------------------------------------------------------------------ acting
+    def epsilon(self) -> float:
+        """Probability of a uniform random action at the current env step."""
+        horizon = max(self.cfg.explore_fraction * self.total_steps, 1.0)
+        fraction = min(self.env_steps / horizon, 1.0)
+        return self.cfg.explore_initial + fraction * (self.cfg.explore_final - self.cfg.explore_initial)
+
+    def acting_head(self) -> PolicyHead:
+        """What acts after ``learning_starts`` and what evaluation and a checkpoint's ``policy/`` use: the
+        softmax-Q policy (online head, target critics), or the head itself with one candidate."""
+        return self.head if self.cfg.act_candidates == 1 else self.softmax_q
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.env_steps < self.cfg.learning_starts and self.offline_steps == 0:
+            return super().act(obs)
+        actions = self.acting_head().act(obs, deterministic=False)
+        explore = torch.rand(obs.shape[0], generator=self.explore_generator) < self.epsilon()
+        if explore.any():
+            uniform = 2 * torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator) - 1
+            actions = torch.where(explore.to(obs.device)[:, None], uniform.to(obs.device), actions)
+        return actions
+
+    # ------------------------------------------------------------------ learning
+    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, q [E, B], target [B])``: TD target from the EMA actor's next actions, no entropy."""
+        with torch.no_grad():
+            next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs))
+            if subset_heads is not None:
+                next_q = next_q.index_select(0, subset_heads)
+            target = td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
+        q = self.critic(batch.obs, batch.actions)
+        return critic_loss(q, target, self.cfg.critic_reduction), q, target
+
+    def actor_loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """bc_coef L_BC + eta L_Q on ``batch`` with the current critics (which get no gradient)."""
+        self.critic.requires_grad_(False)
+        try:
+            q = self.critic(batch.obs, self.head.rsample(batch.obs))
+        finally:
+            self.critic.requires_grad_(True)
+        bc = self.cfg.bc_coef * self.head.imitation_loss(batch.obs, batch.actions) if self.cfg.bc_coef > 0 else None
+        return q_gradient_actor_loss(q, self.cfg.eta, bc, self.pair_generator)
+
+    @torch.no_grad()
+    def update_ema_head(self) -> None:
+        """Copy the head into the EMA actor before ``actor_ema_start`` actor steps, EMA after."""
+        online, ema = list(self.head.parameters()), list(self.ema_head.parameters())
+        if self.actor_steps < self.cfg.actor_ema_start:
+            torch._foreach_copy_(ema, online)
+        else:
+            torch._foreach_lerp_(ema, online, 1.0 - self.cfg.actor_ema_decay)
+
+    def gradient_step(self, batch: ReplayBatch | None = None) -> dict[str, torch.Tensor]:
+        """One critic step, one actor step and the EMA actor's update on ``batch`` (None: a batch of
+        ``batch_size`` from the replay, mixed with offline data by ``offline_ratio``)."""
+        if batch is None:
+            batch = self.sampler.sample(self.cfg.batch_size)
+        critic = self.critic_step(batch, torch.zeros((), device=self.device))
+        loss, named = self.actor_loss(batch)
+        self._step(self.actor_optimizer, loss, self.actor_params)
+        self.actor_steps += 1
+        if self.actor_steps % self.cfg.actor_ema_every == 0:
+            self.update_ema_head()
+        return {"value": critic["value"], "policy": named.pop("actor"), **named,
+                "q_mean": critic["q"].mean(), "target_mean": critic["target"].mean()}
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """``num_envs x utd`` gradient steps (one critic and one actor step each)."""
+        for _ in range(self.num_envs * self.cfg.utd):
+            named = self.gradient_step()
+        return named
+
+    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        named = {**super().networks(), "ema_head": self.ema_head}
+        named.pop("log_alpha")  # no temperature: SAC's log(0) = -inf is not a learned tensor here
+        return named
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {**super().state_dict(), "ema_head": self.ema_head.state_dict(),
+                 "pair_rng": self.pair_generator.get_state(), "offline_steps": self.offline_steps}
+        del state["log_alpha"]  # the unused temperature (-inf) would fail the checkpoint's finite check
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict({**state, "log_alpha": self.log_alpha.detach().clone()})
+        self.ema_head.load_state_dict(state["ema_head"])
+        self.pair_generator.set_state(state["pair_rng"])
+        self.offline_steps = int(state.get("offline_steps", 0))  # saved before the offline phase existed: none
+
+
+def make_qgradient(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> QGradientActor:
+    """Consistency-AC from a ``TrainConfig``."""
+    if cfg.updater.offline_ratio > 0 and offline is None:
+        from genpol.config import ConfigError
+
+        raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
+                          "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
+    return QGradientActor(head, cfg.updater, total_steps=cfg.total_steps, num_envs=env.num_envs, obs_dim=env.obs_dim,
+                          act_dim=env.act_dim, capacity=cfg.updater.buffer_size, device=torch.device(cfg.device),
+                          seed=cfg.seed, offline=offline)

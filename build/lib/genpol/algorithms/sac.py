@@ -1,0 +1,298 @@
+"""Soft actor-critic over a Q-ensemble, with replay and optional offline data: SAC (stable-baselines3's
+math and defaults, ALGORITHMS.md 12a) and RLPD (12c) as a configuration of the same learner.
+
+One gradient step in ``sb3`` batching, in stable-baselines3's order:
+
+1. sample a batch; draw ``a_pi, log pi(a_pi|s)`` from the head, kept in the graph;
+2. temperature step (``alpha`` for steps 3 and 5 is read *before* it);
+3. target, without gradients: ``a' ~ pi(s')``, ``y = r + gamma (1 - done) (min Q_target(s', a') - alpha log pi(a'|s'))``;
+4. critic step on ``critic_loss(Q(s, a), y)``;
+5. actor step on ``mean(alpha log pi(a_pi|s) - reduce_i Q_i(s, a_pi))`` with the critics just updated;
+6. Polyak update of the targets every ``target_update_interval`` critic steps.
+
+``rlpd`` batching draws one batch of ``batch_size x utd`` (half offline, half online, interleaved),
+cuts it into ``utd`` minibatches with one critic step (and one Polyak update) each, then takes one
+actor step and one temperature step on the last minibatch, the temperature from the actor step's
+entropy.
+
+The algorithm owns the critics, their targets, the temperature, three Adam optimizers, the replay
+buffer (and the offline store it mixes in) and the generators of exploration and of the subset-min.
+
+``updater.compile`` compiles the three forward computations of a step (the actor's sample, the critic
+loss with its TD target, the actor loss) with ``torch.compile``; their backward graphs are compiled
+with them, and the optimizers and the Polyak update run as in eager. The actor's noise comes from
+torch's generator in the eager order (inductor's ``fallback_random``) and the subset-min heads are
+drawn outside, so compiled and eager runs differ by float rounding only.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol.envs import VectorEnv
+from genpol.algorithms.base import Algorithm
+from genpol.heads.base import Capability, PolicyHead
+from genpol.qensemble import QEnsemble, polyak_update
+from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
+from genpol.updaters.sac_losses import actor_loss, critic_loss, sac_diagnostics, td_target, temperature_loss
+
+
+class SAC(Algorithm):
+    """SAC / RLPD. ``cfg`` is a ``SACConfig`` (the ``updater`` group); see its field docstrings.
+
+    Args:
+        head: a head with reparameterized sampling and the log-prob of its samples (tanh-Gaussian).
+        cfg: the updater config.
+        num_envs, obs_dim, act_dim: the env's sizes.
+        capacity: replay capacity in transitions.
+        device: where the networks and the replay live.
+        seed: seed of the replay's, exploration's and subset-min's generators.
+        offline: the offline transitions mixed into each batch (``cfg.offline_ratio`` > 0), or None.
+    """
+
+    name = "sac"
+    needs = frozenset({Capability.REPARAMETERIZED, Capability.LOG_PROB})
+    on_policy = False
+
+    def __init__(self, head: PolicyHead, cfg: Any, *, num_envs: int, obs_dim: int, act_dim: int, capacity: int,
+                 device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
+        super().__init__(head)
+        self.cfg = cfg
+        self.num_envs, self.act_dim = num_envs, act_dim
+        self.device = device
+        self.critic = QEnsemble(obs_dim, act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
+                                activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
+                                init=cfg.critic_init).to(device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.num_min_qs = cfg.num_min_qs or cfg.num_qs
+        self.target_entropy = cfg.target_entropy_scale * act_dim
+        self.learn_temperature = cfg.ent_coef == "auto"
+        initial = cfg.init_temperature if self.learn_temperature else float(cfg.ent_coef)
+        # log(0) for a fixed ent_coef 0 is -inf: exp gives alpha 0 exactly, as intended
+        self.log_alpha = torch.tensor([math.log(initial) if initial > 0 else -math.inf], device=device,
+                                      requires_grad=self.learn_temperature)
+        self.actor_params = [p for p in head.parameters() if p.requires_grad]
+        self.critic_params = list(self.critic.parameters())
+        # fused: one kernel per optimizer step instead of ~10 foreach passes over the parameters
+        fused = device.type in ("cpu", "cuda")
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.lr, fused=fused)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr, fused=fused)
+        self.alpha_optimizer = (torch.optim.Adam([self.log_alpha], lr=cfg.lr, fused=fused)
+                                if self.learn_temperature else None)
+        if offline is not None and cfg.offline_ratio == 0:
+            offline = None
+        self.replay = ReplayBuffer(capacity, obs_dim, act_dim, device=device, seed=seed)
+        self.sampler = MixedSampler(self.replay, offline, cfg.offline_ratio)
+        self.explore_generator = torch.Generator().manual_seed(seed + 2)
+        self.subset_generator = torch.Generator().manual_seed(seed + 3)
+        self.critic_steps = 0
+        self.actor_steps = 0
+        self.env_steps = 0  # transitions stored, the clock of learning_starts
+        self._sample, self._critic_loss, self._actor_loss = (
+            head.rsample_log_prob, self._critic_loss_eager, self._actor_loss_eager)
+        if cfg.compile:
+            compiled = functools.partial(torch.compile, fullgraph=True, dynamic=False,
+                                         options={"fallback_random": True})
+            self._sample, self._critic_loss, self._actor_loss = (
+                compiled(head.rsample_log_prob), compiled(self._critic_loss_eager), compiled(self._actor_loss_eager))
+        self._checked_position = 0  # replay rows before this were checked for NaN and inf
+
+    # ------------------------------------------------------------------ acting and storing
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Uniform random actions in [-1, 1] until ``learning_starts`` env steps, then the head's."""
+        if self.env_steps < self.cfg.learning_starts:
+            uniform = torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator)
+            return (2 * uniform - 1).to(obs.device)
+        return self.head.act(obs, deterministic=False)
+
+    def process_env_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                         terminated: torch.Tensor, info: dict[str, Any]) -> None:
+        """Store N transitions; ``info["final_obs"] [N, D]`` is the true next observation (it equals the
+        next observation except where an episode ended and the env reset)."""
+        self.replay.add(obs, actions, rewards, info["final_obs"], terminated)
+        self.env_steps += obs.shape[0]
+
+    def ready(self) -> bool:
+        """Learning starts once more than ``learning_starts`` transitions are stored (SB3's rule)
+        and the buffer holds a batch."""
+        return self.env_steps > self.cfg.learning_starts and len(self.replay) >= 1
+
+    # ------------------------------------------------------------------ learning
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        optimizer.step()
+
+    def _subset_heads(self) -> torch.Tensor | None:
+        """The target heads whose minimum forms the next TD target, drawn as ``subset_min`` draws them
+        (None: all heads, no draw). Drawn here, not inside a compiled loss: graphs take no generators."""
+        if self.num_min_qs == self.cfg.num_qs:
+            return None
+        heads = torch.randperm(self.cfg.num_qs, generator=self.subset_generator, device="cpu")[:self.num_min_qs]
+        return heads.to(self.device)
+
+    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, q [E, B], target [B])`` of one critic step; the TD target without gradients."""
+        with torch.no_grad():
+            target = self._td_target(batch, alpha, subset_heads)
+        q = self.critic(batch.obs, batch.actions)
+        return critic_loss(q, target, self.cfg.critic_reduction), q, target
+
+    def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
+        """``y [B]``: the target critics' (subset-)minimum at ``a' ~ pi(s')`` with the soft backup.
+        The one piece of the critic step a learner with another next-action rule (EXPO) replaces."""
+        next_actions, next_log_prob = self.head.rsample_log_prob(batch.next_obs)
+        next_q = self.critic_target(batch.next_obs, next_actions)
+        if subset_heads is not None:
+            next_q = next_q.index_select(0, subset_heads)
+        return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values,
+                         next_log_prob if self.cfg.backup_entropy else None, alpha, self.cfg.gamma)
+
+    def _actor_loss_eager(self, obs: torch.Tensor, actions_pi: torch.Tensor, log_prob: torch.Tensor,
+                          alpha: torch.Tensor) -> torch.Tensor:
+        return actor_loss(log_prob, self.critic(obs, actions_pi), alpha, self.cfg.actor_q_reduction)
+
+    def critic_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One TD step of every critic on ``batch``, then the Polyak update when it is due."""
+        loss, q, target = self._critic_loss(batch, alpha, self._subset_heads())
+        self._step(self.critic_optimizer, loss, self.critic_params)
+        self.critic_steps += 1
+        if self.critic_steps % self.cfg.target_update_interval == 0:
+            polyak_update(self.critic_target, self.critic, self.cfg.tau)
+        return {"value": loss.detach(), "q": q.detach(), "target": target}
+
+    def actor_step(self, actions_pi: torch.Tensor, log_prob: torch.Tensor, obs: torch.Tensor,
+                   alpha: torch.Tensor) -> torch.Tensor:
+        """The actor loss on reparameterized ``actions_pi [B, A]`` with the current critics (whose
+        parameters get no gradient from it)."""
+        self.critic.requires_grad_(False)
+        try:
+            loss = self._actor_loss(obs, actions_pi, log_prob, alpha)
+        finally:
+            self.critic.requires_grad_(True)
+        self._step(self.actor_optimizer, loss, self.actor_params)
+        self.actor_steps += 1
+        return loss.detach()
+
+    def temperature_step(self, log_prob: torch.Tensor) -> torch.Tensor:
+        if self.alpha_optimizer is None:
+            return torch.zeros(())
+        loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy, self.cfg.temperature_loss)
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.alpha_optimizer.step()
+        return loss.detach()
+
+    def sb3_gradient_step(self) -> dict[str, torch.Tensor]:
+        batch = self.sampler.sample(self.cfg.batch_size)
+        actions_pi, log_prob = self._sample(batch.obs)
+        alpha = self.alpha  # read before the temperature step, as SB3
+        temperature = self.temperature_step(log_prob)
+        critic = self.critic_step(batch, alpha)
+        policy = self.actor_step(actions_pi, log_prob, batch.obs, alpha)
+        return self._named(critic, policy, temperature, log_prob, alpha)
+
+    def rlpd_round(self) -> dict[str, torch.Tensor]:
+        minibatches = self.sampler.sample(self.cfg.batch_size * self.cfg.utd).chunk(self.cfg.utd)
+        alpha = self.alpha
+        for minibatch in minibatches:
+            critic = self.critic_step(minibatch, alpha)
+        return self.policy_steps(minibatches[-1], alpha, critic)
+
+    def policy_steps(self, batch: Any, alpha: torch.Tensor, critic: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """RLPD's once-per-round steps on the round's last minibatch: actor, then temperature (a
+        learner with other policy networks, EXPO, overrides this)."""
+        actions_pi, log_prob = self._sample(batch.obs)
+        policy = self.actor_step(actions_pi, log_prob, batch.obs, alpha)
+        temperature = self.temperature_step(log_prob)
+        return self._named(critic, policy, temperature, log_prob, alpha)
+
+    def _named(self, critic: dict[str, torch.Tensor], policy: torch.Tensor, temperature: torch.Tensor,
+               log_prob: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        named = {"value": critic["value"], "policy": policy, "temperature": temperature}
+        named.update(sac_diagnostics(critic["q"], critic["target"], log_prob, alpha))
+        return named
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """The gradient steps of one vector-env step: ``num_envs x utd`` critic steps, with an actor
+        step after each (``sb3``) or after each ``utd`` (``rlpd``). Returns the last step's diagnostics."""
+        if self.cfg.batching == "rlpd":
+            for _ in range(self.num_envs):
+                named = self.rlpd_round()
+        else:
+            for _ in range(self.num_envs * self.cfg.utd):
+                named = self.sb3_gradient_step()
+        return named
+
+    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        return {"head": self.head, "critic": self.critic, "critic_target": self.critic_target,
+                "log_alpha": self.log_alpha}
+
+    def recent_data(self) -> dict[str, torch.Tensor]:
+        """The replay rows written since the last call (all rows once it has wrapped around)."""
+        start, end = self._checked_position, self.replay.position
+        self._checked_position = end
+        rows = (torch.arange(start, end) if start < end else
+                torch.cat([torch.arange(start, len(self.replay)), torch.arange(0, end)]))
+        return {"observations": self.replay.obs[rows], "next observations": self.replay.next_obs[rows],
+                "rewards": self.replay.rewards[rows]}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        state = {
+            "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "explore_rng": self.explore_generator.get_state(), "subset_rng": self.subset_generator.get_state(),
+            "critic_steps": self.critic_steps, "actor_steps": self.actor_steps, "env_steps": self.env_steps,
+            "replay": self.sampler.state_dict() if self.cfg.save_replay else None,
+        }
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.explore_generator.set_state(state["explore_rng"])
+        self.subset_generator.set_state(state["subset_rng"])
+        self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
+        self.env_steps = int(state["env_steps"])
+        if state["replay"] is not None:
+            self.sampler.load_state_dict(state["replay"])
+        else:  # saved without its replay: refill learning_starts transitions before learning again
+            self.env_steps = 0
+
+
+def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None,
+             algorithm_class: type[SAC] = SAC) -> SAC:
+    """SAC (or ``algorithm_class``, a learner built on it such as EXPO) from a ``TrainConfig``; the
+    replay holds ``updater.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
+    if cfg.updater.offline_ratio > 0 and offline is None:
+        from genpol.config import ConfigError
+
+        raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
+                          "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
+    return algorithm_class(head, cfg.updater, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
+               capacity=cfg.updater.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline)

@@ -1,0 +1,97 @@
+"""The Python API: the same configs as the command line, composed from keyword arguments.
+
+    from genpol.api import evaluate, load_policy, train
+
+    summary = train(env="gym:Hopper-v5", total_steps=200_000, run_dir="runs/hopper")
+    results = evaluate("runs/hopper", episodes=10, video=True)
+    policy = load_policy("runs/hopper")
+    action = policy.predict(raw_observation)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
+
+from genpol.config import register_configs, validate
+from genpol.config.base import claim_new_dir
+from genpol.policy import TrainedPolicy
+
+def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
+                   config_dirs: Sequence[str | Path] = ()) -> DictConfig:
+    """Compose genpol's ``<config_name>.yaml`` (the installed ``genpol.configs``) with Hydra
+    command-line style ``overrides``.
+
+    ``config_dirs``: folders of your own config groups (Hydra's search path, as ``--config-dir``
+    on the command line): ``my_dir/experiment/mine.yaml`` is then ``+experiment=mine``. genpol's
+    own folder is searched first, so give your files names genpol's groups do not use.
+    """
+    register_configs()
+    extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
+             ] if config_dirs else []
+    with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
+        return compose(config_name=config_name, overrides=[*extra, *overrides])
+
+
+def _env_overrides(env: str) -> list[str]:
+    """``"hopper"`` selects the env group; ``"gym:Hopper-v5"`` selects backend and id directly."""
+    if ":" in env:
+        backend, _, name = env.partition(":")
+        group = {"genpol": "multigoal"}.get(backend, backend)
+        return [f"env={group}", f"env.backend={backend}", f"env.id={name}"]
+    return [f"env={env}"]
+
+
+def train(
+    env: str = "halfcheetah",
+    policy: str = "gaussian",
+    updater: str = "ppo",
+    *,
+    total_steps: int | None = None,
+    seed: int = 0,
+    run_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Train one run and return its summary (the contents of ``summary.json``).
+
+    Args:
+        env: an env group (``"halfcheetah"``, ``"multigoal"``) or an id (``"gym:Pendulum-v1"``).
+        policy: a policy group (``"gaussian"``).
+        updater: an updater group (``"ppo"``).
+        total_steps: env steps (default: the config's).
+        seed: the run's seed.
+        run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
+            existing run resumes.
+        overrides: further Hydra overrides, e.g. ``["updater.lr=1e-3", "env.num_envs=16"]``.
+    """
+    from genpol.train import run_training
+
+    if run_dir is None:
+        run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
+    run_dir = Path(run_dir)
+    items = [*_env_overrides(env), f"policy={policy}", f"updater={updater}", f"seed={seed}",
+             f"run_dir={run_dir}", *overrides]
+    if total_steps is not None:
+        items.append(f"total_steps={total_steps}")
+    return run_training(validate(compose_config(items)), run_dir)
+
+
+def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, checkpoint: str | None = None,
+             video_dir: str = "videos", seed: int = 10_000) -> dict[str, Any]:
+    """Deterministic and stochastic mean returns of a run's latest (or a given) checkpoint."""
+    from genpol.evaluate import evaluate_run
+
+    items = [f"run_dir={run_dir}", f"episodes={episodes}", f"video={str(video).lower()}",
+             f"video_dir={video_dir}", f"seed={seed}"]
+    if checkpoint is not None:
+        items.append(f"checkpoint={checkpoint}")
+    return evaluate_run(validate(compose_config(items, config_name="evaluate")))
+
+
+def load_policy(path: str | Path, device: str = "cpu") -> TrainedPolicy:
+    """A trained policy from a run directory (latest checkpoint) or a checkpoint directory."""
+    return TrainedPolicy.load(path, device=device)

@@ -1,0 +1,75 @@
+"""Periodic and final checkpoints of the runner (see ``genpol.checkpoint`` for the layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from genpol.callbacks.base import Callback
+from genpol.checkpoint import CheckpointError, list_checkpoints, save_checkpoint
+
+
+def _non_finite_tensor(tree: Any, where: str = "") -> str | None:
+    """The path of the first floating-point tensor in ``tree`` holding NaN or inf (the replay
+    buffer's contents are skipped: they are data, checked as they arrive), or None."""
+    if isinstance(tree, torch.Tensor):
+        return where if tree.is_floating_point() and not bool(torch.isfinite(tree).all()) else None
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if key != "replay":
+                found = _non_finite_tensor(value, f"{where}.{key}" if where else str(key))
+                if found:
+                    return found
+    if isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            found = _non_finite_tensor(value, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+class Checkpointer(Callback):
+    """Saves every ``every`` iterations (0: only at the end), keeping the ``keep`` newest.
+
+    Put it after the callbacks whose state it must capture (evaluation history, metrics file).
+    At the end of training it saves before every other callback (``end_first``): the final
+    evaluation and its video come after the weights are safe.
+    """
+
+    end_first = True
+
+    def __init__(self, checkpoints_dir: str | Path, policy_spec: dict[str, Any], every: int, keep: int):
+        self.checkpoints_dir = Path(checkpoints_dir)
+        self.policy_spec = policy_spec
+        self.every = every
+        self.keep = keep
+        self.last_path: Path | None = None
+        self._last_step = -1
+
+    def latest(self) -> Path | None:
+        """The newest checkpoint of this phase on disk (written by this process or an earlier one)."""
+        found = list_checkpoints(self.checkpoints_dir)
+        return found[-1] if found else None
+
+    def save(self, runner: Any) -> Path:
+        """Write a checkpoint of ``runner``; refuses one with a NaN or inf in its weights or state,
+        so that the rotation never replaces a good checkpoint with a broken one."""
+        weights, state = runner.policy_weights(), runner.training_state()
+        bad = _non_finite_tensor({"policy": weights, "training_state": state})
+        if bad is not None:
+            raise CheckpointError(f"refusing to write a checkpoint at step {runner.global_step}: {bad} holds NaN "
+                                  f"or inf; the last good checkpoint is {self.latest()}")
+        self.last_path = save_checkpoint(self.checkpoints_dir, runner.global_step, self.policy_spec, weights, state,
+                                         keep=self.keep)
+        self._last_step = runner.global_step
+        return self.last_path
+
+    def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
+        if self.every and runner.iteration % self.every == 0:
+            self.save(runner)
+
+    def on_train_end(self, runner: Any) -> None:
+        if self._last_step != runner.global_step:
+            self.save(runner)

@@ -1,0 +1,99 @@
+"""TensorBoard, a JSON-lines metrics file, and a progress bar."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genpol.callbacks.base import Callback
+
+
+class TensorBoardLogger(Callback):
+    """Scalars at the runner's ``global_step`` under the names of DESIGN.md (``charts/``,
+    ``losses/``, ``head/``, ``eval/``). A resumed run purges events past its checkpoint."""
+
+    def __init__(self, log_dir: str | Path):
+        self.log_dir = Path(log_dir)
+        self.writer: Any = None
+
+    def on_train_start(self, runner: Any) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        # events up to the checkpoint's step were logged before it was written: purge only later ones
+        purge = runner.global_step + 1 if runner.global_step > 0 else None
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge)
+
+    def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
+            self.writer.add_scalar(name, value, runner.global_step)
+
+    def on_train_end(self, runner: Any) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class MetricsFile(Callback):
+    """One JSON object per iteration in ``progress.jsonl`` (the learning curve is drawn from it).
+
+    On a resume, lines written after the checkpoint are dropped, so the file matches what the
+    uninterrupted run would have written.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def on_train_start(self, runner: Any) -> None:
+        if runner.global_step > 0 and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["global_step"] <= runner.global_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
+        row = {"global_step": runner.global_step, "iteration": runner.iteration,
+               "wall_time": runner.wall_time, **metrics}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``progress.jsonl`` file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the runner's ``global_step`` (env steps, or gradient steps when pretraining)
+    showing SPS, the mean return of the last 20 episodes and the evaluation return when known."""
+
+    def __init__(self, total_steps: int, description: str = "", unit: str = "step"):
+        self.total_steps = total_steps
+        self.description = description
+        self.unit = unit
+        self.bar: Any = None
+
+    def on_train_start(self, runner: Any) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=self.total_steps, initial=min(runner.global_step, self.total_steps), unit=self.unit,
+                        unit_scale=True, dynamic_ncols=True, desc=self.description)
+
+    def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
+        self.bar.update(min(runner.global_step, self.total_steps) - self.bar.n)
+        postfix = {}
+        if "charts/SPS" in metrics:
+            postfix["SPS"] = f"{metrics['charts/SPS']:.0f}"
+        if getattr(runner, "recent_returns", None):
+            postfix["return"] = f"{np.mean(runner.recent_returns):.1f}"
+        for key, label in (("eval/episodic_return", "eval"), ("pretrain/loss", "loss")):
+            if key in metrics:
+                postfix[label] = f"{metrics[key]:.4g}"
+        self.bar.set_postfix(postfix, refresh=False)
+
+    def on_train_end(self, runner: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()

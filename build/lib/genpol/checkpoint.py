@@ -1,0 +1,203 @@
+"""Checkpoints: atomic directories that load with ``torch.load(weights_only=True)``.
+
+Layout of ``<run_dir>/checkpoints/step_<env steps>/``::
+
+    policy/policy.json         head spec, env spec, observation-normalization settings
+    policy/weights.pt          head weights and observation-normalizer statistics
+    training_state/state.pt    critic, optimizer, RNG states, counters, env state, callback state
+    manifest.json              size and sha256 of each file above
+
+``policy/`` holds all that evaluation needs and nothing else. A checkpoint is written under a
+temporary name and renamed into place, so a crash never leaves a half checkpoint; the manifest
+catches damage that still unpickles (a flipped byte in a tensor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PREFIX = "step_"
+POLICY_JSON = "policy/policy.json"
+POLICY_WEIGHTS = "policy/weights.pt"
+TRAINING_STATE = "training_state/state.pt"
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A missing, truncated or corrupted checkpoint; the message names the file."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[str, Any],
+                 training_state: dict[str, Any]) -> None:
+    """The checkpoint's files and manifest under the temporary name ``tmp``, fsynced."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "policy").mkdir(parents=True)
+    (tmp / "training_state").mkdir()
+    (tmp / POLICY_JSON).write_text(json.dumps(policy_spec, indent=2, sort_keys=True))
+    torch.save(policy_weights, tmp / POLICY_WEIGHTS)
+    torch.save(training_state, tmp / TRAINING_STATE)
+    files = [POLICY_JSON, POLICY_WEIGHTS, TRAINING_STATE]
+    manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)} for name in files}
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    for name in [*files, MANIFEST]:
+        _fsync(tmp / name)
+    for directory in (tmp / "policy", tmp / "training_state", tmp):
+        _fsync(directory)
+
+
+def save_checkpoint(
+    checkpoints_dir: str | Path,
+    step: int,
+    policy_spec: dict[str, Any],
+    policy_weights: dict[str, Any],
+    training_state: dict[str, Any],
+    keep: int | None = None,
+) -> Path:
+    """Write ``step_<step>`` atomically; keep only the ``keep`` newest checkpoints (None: all)."""
+    checkpoints_dir = Path(checkpoints_dir)
+    final = checkpoints_dir / f"{PREFIX}{step:012d}"
+    tmp = checkpoints_dir / f".tmp-{final.name}-{os.getpid()}"
+    try:
+        checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        _write_files(tmp, policy_spec, policy_weights, training_state)
+    # a full disk, a read-only or vanished directory (torch.save reports a failed write as a RuntimeError)
+    except (OSError, RuntimeError) as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(checkpoints_dir)
+        cause = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise CheckpointError(
+            f"could not write checkpoint {final} ({cause}); "
+            f"{'the previous checkpoint ' + str(previous[-1]) + ' is intact' if previous else 'no earlier checkpoint exists'}"
+        ) from error
+    if final.exists():  # the same step saved again: move the old copy aside, never delete it first
+        old = checkpoints_dir / f".old-{final.name}-{os.getpid()}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
+    _fsync(checkpoints_dir)
+    if keep is not None:
+        for old in list_checkpoints(checkpoints_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
+    """Complete checkpoints in ``checkpoints_dir``, oldest first (temporary directories skipped)."""
+    checkpoints_dir = Path(checkpoints_dir)
+    if not checkpoints_dir.is_dir():
+        return []
+    found = [p for p in checkpoints_dir.iterdir() if p.is_dir() and p.name.startswith(PREFIX)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def remove_temporary(checkpoints_dir: str | Path) -> None:
+    """Delete leftovers of checkpoints that a crash interrupted before their rename."""
+    checkpoints_dir = Path(checkpoints_dir)
+    if checkpoints_dir.is_dir():
+        for leftover in [*checkpoints_dir.glob(".tmp-*"), *checkpoints_dir.glob(".old-*")]:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def verify_checkpoint(checkpoint: str | Path, files: list[str] | None = None) -> None:
+    """Check that ``files`` (default: all) exist with the sizes and hashes of the manifest."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        raise CheckpointError(f"no checkpoint directory at {checkpoint}")
+    manifest_path = checkpoint / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {checkpoint} has no {MANIFEST}; it is incomplete") from None
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"checkpoint manifest {manifest_path} is corrupted: {error}") from None
+    for name in files or list(manifest):
+        path = checkpoint / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file {path} is missing")
+        expected = manifest.get(name)
+        if expected is None:
+            raise CheckpointError(f"checkpoint file {path} is not listed in {manifest_path}")
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            raise CheckpointError(
+                f"checkpoint file {path} is truncated or corrupted: {size} bytes, expected {expected['bytes']}"
+            )
+        if _sha256(path) != expected["sha256"]:
+            raise CheckpointError(f"checkpoint file {path} is corrupted: its sha256 does not match {MANIFEST}")
+
+
+def _load_tensors(path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises several types for damaged zip/pickle data
+        raise CheckpointError(f"checkpoint file {path} could not be loaded ({type(error).__name__}: {error})") from None
+
+
+def load_policy_files(checkpoint: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
+    """``(policy.json contents, weights dict)`` of a checkpoint, verified against its manifest."""
+    checkpoint = Path(checkpoint)
+    verify_checkpoint(checkpoint, [POLICY_JSON, POLICY_WEIGHTS])
+    spec = json.loads((checkpoint / POLICY_JSON).read_text())
+    return spec, _load_tensors(checkpoint / POLICY_WEIGHTS, map_location)
+
+
+def load_training_state(checkpoint: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    checkpoint = Path(checkpoint)
+    verify_checkpoint(checkpoint, [TRAINING_STATE])
+    return _load_tensors(checkpoint / TRAINING_STATE, map_location)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory from either itself or a run directory (its latest checkpoint)."""
+    path = Path(path)
+    if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
+        return path
+    found = list_checkpoints(path / "checkpoints")
+    if not found:
+        raise CheckpointError(f"no checkpoint in {path}: expected {path / 'checkpoints'}/{PREFIX}*")
+    return found[-1]
+
+
+def load_latest(checkpoints_dir: str | Path, map_location: str | torch.device = "cpu"
+                ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """``(path, policy weights, training state)`` of the newest checkpoint that verifies, or None if
+    there is none. A damaged newer checkpoint is skipped with a warning naming it (and kept on
+    disk), so an earlier one resumes the run and nothing is lost."""
+    import warnings
+
+    damaged = []
+    for path in reversed(list_checkpoints(checkpoints_dir)):
+        try:
+            _, weights = load_policy_files(path, map_location=map_location)
+            return path, weights, load_training_state(path, map_location="cpu")
+        except CheckpointError as error:
+            damaged.append(str(error))
+            warnings.warn(f"skipping damaged checkpoint: {error}", RuntimeWarning, stacklevel=2)
+    if damaged:
+        raise CheckpointError("every checkpoint is damaged: " + "; ".join(damaged))
+    return None

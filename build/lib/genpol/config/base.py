@@ -1,0 +1,47 @@
+"""Shared pieces of the config schema: the error type and the range check that names the key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+ENV_BACKENDS = ("gym", "dmc", "playground", "envpool", "genpol", "custom")
+ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
+
+
+class ConfigError(ValueError):
+    """A config value out of its range; the message names the full key."""
+
+
+def require(condition: bool, key: str, requirement: str, value: Any) -> None:
+    """Raise ``ConfigError("<key> must be <requirement>, got <value>")`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(f"{key} must be {requirement}, got {value!r}")
+
+
+def claim_new_dir(path: str) -> str:
+    """Create ``path`` (or ``path_1``, ``path_2``, ... if it exists) and return the one created.
+
+    ``os.mkdir`` either creates a directory or fails, atomically, also on NFS: two processes that
+    ask for the same ``path`` at once (two sweeps launched in the same second) get two directories.
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    candidate, suffix = path, 0
+    while True:
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            suffix += 1
+            candidate = f"{path}_{suffix}"
+
+
+def flatten_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict (a config as a container) as ``{"updater.lr": 3e-4, ...}``."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: tree}

@@ -1,0 +1,251 @@
+"""Schema of the off-policy ``updater`` group: SAC, and RLPD as a configuration of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from genpol.config.base import ACTIVATION_NAMES, require
+
+
+@dataclass
+class SACConfig:
+    """Soft actor-critic with a Q-ensemble and replay (defaults: stable-baselines3's SAC).
+
+    RLPD (``+experiment=rlpd``) is this learner with 10 LayerNorm critics, subset-min 2, UTD 20
+    with RLPD's batching, target entropy -|A|/2, the mean-Q actor loss and ``offline_ratio`` 0.5.
+    Observations and rewards reach the replay raw: env.normalize_obs / normalize_reward are
+    ignored (running statistics would make stored transitions stale).
+    """
+
+    name: str = "sac"
+    """Updater name; selects the learner."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak coefficient of the target critics."""
+    lr: float = 3e-4
+    """Adam learning rate of actor, critics and temperature (SB3 and RLPD use one rate)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (preallocated: memory is buffer_size x (2 obs_dim + act_dim + 2) x 4 bytes)."""
+    learning_starts: int = 100
+    """Env steps of uniform random actions before learning starts (SB3 100, the zoo 10000, RLPD 5000)."""
+    utd: int = 1
+    """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step)."""
+    batching: str = "sb3"
+    """``sb3``: a fresh batch and an actor step for every critic step; ``rlpd``: one batch of batch_size x utd
+    cut into utd critic minibatches, then one actor and temperature step on the last."""
+    target_update_interval: int = 1
+    """Critic steps between Polyak updates."""
+    num_qs: int = 2
+    """Critics in the ensemble."""
+    num_min_qs: Optional[int] = None
+    """Size of the random subset whose minimum forms the target (None: all critics, SB3's min)."""
+    critic_layer_norm: bool = False
+    """LayerNorm after every hidden layer of each critic (RLPD)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of each critic."""
+    critic_activation: str = "relu"
+    """Activation of the critics."""
+    critic_init: str = "torch"
+    """``torch`` (PyTorch's default, as SB3) or ``xavier`` (RLPD)."""
+    critic_reduction: str = "sb3"
+    """Critic loss: ``sb3`` = 0.5 sum_i MSE(Q_i, y); ``mean`` = mean_i MSE(Q_i, y) (RLPD)."""
+    actor_q_reduction: str = "min"
+    """Q in the actor loss: ``min`` over critics (SB3) or ``mean`` (RLPD)."""
+    ent_coef: str = "auto"
+    """Temperature: ``auto`` (learned, starting at init_temperature) or a fixed number such as ``0.1``."""
+    init_temperature: float = 1.0
+    """Initial temperature alpha when learned."""
+    target_entropy_scale: float = -1.0
+    """Target entropy = target_entropy_scale x |A| (SB3 -1, RLPD -0.5)."""
+    temperature_loss: str = "log_alpha"
+    """``log_alpha``: -log alpha (log pi + H) as SB3; ``alpha``: alpha (H - H_target) as RLPD."""
+    backup_entropy: bool = True
+    """Subtract alpha log pi(a'|s') in the TD target."""
+    offline_ratio: float = 0.0
+    """Share of every batch drawn from the offline dataset (dataset.path; RLPD 0.5)."""
+    max_grad_norm: Optional[float] = None
+    """Per-network gradient-norm clip (None: none, as SB3 and RLPD)."""
+    iteration_steps: int = 1000
+    """Env steps per logging iteration (the unit of pipeline.checkpoint_every and eval_every)."""
+    save_replay: bool = True
+    """Save the replay buffer in checkpoints (needed for an exact resume; costs its size on disk)."""
+    compile: bool = False
+    """Compile the critic and actor steps with torch.compile."""
+
+    def __post_init__(self) -> None:
+        require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
+        require(0.0 < self.tau <= 1.0, "updater.tau", "in (0, 1]", self.tau)
+        require(self.lr > 0, "updater.lr", "> 0", self.lr)
+        require(self.batch_size >= 1, "updater.batch_size", ">= 1", self.batch_size)
+        require(self.buffer_size >= self.batch_size, "updater.buffer_size", f">= batch_size ({self.batch_size})",
+                self.buffer_size)
+        require(self.learning_starts >= 0, "updater.learning_starts", ">= 0", self.learning_starts)
+        require(self.utd >= 1, "updater.utd", ">= 1", self.utd)
+        require(self.batching in ("sb3", "rlpd"), "updater.batching", "sb3 or rlpd", self.batching)
+        require(self.target_update_interval >= 1, "updater.target_update_interval", ">= 1",
+                self.target_update_interval)
+        require(self.num_qs >= 1, "updater.num_qs", ">= 1", self.num_qs)
+        if self.num_min_qs is not None:
+            require(1 <= self.num_min_qs <= self.num_qs, "updater.num_min_qs", f"in [1, num_qs={self.num_qs}]",
+                    self.num_min_qs)
+        require(len(self.critic_hidden_sizes) >= 1 and all(w >= 1 for w in self.critic_hidden_sizes),
+                "updater.critic_hidden_sizes", "non-empty positive widths", self.critic_hidden_sizes)
+        require(self.critic_activation in ACTIVATION_NAMES, "updater.critic_activation",
+                f"one of {ACTIVATION_NAMES}", self.critic_activation)
+        require(self.critic_init in ("torch", "xavier"), "updater.critic_init", "torch or xavier", self.critic_init)
+        require(self.critic_reduction in ("sb3", "mean"), "updater.critic_reduction", "sb3 or mean",
+                self.critic_reduction)
+        require(self.actor_q_reduction in ("min", "mean"), "updater.actor_q_reduction", "min or mean",
+                self.actor_q_reduction)
+        if self.ent_coef != "auto":
+            try:
+                fixed = float(self.ent_coef)
+            except ValueError:
+                fixed = -1.0
+            require(fixed >= 0, "updater.ent_coef", "auto or a number >= 0", self.ent_coef)
+        require(self.init_temperature > 0, "updater.init_temperature", "> 0", self.init_temperature)
+        require(self.temperature_loss in ("log_alpha", "alpha"), "updater.temperature_loss", "log_alpha or alpha",
+                self.temperature_loss)
+        require(0.0 <= self.offline_ratio <= 1.0, "updater.offline_ratio", "in [0, 1]", self.offline_ratio)
+        if self.max_grad_norm is not None:
+            require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        require(self.iteration_steps >= 1, "updater.iteration_steps", ">= 1", self.iteration_steps)
+
+
+@dataclass
+class QGradientConfig(SACConfig):
+    """Consistency-AC (Ding & Jin 2024) / Diffusion-QL: a Q-gradient actor on SAC's replay and twin
+    critics, TD targets from an EMA actor, no entropy term (``genpol.algorithms.qgradient``)."""
+
+    name: str = "consistency_ac"
+    """Updater name; selects the learner."""
+    eta: float = 1.0
+    """Weight of the normalized Q-loss (8.3: 1.0 halfcheetah/walker-medium, 0.1 hopper-medium)."""
+    bc_coef: float = 1.0
+    """Weight of the head's imitation loss on the batch's actions (the CT loss); 0 online from scratch."""
+    actor_ema_decay: float = 0.995
+    """EMA decay of the actor that draws the TD target's next actions."""
+    actor_ema_every: int = 5
+    """Actor steps between EMA updates."""
+    actor_ema_start: int = 1000
+    """Actor step from which the EMA averages (before: a copy)."""
+    act_candidates: int = 50
+    """Head samples per state when acting, one drawn with probability softmax(min Q) (1: the head's sample)."""
+    explore_initial: float = 1.0
+    """Probability of a uniform random action at the start (8.4's epsilon schedule)."""
+    explore_final: float = 0.01
+    """... decayed linearly to this ..."""
+    explore_fraction: float = 0.1
+    """... over this fraction of total_steps."""
+    ent_coef: str = "0"
+    """No entropy term (fixed at 0; the field is SAC's)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of each critic (reference: 3 x 256 Mish)."""
+    critic_activation: str = "mish"
+    """Activation of the critics."""
+    max_grad_norm: Optional[float] = 1.0
+    """Gradient-norm clip of actor and critics (reference: 1-10 per task)."""
+    offline_lr_decay: bool = False
+    """Offline phase (pipeline=offline_to_online): actor and critic lr decay from lr to 0 along a cosine over
+    pipeline.pretrain_steps (the references' --lr_decay); online fine-tuning then runs at lr."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.eta >= 0, "updater.eta", ">= 0", self.eta)
+        require(self.bc_coef >= 0, "updater.bc_coef", ">= 0", self.bc_coef)
+        require(self.eta > 0 or self.bc_coef > 0, "updater.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
+        require(0.0 < self.actor_ema_decay < 1.0, "updater.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
+        require(self.actor_ema_every >= 1, "updater.actor_ema_every", ">= 1", self.actor_ema_every)
+        require(self.act_candidates >= 1, "updater.act_candidates", ">= 1", self.act_candidates)
+        for key in ("explore_initial", "explore_final"):
+            require(0.0 <= getattr(self, key) <= 1.0, f"updater.{key}", "in [0, 1]", getattr(self, key))
+        require(0.0 < self.explore_fraction <= 1.0, "updater.explore_fraction", "in (0, 1]", self.explore_fraction)
+        require(self.ent_coef in ("0", "0.0"), "updater.ent_coef", "0 (a Q-gradient actor has no entropy term)",
+                self.ent_coef)
+        require(self.batching == "sb3", "updater.batching", "sb3 (one actor step per critic step)", self.batching)
+        require(not self.compile, "updater.compile", "false (not supported by this learner yet)", self.compile)
+
+
+@dataclass
+class ExpoConfig(SACConfig):
+    """EXPO (ALGORITHMS.md 7): RLPD's critics and batching around an expressive base policy (the
+    ``policy`` group: any head with imitation and batched candidates, DDPM diffusion by default),
+    trained only by imitation, and a small tanh-Gaussian edit policy; it acts by argmax-Q over base
+    samples and their edits. Defaults: EXPO's scripts (10 LayerNorm critics of 256 x 3, subset-min 2,
+    no entropy backup, UTD 20, half of every batch offline, 5000 random steps)."""
+
+    name: str = "expo"
+    """Updater name; selects the learner."""
+    num_samples: int = 8
+    """Base-policy samples per state of the on-the-fly policy (EXPO's scripts: 8)."""
+    n_edit: int = 8
+    """How many of those are also edited (the first n_edit); the argmax runs over num_samples + n_edit."""
+    edit_scale: float = 0.05
+    """beta: an edit changes each action dimension by at most this (a' = clip(a + beta u))."""
+    edit_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the edit policy (on s and a)."""
+    edit_activation: str = "relu"
+    """Activation of the edit policy."""
+    base_ema_tau: float = 0.001
+    """EMA rate of the acting copy of the base policy (ema <- (1 - tau) ema + tau base, per base step)."""
+    base_lr_decay_steps: Optional[int] = 3_000_000
+    """Policy steps over which the base's and the edit policy's learning rates fall from ``lr`` to 0
+    along a cosine, then stay at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps, one schedule
+    for both actors); null keeps ``lr``."""
+    learning_starts: int = 5000
+    """Env steps of uniform random actions before learning starts."""
+    utd: int = 20
+    """Critic minibatches per env step; one base and one edit step follow them."""
+    batching: str = "rlpd"
+    """EXPO uses RLPD's batching only."""
+    num_qs: int = 10
+    """Critics in the ensemble."""
+    num_min_qs: Optional[int] = 2
+    """Size of the random subset whose minimum ranks candidates and forms the target."""
+    critic_layer_norm: bool = True
+    """LayerNorm after every hidden layer of each critic."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of each critic."""
+    critic_init: str = "xavier"
+    """``torch`` or ``xavier`` (jaxrl's, EXPO's)."""
+    critic_reduction: str = "mean"
+    """Critic loss: mean over heads and batch of (Q_i - y)^2."""
+    actor_q_reduction: str = "mean"
+    """Q in the edit loss: the ensemble mean (EXPO)."""
+    target_entropy_scale: float = -0.5
+    """Target entropy of the edit policy = target_entropy_scale x |A| (EXPO: -|A| / 2), plus
+    |A| log edit_scale with adjust_target_entropy."""
+    adjust_target_entropy: bool = True
+    """Add |A| log edit_scale to the target (the flag of that name in EXPO's code): the temperature
+    tracks the entropy of the edited action a + beta u, which is that of u plus |A| log beta and so at
+    most |A| (log 2 + log beta) (Hopper at beta 0.05: -6.9, below the target -1.5). Without the
+    adjustment (false: EXPO's default, and genpol's before 2026-12-01) the target is out of reach, alpha
+    grows without bound (7108 after 25k steps on Hopper) and the edit policy is driven to uniform noise."""
+    temperature_loss: str = "alpha"
+    """Temperature loss form (jaxrl's alpha (H - H_target))."""
+    backup_entropy: bool = False
+    """EXPO backs up no entropy."""
+    offline_ratio: float = 0.5
+    """Share of every batch drawn from dataset.path (set it to 0 to learn from online data only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_samples >= 1, "updater.num_samples", ">= 1", self.num_samples)
+        require(0 <= self.n_edit <= self.num_samples, "updater.n_edit", f"in [0, num_samples={self.num_samples}]",
+                self.n_edit)
+        require(self.edit_scale > 0, "updater.edit_scale", "> 0", self.edit_scale)
+        require(len(self.edit_hidden_sizes) >= 1 and all(w >= 1 for w in self.edit_hidden_sizes),
+                "updater.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
+        require(self.edit_activation in ACTIVATION_NAMES, "updater.edit_activation", f"one of {ACTIVATION_NAMES}",
+                self.edit_activation)
+        require(0.0 < self.base_ema_tau <= 1.0, "updater.base_ema_tau", "in (0, 1]", self.base_ema_tau)
+        require(self.base_lr_decay_steps is None or self.base_lr_decay_steps >= 1, "updater.base_lr_decay_steps",
+                ">= 1 or null", self.base_lr_decay_steps)
+        require(self.batching == "rlpd", "updater.batching", "rlpd for EXPO", self.batching)
+        require(self.actor_q_reduction == "mean", "updater.actor_q_reduction", "mean for EXPO's edit loss",
+                self.actor_q_reduction)
+        require(not self.compile, "updater.compile", "false for EXPO (its steps run eager)", self.compile)

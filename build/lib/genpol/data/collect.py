@@ -1,0 +1,166 @@
+"""Make offline datasets by rolling out a policy in the real simulator.
+
+No D4RL or Minari server is reachable from these machines, so genpol makes its own datasets in
+the same formats: roll out a trained checkpoint (a PPO run stopped at "medium" level, say) or a
+uniform-random policy, and write a D4RL HDF5 file and/or a local Minari dataset.
+
+    python -m genpol.data.collect --policy runs/hopper --env gym:Hopper-v5 --steps 100000 \\
+        --d4rl data/hopper_medium-v5.hdf5 --minari genpol/hopper/medium-v0 --minari-root data/minari
+
+Your own env: the policy's checkpoint names the modules to import; with ``--policy random`` use the
+``gym:<module>:<id>`` / ``custom:<module>:<factory>`` ids or ``--import <module>``.
+
+Observations and actions are stored raw (env units). Actions are sampled from the policy
+(``--deterministic`` for its mean), as D4RL's datasets were. Only complete episodes go into the
+Minari dataset; the D4RL file ends with one cut episode (no flag), as D4RL's files do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from genpol import envs
+from genpol.data.d4rl import write_d4rl
+from genpol.data.minari_io import write_minari
+from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
+
+
+def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 8, seed: int = 0,
+                     deterministic: bool = False, env_kwargs: dict[str, Any] | None = None,
+                     imports: Sequence[str] = ()
+                     ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray] | None, Any]:
+    """Roll out until ``steps`` transitions are in complete episodes, in the env the policy was
+    trained on (its gymnasium kwargs, time limit and the user's modules it imports; ``env_kwargs``
+    and ``imports`` add to them).
+
+    Returns ``(complete episodes, env 0's unfinished episode or None, the raw env)``; each episode has
+    ``observations [T + 1, D]``, ``actions [T, A]``, ``rewards``, ``terminations``, ``truncations``.
+    """
+    policy = None
+    max_episode_steps = None
+    if policy_path != "random":
+        from genpol.policy import TrainedPolicy
+
+        policy = TrainedPolicy.load(policy_path)
+        spec = policy.spec["env"]
+        if policy.env_id != env_id:
+            raise ValueError(f"{policy_path} was trained on {policy.env_id}, not {env_id}")
+        if spec.get("action_chunk", 1) != 1:
+            raise ValueError(f"{policy_path} acts in chunks of {spec['action_chunk']} actions; collection records "
+                             "single actions, so use a policy with act_steps=1")
+        env_kwargs, max_episode_steps = {**spec["kwargs"], **(env_kwargs or {})}, spec["max_episode_steps"]
+        imports = [*policy.imports, *imports]
+    env = envs.make(env_id, num_envs=num_envs, seed=seed, rescale_actions=False, env_kwargs=env_kwargs,
+                    max_episode_steps=max_episode_steps, imports=imports)
+    if policy is None:
+        generator = torch.Generator().manual_seed(seed)
+        low, high = env.action_low, env.action_high
+
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            return low + torch.rand(obs.shape[0], env.act_dim, generator=generator) * (high - low)
+    else:
+        torch.manual_seed(seed)
+
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            return torch.as_tensor(policy.predict(obs, deterministic=deterministic), dtype=torch.float32)
+
+    obs = env.reset()
+    current = [{"observations": [obs[i].numpy()], "actions": [], "rewards": [], "terminations": [],
+                "truncations": []} for i in range(num_envs)]
+    complete: list[dict[str, np.ndarray]] = []
+    stored = 0
+    with torch.no_grad():
+        while stored < steps:
+            action = act(obs)
+            obs, reward, terminated, truncated, info = env.step(action)
+            for i in range(num_envs):
+                episode = current[i]
+                ended = bool(terminated[i] or truncated[i])
+                episode["actions"].append(action[i].numpy())
+                episode["rewards"].append(float(reward[i]))
+                episode["terminations"].append(bool(terminated[i]))
+                episode["truncations"].append(bool(truncated[i]))
+                episode["observations"].append((info["final_obs"][i] if ended else obs[i]).numpy())
+                if ended:
+                    complete.append({key: np.asarray(value) for key, value in episode.items()})
+                    stored += len(episode["actions"])
+                    current[i] = {"observations": [obs[i].numpy()], "actions": [], "rewards": [],
+                                  "terminations": [], "truncations": []}
+    unfinished = current[0] if current[0]["actions"] else None
+    return complete, (None if unfinished is None else {k: np.asarray(v) for k, v in unfinished.items()}), env
+
+
+def to_d4rl_arrays(episodes: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Concatenate episodes into D4RL's flat arrays (``timeouts`` = truncations)."""
+    return {
+        "observations": np.concatenate([ep["observations"][:-1] for ep in episodes]),
+        "next_observations": np.concatenate([ep["observations"][1:] for ep in episodes]),
+        "actions": np.concatenate([ep["actions"] for ep in episodes]),
+        "rewards": np.concatenate([ep["rewards"] for ep in episodes]),
+        "terminals": np.concatenate([ep["terminations"] for ep in episodes]),
+        "timeouts": np.concatenate([ep["truncations"] for ep in episodes]),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", required=True, help="a run or checkpoint directory, or 'random'")
+    parser.add_argument("--env", required=True, help="env id, e.g. gym:Hopper-v5")
+    parser.add_argument("--steps", type=int, default=100_000, help="transitions in complete episodes")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--deterministic", action="store_true", help="the policy's mean action")
+    parser.add_argument("--d4rl", help="write a D4RL HDF5 file here")
+    parser.add_argument("--minari", help="write a Minari dataset with this id (e.g. genpol/hopper/medium-v0)")
+    parser.add_argument("--minari-root", help="Minari datasets root (default: $MINARI_DATASETS_PATH)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="a module of yours to import before the env is built (repeatable; a policy's own "
+                             "are imported anyway)")
+    args = parser.parse_args(argv)
+    if not (args.d4rl or args.minari):
+        parser.error("give --d4rl and/or --minari")
+
+    try:
+        episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
+                                                     args.deterministic, imports=args.imports)
+    except envs.EnvError as error:
+        parser.exit(2, f"genpol: EnvError: {error}\n")
+    returns = np.array([ep["rewards"].sum() for ep in episodes])
+    name = d4rl_env_name(args.env)
+    report: dict[str, Any] = {"env": args.env, "policy": args.policy, "episodes": len(episodes),
+                              "steps": int(sum(len(ep["actions"]) for ep in episodes)),
+                              "return_mean": float(returns.mean()), "return_std": float(returns.std())}
+    if name is not None:
+        report["d4rl_normalized_score"] = float(d4rl_normalized_score(name, returns.mean()))
+    if args.d4rl:
+        arrays = to_d4rl_arrays(episodes + ([unfinished] if unfinished is not None else []))
+        if unfinished is not None:  # D4RL's files end with a cut episode: no flag on its last step
+            arrays["timeouts"][-1] = arrays["terminals"][-1] = False
+        write_d4rl(args.d4rl, **arrays, metadata={"algorithm": f"genpol policy {args.policy}",
+                                                   "env": args.env})
+        report["d4rl_file"] = args.d4rl
+    if args.minari:
+        import gymnasium as gym
+
+        inner = env
+        while isinstance(inner, envs.VectorEnvWrapper):
+            inner = inner.env
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (env.obs_dim,), np.float64)
+        act_space = gym.spaces.Box(inner.action_low.numpy(), inner.action_high.numpy(), dtype=np.float32)
+        reference = D4RL_REFERENCE.get(name or "", (None, None))
+        path = write_minari(args.minari, episodes, obs_space, act_space, root=args.minari_root,
+                            ref_min_score=reference[0], ref_max_score=reference[1],
+                            algorithm_name=f"genpol policy {args.policy}", description=f"{args.env} rollouts")
+        report["minari_dataset"] = str(path)
+    env.close()
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""D4RL's HDF5 format: read with h5py (the ``d4rl`` package needs MuJoCo 2.1 binaries), and write.
+
+Flat datasets at the root (``observations [N, D]``, ``actions [N, A]``, ``rewards [N]`` or ``[N, 1]``,
+``terminals [N]``, ``timeouts [N]``, optional ``next_observations``) plus nested groups
+(``infos/qpos``, ``metadata/...``). float32, or float64 in the replay datasets. Episodes end at
+``terminals | timeouts``; a last episode without a flag was cut by the end of the file and counts
+as truncated.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from genpol.data.dataset import DatasetError, OfflineDataset, check_size
+from genpol.data.scores import d4rl_env_name
+
+REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
+
+
+# what genpol reads: the flat arrays it trains on and the metadata; D4RL's ``infos/*`` (qpos, qvel,
+# the behaviour policy's log-probs) and ``next_observations`` would only take memory
+READ_KEYS = (*REQUIRED_KEYS, "timeouts")
+
+
+def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[str, Any]:
+    """The arrays of ``READ_KEYS`` and the ``metadata/*`` entries, after checking the file's size against
+    ``max_transitions`` (before anything large is read)."""
+    arrays = {key: handle[key] for key in READ_KEYS if isinstance(handle.get(key), h5py.Dataset)}
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing:
+        present = sorted(key for key in handle.keys() if isinstance(handle[key], h5py.Dataset))
+        raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
+    shape = arrays["observations"].shape
+    check_size(str(path), shape[0] if shape else 0, max_transitions)
+    data: dict[str, Any] = {key: node[()] for key, node in arrays.items()}
+    metadata = handle.get("metadata")
+    if isinstance(metadata, h5py.Group):
+        def visit(name: str, node: Any) -> None:
+            if isinstance(node, h5py.Dataset):
+                data[f"metadata/{name}"] = node[()]
+
+        metadata.visititems(visit)
+    return data
+
+
+def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDataset:
+    """Read a D4RL HDF5 file into an ``OfflineDataset``; errors name the file and the key. A file of more
+    than ``max_transitions`` transitions is refused before its arrays are read (None: no limit)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"no D4RL dataset file at {path}")
+    try:
+        with h5py.File(path, "r") as handle:
+            data = _read(handle, path, max_transitions)
+    except OSError as error:
+        raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
+    observations = np.asarray(data["observations"])
+    actions = np.asarray(data["actions"])
+    if observations.ndim != 2 or actions.ndim != 2:
+        raise DatasetError(f"{path}: 'observations' and 'actions' must be 2-D, got shapes "
+                           f"{observations.shape} and {actions.shape}")
+    rewards = np.asarray(data["rewards"]).reshape(len(data["rewards"]), -1)
+    if rewards.shape[1] != 1:
+        raise DatasetError(f"{path}: 'rewards' must be [N] or [N, 1], got {np.asarray(data['rewards']).shape}")
+    n = len(observations)
+    timeouts = np.asarray(data.get("timeouts", np.zeros(n, dtype=bool))).reshape(-1).astype(bool)
+    metadata = {key: value for key, value in data.items() if key.startswith("metadata/")}
+    return OfflineDataset(
+        observations=observations.astype(np.float32), actions=actions.astype(np.float32),
+        rewards=rewards[:, 0].astype(np.float32),
+        terminals=np.asarray(data["terminals"]).reshape(-1).astype(bool), timeouts=timeouts,
+        source=str(path), env_name=d4rl_env_name(re.split(r"[_/]", path.stem)[0]), metadata=metadata,
+    )
+
+
+def write_d4rl(path: str | Path, observations: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+               terminals: np.ndarray, timeouts: np.ndarray, next_observations: np.ndarray | None = None,
+               infos: dict[str, np.ndarray] | None = None, metadata: dict[str, Any] | None = None,
+               dtype: type = np.float32) -> Path:
+    """Write a D4RL-format file (atomically: a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with h5py.File(tmp, "w") as handle:
+        handle.create_dataset("observations", data=np.asarray(observations, dtype=dtype), compression="gzip")
+        handle.create_dataset("actions", data=np.asarray(actions, dtype=dtype), compression="gzip")
+        handle.create_dataset("rewards", data=np.asarray(rewards, dtype=dtype))
+        handle.create_dataset("terminals", data=np.asarray(terminals, dtype=bool))
+        handle.create_dataset("timeouts", data=np.asarray(timeouts, dtype=bool))
+        if next_observations is not None:
+            handle.create_dataset("next_observations", data=np.asarray(next_observations, dtype=dtype),
+                                  compression="gzip")
+        for key, value in (infos or {}).items():
+            handle.create_dataset(f"infos/{key}", data=np.asarray(value, dtype=dtype))
+        for key, value in (metadata or {}).items():
+            handle[f"metadata/{key}"] = np.bytes_(value) if isinstance(value, str) else value
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,124 @@
+"""One offline dataset object for every on-disk format: transitions, episodes, chunks, normalization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class DatasetError(ValueError):
+    """A missing, malformed or mismatched dataset; the message names the file and the key."""
+
+
+def check_size(source: str, transitions: int, max_transitions: int | None) -> None:
+    """Refuse a dataset of more than ``max_transitions`` transitions (None: no limit) before it is read:
+    the replay and BC pipelines hold every transition in memory (several float32 copies of it)."""
+    if max_transitions is not None and transitions > max_transitions:
+        raise DatasetError(f"{source} holds {transitions:,} transitions, more than dataset.max_transitions="
+                           f"{max_transitions:,}; genpol keeps every transition in memory, so raise "
+                           "dataset.max_transitions if this machine has room for it")
+
+
+@dataclass
+class Normalization:
+    """Per-dimension min and max of observations and actions; maps each to [-1, 1] as DPPO does:
+    ``2 (x - min) / (max - min + 1e-6) - 1``."""
+
+    obs_min: np.ndarray
+    obs_max: np.ndarray
+    action_min: np.ndarray
+    action_max: np.ndarray
+
+    @staticmethod
+    def scale(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        return 2 * (x - low) / (high - low + 1e-6) - 1
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {key: np.asarray(value, dtype=np.float64).tolist() for key, value in vars(self).items()}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> Normalization:
+        return cls(**{key: np.asarray(state[key], dtype=np.float64) for key in
+                      ("obs_min", "obs_max", "action_min", "action_max")})
+
+
+@dataclass
+class OfflineDataset:
+    """Transitions stored back to back, episode after episode.
+
+    Attributes:
+        observations ``[N, D]``, actions ``[N, A]``, rewards ``[N]`` (float32),
+        terminals ``[N]`` (bool): the episode reached a terminal state at this step,
+        timeouts ``[N]`` (bool): a time limit, or the end of the file, cut the episode here,
+        source: where it was read from; env_name: e.g. ``hopper`` (for D4RL scores), if known;
+        metadata: format-specific extras (Minari reference scores, D4RL metadata).
+    """
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    timeouts: np.ndarray
+    source: str = ""
+    env_name: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.observations)
+        for name in ("actions", "rewards", "terminals", "timeouts"):
+            if len(getattr(self, name)) != n:
+                raise DatasetError(f"{self.source}: '{name}' has {len(getattr(self, name))} rows, "
+                                   f"'observations' has {n}")
+        for name in ("observations", "actions", "rewards"):
+            values = getattr(self, name)
+            if not np.isfinite(values).all():
+                bad = int((~np.isfinite(values)).reshape(n, -1).any(axis=1).argmax())
+                raise DatasetError(f"{self.source}: '{name}' holds NaN or inf values (first at row {bad})")
+        if n == 0:
+            raise DatasetError(f"{self.source}: the dataset is empty")
+
+    @property
+    def obs_dim(self) -> int:
+        return int(self.observations.shape[1])
+
+    @property
+    def act_dim(self) -> int:
+        return int(self.actions.shape[1])
+
+    def episode_bounds(self) -> list[tuple[int, int]]:
+        """``[(start, end)]`` with ``end`` exclusive; an episode ends at ``terminals | timeouts``, and
+        a last episode without a flag (cut by the end of the file) ends at the last row."""
+        ends = np.flatnonzero(self.terminals | self.timeouts) + 1
+        if len(ends) == 0 or ends[-1] != len(self.observations):
+            ends = np.append(ends, len(self.observations))
+        starts = np.concatenate([[0], ends[:-1]])
+        return list(zip(starts.tolist(), ends.tolist()))
+
+    def episode_returns(self) -> np.ndarray:
+        return np.array([self.rewards[start:end].sum() for start, end in self.episode_bounds()])
+
+    def normalization(self) -> Normalization:
+        return Normalization(self.observations.min(0), self.observations.max(0), self.actions.min(0),
+                             self.actions.max(0))
+
+    def check_dims(self, obs_dim: int, act_dim: int, env_id: str) -> None:
+        """Raise a ``DatasetError`` naming both sides when the dataset does not fit the env."""
+        if (self.obs_dim, self.act_dim) != (obs_dim, act_dim):
+            raise DatasetError(f"{self.source}: observations/actions have {self.obs_dim}/{self.act_dim} dims, "
+                               f"but {env_id} has {obs_dim}/{act_dim}")
+
+    def chunks(self, horizon: int, normalization: Normalization) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every (observation, next ``horizon`` actions) pair that fits inside one episode (no padding,
+        as DPPO), both scaled to [-1, 1]: ``(obs [M, D], actions [M, horizon * A])`` float32."""
+        obs = normalization.scale(self.observations, normalization.obs_min, normalization.obs_max)
+        actions = normalization.scale(self.actions, normalization.action_min, normalization.action_max)
+        starts = [np.arange(start, end - horizon + 1) for start, end in self.episode_bounds() if end - start >= horizon]
+        if not starts:
+            raise DatasetError(f"{self.source}: no episode has {horizon} steps, the action chunk length")
+        index = np.concatenate(starts)
+        windows = index[:, None] + np.arange(horizon)[None, :]
+        return (torch.as_tensor(obs[index], dtype=torch.float32),
+                torch.as_tensor(actions[windows].reshape(len(index), -1), dtype=torch.float32))

@@ -1,0 +1,111 @@
+"""Minari datasets (``minari`` package, HDF5 storage), read from and written to a local root.
+
+Datasets are found under ``$MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``), or under the
+``root`` given here, which is set as that variable for the call. Nothing is downloaded.
+Minari keeps each episode's true final observation (``observations [T + 1]``); terminations and
+truncations map to ``terminals`` and ``timeouts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from genpol.data.dataset import DatasetError, OfflineDataset, check_size
+from genpol.data.scores import d4rl_env_name
+
+
+@contextlib.contextmanager
+def _datasets_root(root: str | Path | None) -> Iterator[None]:
+    if root is None:
+        yield
+        return
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    # absolute: minari 0.5.4 joins a relative root onto itself when it sizes a new dataset
+    os.environ["MINARI_DATASETS_PATH"] = str(Path(root).expanduser().resolve())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("MINARI_DATASETS_PATH", None)
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions: int | None = None
+                ) -> OfflineDataset:
+    """Read a local Minari dataset (e.g. ``mujoco/hopper/medium-v0``) into an ``OfflineDataset``; one of
+    more than ``max_transitions`` steps is refused before its episodes are read (None: no limit)."""
+    import minari
+
+    with _datasets_root(root):
+        where = root or os.environ.get("MINARI_DATASETS_PATH", "~/.minari/datasets")
+        try:
+            dataset = minari.load_dataset(dataset_id)
+        except FileNotFoundError:
+            raise DatasetError(f"no Minari dataset '{dataset_id}' under {where} (nothing is downloaded; "
+                               "make one with python -m genpol.data.collect)") from None
+        except Exception as error:  # minari raises several types for malformed ids and files
+            raise DatasetError(f"Minari dataset '{dataset_id}' under {where} could not be read: {error}") from None
+        check_size(f"Minari dataset '{dataset_id}'", int(dataset.total_steps), max_transitions)
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
+        for episode in dataset.iterate_episodes():
+            observations = np.asarray(episode.observations)
+            if observations.ndim != 2:
+                raise DatasetError(f"Minari dataset '{dataset_id}': genpol needs flat Box observations, "
+                                   f"episode {episode.id} has shape {observations.shape}")
+            parts["obs"].append(observations[:-1])
+            parts["act"].append(np.asarray(episode.actions).reshape(len(episode.actions), -1))
+            parts["rew"].append(np.asarray(episode.rewards))
+            parts["term"].append(np.asarray(episode.terminations, dtype=bool))
+            truncations = np.asarray(episode.truncations, dtype=bool).copy()
+            if not (truncations[-1] or parts["term"][-1][-1]):
+                truncations[-1] = True  # an episode that stops without a flag was cut: truncated
+            parts["trunc"].append(truncations)
+        metadata = dict(dataset.storage.metadata)
+    name = dataset_id.split("/")
+    return OfflineDataset(
+        observations=np.concatenate(parts["obs"]).astype(np.float32),
+        actions=np.concatenate(parts["act"]).astype(np.float32),
+        rewards=np.concatenate(parts["rew"]).astype(np.float32), terminals=np.concatenate(parts["term"]),
+        timeouts=np.concatenate(parts["trunc"]), source=f"minari:{dataset_id}",
+        env_name=d4rl_env_name(name[-2]) if len(name) >= 2 else None, metadata=metadata,
+    )
+
+
+def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], observation_space: Any,
+                 action_space: Any, root: str | Path | None = None, ref_min_score: float | None = None,
+                 ref_max_score: float | None = None, algorithm_name: str = "genpol", description: str = "") -> Path:
+    """Create a local Minari dataset from episodes with keys ``observations [T + 1, D]``,
+    ``actions [T, A]``, ``rewards [T]``, ``terminations [T]``, ``truncations [T]``."""
+    import minari
+    from minari.data_collector import EpisodeBuffer
+
+    buffers = [EpisodeBuffer(observations=np.asarray(ep["observations"]), actions=np.asarray(ep["actions"]),
+                             rewards=np.asarray(ep["rewards"]), terminations=np.asarray(ep["terminations"]),
+                             truncations=np.asarray(ep["truncations"])) for ep in episodes]
+    with _datasets_root(root):
+        dataset = minari.create_dataset_from_buffers(
+            dataset_id, buffers, observation_space=observation_space, action_space=action_space,
+            algorithm_name=algorithm_name, description=description or None)
+        # reference scores are dropped without an eval env spec; store them explicitly
+        if ref_min_score is not None and ref_max_score is not None:
+            dataset.storage.update_metadata({"ref_min_score": ref_min_score, "ref_max_score": ref_max_score})
+        return Path(minari.storage.get_dataset_path(dataset_id))
+
+
+def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path | None = None,
+                 max_transitions: int | None = None) -> OfflineDataset:
+    """A D4RL file (``.hdf5``/``.h5`` path) or a Minari dataset id, per ``format`` (auto/d4rl/minari),
+    refused when it holds more than ``max_transitions`` transitions (None: no limit)."""
+    from genpol.data.d4rl import load_d4rl
+
+    if format == "d4rl" or (format == "auto" and Path(path_or_id).suffix in (".hdf5", ".h5")):
+        return load_d4rl(path_or_id, max_transitions)
+    if format in ("minari", "auto"):
+        return load_minari(path_or_id, minari_root, max_transitions)
+    raise DatasetError(f"unknown dataset format '{format}'; choose auto, d4rl or minari")

@@ -1,0 +1,313 @@
+"""One run over N processes (``torchrun``): data-parallel on-policy training.
+
+``torchrun --nproc_per_node=N -m genpol.train ...`` is detected from the variables torchrun sets
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``); there is no config switch, so a run's
+config is the same whether it runs on one process or on N. ``GENPOL_DISTRIBUTED=0`` ignores them.
+With ``WORLD_SIZE=1`` (or no torchrun) nothing here runs and nothing changes.
+
+What the N processes (ranks) share, and how:
+
+* Seeds: rank 0 uses the run's ``seed``; rank r > 0 a seed derived from ``(seed, r)``. Each rank
+  builds its own envs from its seed, so it collects different episodes.
+* Parameters: broadcast from rank 0 after the start or the resume (one flattened call), then kept
+  equal because every rank applies the same averaged gradient to the same optimizer state.
+* Gradients: ``average_gradients`` all-reduces all of them, with the step's diagnostics (KL,
+  clip fraction) in the same flattened buffer, so the early stop on ``target_kl`` and the
+  KL-adaptive learning rate decide the same on every rank. Each rank's loss is the mean over its
+  own minibatch of equal size, so the average of the ranks' gradients is the gradient of the mean
+  over all ranks' samples. TRPO averages its gradient, Fisher-vector products, line-search
+  surrogate and KL, and normalizes advantages with the global mean and std.
+* Observation (and reward) normalization: ``SyncedRunningMeanStd`` folds in the moments of every
+  rank's batch at every step, so all ranks normalize with the same statistics.
+* Env steps: ``global_step`` counts the env steps of all ranks, so ``total_steps`` is the run's budget.
+* I/O: rank 0 alone holds the run directory, writes the config, logs, evaluates, records videos and
+  writes checkpoints. A checkpoint carries each rank's own env state, last observation and RNG
+  states (``training_state["distributed"]``), gathered to rank 0 when it saves, so a resume with the
+  same number of ranks continues every rank where it was. All ranks read the checkpoint.
+
+Not covered (a ``ConfigError`` says so): off-policy learners (SAC/RLPD), ``pipeline=offline_to_online``
+and ``updater.compile=true``. Per-minibatch advantage normalization of PPO stays local to each rank's
+minibatch (as in rsl_rl's multi-GPU PPO). The logged episode statistics are all ranks' episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from genpol.envs.core import VectorEnvWrapper
+from genpol.envs.wrappers import RunningMeanStd
+from genpol.checkpoint import CheckpointError
+from genpol.config import ConfigError
+
+
+# ---------------------------------------------------------------- who am I
+def world_size() -> int:
+    """Processes in this run (1 without an initialized process group)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if world_size() > 1 else 0
+
+
+def is_main() -> bool:
+    """Whether this process does the run's I/O (rank 0, or the only process)."""
+    return rank() == 0
+
+
+def launched_by_torchrun() -> bool:
+    """torchrun (or another env:// launcher) started more than one process for this run."""
+    if os.environ.get("GENPOL_DISTRIBUTED", "1") == "0":
+        return False
+    needed = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    return all(name in os.environ for name in needed) and int(os.environ["WORLD_SIZE"]) > 1
+
+
+def rank_seed(seed: int, rank_index: int) -> int:
+    """Rank 0 keeps ``seed``; other ranks get a hash of ``(seed, rank)``, far from small sweep seeds."""
+    if rank_index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank_index]).generate_state(1)[0])
+
+
+def check_supported(cfg: Any) -> None:
+    """Refuse, naming the key, what data-parallel training does not cover yet."""
+    from genpol.algorithms import is_off_policy
+
+    if is_off_policy(cfg.updater.name):
+        raise ConfigError(f"updater={cfg.updater.name} under torchrun: distributed training is on-policy only for "
+                          "now (ppo, spo, aspo, trpo); run off-policy learners in one process")
+    if cfg.pipeline.name != "online":
+        raise ConfigError(f"pipeline={cfg.pipeline.name} under torchrun: distributed training supports "
+                          "pipeline=online only for now")
+    if getattr(cfg.updater, "compile", False):
+        raise ConfigError("updater.compile=true under torchrun: the compiled step has no place for the gradient "
+                          "all-reduce; set updater.compile=false")
+    if cfg.device.startswith("cuda:"):
+        raise ConfigError(f"device={cfg.device} under torchrun: use device=cuda, each rank takes cuda:LOCAL_RANK")
+
+
+def init_from_torchrun(cfg: Any) -> Any:
+    """Join the process group torchrun set up (gloo on CPU, NCCL on CUDA); return this rank's config
+    (its own seed). Call once, before anything is built."""
+    check_supported(cfg)
+    on_cuda = cfg.device.startswith("cuda")
+    if on_cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # "cuda" now means this rank's GPU
+    if not dist.is_initialized():
+        # evaluation and checkpoints on rank 0 keep the others waiting: allow a long wait
+        dist.init_process_group("nccl" if on_cuda else "gloo", timeout=timedelta(minutes=60))
+    return dataclasses.replace(cfg, seed=rank_seed(cfg.seed, rank()))
+
+
+def shutdown(wait_for_others: bool = True) -> None:
+    """Leave the process group. ``wait_for_others``: first wait until every rank got here (gloo
+    aborts a process that tears its group down while a peer still talks to it); False after an
+    error, when the others may never come."""
+    if dist.is_initialized():
+        if wait_for_others:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- collectives
+def average_gradients(params: list[nn.Parameter], stats: dict[str, torch.Tensor] | None = None
+                      ) -> dict[str, torch.Tensor]:
+    """Replace every ``p.grad`` by its mean over ranks, and ``stats`` (scalar tensors) by theirs, in
+    one all-reduce of one flat buffer. A parameter that no rank has a gradient for keeps None; one
+    with a gradient on some ranks only gets the mean with zeros for the others (their loss did not
+    depend on it), so every rank steps the same parameters."""
+    stats = stats or {}
+    reference = params[0]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    present = torch.tensor([float(p.grad is not None) for p in params], device=reference.device)
+    flat = torch.cat([g.reshape(-1).to(reference.dtype) for g in grads]
+                     + [present] + [value.detach().reshape(-1).to(reference.device, reference.dtype)
+                                    for value in stats.values()])
+    dist.all_reduce(flat)
+    flat /= world_size()
+    grads_size = sum(g.numel() for g in grads)
+    somewhere = flat[grads_size:grads_size + len(params)] > 0
+    offset = 0
+    for index, (p, g) in enumerate(zip(params, grads)):
+        mean = flat[offset:offset + g.numel()].view_as(g)
+        offset += g.numel()
+        if p.grad is not None:
+            p.grad.copy_(mean)
+        elif somewhere[index]:
+            p.grad = mean.clone()
+    offset += len(params)
+    averaged = {}
+    for key, value in stats.items():
+        averaged[key] = flat[offset:offset + value.numel()].view_as(value).to(value.dtype)
+        offset += value.numel()
+    return averaged
+
+
+def average_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The mean of ``tensor`` over ranks (a new tensor; ``tensor`` itself when there is one rank)."""
+    if world_size() == 1:
+        return tensor
+    out = tensor.detach().clone()
+    dist.all_reduce(out)
+    return out / world_size()
+
+
+def average_floats(*values: float) -> list[float]:
+    """The means over ranks of a few floats, in one all-reduce (unchanged with one rank)."""
+    if world_size() == 1:
+        return list(values)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    return average_tensor(torch.tensor(values, dtype=torch.float64, device=device)).tolist()
+
+
+def sum_int(value: int) -> int:
+    """The sum of ``value`` over ranks (env steps of one iteration)."""
+    if world_size() == 1:
+        return value
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    total = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(total)
+    return int(total)
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on any (a stop signal that reached one process)."""
+    return sum_int(int(flag)) > 0
+
+
+def all_episodes(*statistics: list) -> tuple[list, ...]:
+    """Every rank's finished-episode statistics (e.g. returns, lengths, successes), each list
+    concatenated in rank order, on every rank."""
+    everyone: list[Any] = [None] * world_size()
+    dist.all_gather_object(everyone, statistics)
+    return tuple([value for part in everyone for value in part[k]] for k in range(len(statistics)))
+
+
+def broadcast_object(value: Any) -> Any:
+    """Rank 0's ``value`` (picklable) on every rank."""
+    if world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def broadcast_modules(modules: dict[str, nn.Module | torch.Tensor]) -> None:
+    """Copy rank 0's parameters and buffers into every rank's modules, in one flattened broadcast."""
+    tensors: list[torch.Tensor] = []
+    for module in modules.values():
+        if isinstance(module, torch.Tensor):
+            tensors.append(module)
+        else:
+            tensors += [*module.parameters(), *module.buffers()]
+    floating = [t for t in tensors if t.is_floating_point()]
+    if not floating:
+        return
+    flat = torch.cat([t.detach().reshape(-1).to(floating[0].dtype) for t in floating])
+    dist.broadcast(flat, src=0)
+    offset = 0
+    with torch.no_grad():
+        for t in floating:
+            t.copy_(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+
+
+def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` with the mean and unbiased std of all ranks' advantages ``[N]``
+    together (equal to ``losses.normalize_advantages`` on the concatenated batch)."""
+    local = advantages.detach().to(torch.float64)
+    moments = torch.stack([local.new_tensor(float(local.numel())), local.sum(), local.square().sum()])
+    dist.all_reduce(moments)
+    count, total, squares = moments.tolist()
+    mean = total / count
+    std = max((squares - count * mean * mean) / (count - 1), 0.0) ** 0.5
+    return (advantages - mean) / (std + 1e-8)
+
+
+# ---------------------------------------------------------------- normalizer statistics
+class SyncedRunningMeanStd(RunningMeanStd):
+    """``RunningMeanStd`` whose every update folds in the batch of all ranks: the per-rank batch
+    moments are gathered, combined exactly (Chan's rule over equal-shape parts) in rank order, then
+    folded in, so every rank ends with the same statistics."""
+
+    def update(self, batch: torch.Tensor) -> None:
+        batch = batch.to(torch.float64)
+        batch_var, batch_mean = torch.var_mean(batch, dim=0, correction=0)
+        count = torch.full((1,), float(batch.shape[0]), dtype=torch.float64, device=batch.device)
+        local = torch.cat([count, batch_mean.reshape(-1), batch_var.reshape(-1)])
+        gathered = [torch.empty_like(local) for _ in range(world_size())]
+        dist.all_gather(gathered, local)
+        parts = torch.stack(gathered)  # [R, 1 + 2 D]
+        size = batch_mean.numel()
+        counts, means, variances = parts[:, :1], parts[:, 1:1 + size], parts[:, 1 + size:]
+        total = counts.sum()
+        global_mean = (counts * means).sum(0) / total
+        global_var = (counts * (variances + (means - global_mean).square())).sum(0) / total
+        self.fold(global_mean.reshape(batch_mean.shape), global_var.reshape(batch_var.shape), int(total))
+
+
+def synchronize_normalizers(env: Any) -> int:
+    """Swap every running statistic in ``env``'s wrapper stack (observation normalizer, reward
+    scaler) for a ``SyncedRunningMeanStd`` holding the same state; returns how many."""
+    swapped = 0
+    layer = env
+    while isinstance(layer, VectorEnvWrapper):
+        stats = getattr(layer, "stats", None)
+        if isinstance(stats, RunningMeanStd) and not isinstance(stats, SyncedRunningMeanStd):
+            synced = SyncedRunningMeanStd(tuple(stats.mean.shape), stats.mean.device)
+            synced.load_state_dict(stats.state_dict())
+            layer.stats = synced
+            swapped += 1
+        layer = layer.env
+    return swapped
+
+
+# ---------------------------------------------------------------- the runner: start, checkpoints, resume
+def prepare_runner(runner: Any) -> None:
+    """After the (possible) resume, before the first iteration: rank 0's parameters everywhere, and
+    normalizer statistics that every rank updates together."""
+    broadcast_modules(runner.algorithm.networks())
+    synchronize_normalizers(runner.env)
+
+
+def _rank_state(runner: Any) -> dict[str, Any]:
+    """What differs between ranks: each rank's envs, last observation and random streams."""
+    return {"env": runner.env.state_dict(), "obs": runner.obs, "torch_rng": torch.get_rng_state(),
+            "shuffle_rng": runner.algorithm.shuffle_generator.get_state()}
+
+
+def gather_rank_states(runner: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Add every rank's own state to ``state`` on rank 0 (``state["distributed"]``). A collective:
+    every rank calls it when a checkpoint is written."""
+    mine = _rank_state(runner)
+    everyone = [None] * world_size() if is_main() else None
+    dist.gather_object(mine, everyone, dst=0)
+    if is_main():
+        state["distributed"] = {"world_size": world_size(), "ranks": everyone}
+    return state
+
+
+def load_rank_state(runner: Any, state: dict[str, Any]) -> None:
+    """After ``runner.load``: take this rank's own part of a checkpoint written by N ranks."""
+    saved = state.get("distributed")
+    saved_size = 1 if saved is None else int(saved["world_size"])
+    if saved_size != world_size():
+        raise CheckpointError(f"the checkpoint was written by {saved_size} process(es) and this run has "
+                              f"{world_size()}: resume with torchrun --nproc_per_node={saved_size} (in all), "
+                              "or start a new run_dir")
+    if saved is None:
+        return
+    own = saved["ranks"][rank()]
+    runner.env.load_state_dict(own["env"])
+    runner.obs = own["obs"].to(runner.algorithm_device())
+    torch.set_rng_state(own["torch_rng"])
+    runner.algorithm.shuffle_generator.set_state(own["shuffle_rng"])

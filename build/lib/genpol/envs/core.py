@@ -1,0 +1,248 @@
+"""The vector-environment protocol every backend and wrapper speaks.
+
+A vector env holds ``num_envs`` copies of one task and exchanges batched torch tensors on one
+``device``. Episodes auto-reset inside ``step``: the observation returned for an env whose episode
+just ended is the first observation of its next episode, and the true last observation is in
+``info["final_obs"]`` so that a learner can bootstrap a truncated episode from it.
+
+``step`` returns ``(obs [N, D], reward [N], terminated [N], truncated [N], info)`` where
+
+* ``terminated`` means the task reached a terminal state (no bootstrapping),
+* ``truncated`` means a time limit cut the episode (bootstrap from ``info["final_obs"]``),
+* ``info["final_obs"]`` is ``[N, D]``: the true last observation where ``terminated | truncated``,
+  and the returned observation elsewhere,
+* ``info["episode_return"]`` / ``info["episode_length"]`` (added by ``EpisodeStats``) are ``[K]``
+  tensors for the K episodes that ended at this step, in env order.
+
+An env that defines success (``reports_success``: goal envs such as PointMaze) also returns
+
+* ``info["success"]``: ``[N]`` bool, the env's success flag for the step just taken (for an env whose
+  episode ended, the flag of that episode's last step),
+* ``info["episode_success"]`` (added by ``EpisodeStats``): ``[K]`` bool, whether each ended episode
+  was successful at any of its steps (a continuing maze pays on every step inside the goal radius
+  and may drift out again; an episodic one terminates at the successful step).
+
+Grouped stepping (optional, ``step_groups >= 1``; 0 means ``step`` only): the envs form
+``step_groups`` fixed, contiguous groups of equal size (``group_slice``).
+``send_group(g, actions [n, A])`` starts group g's step and returns at once; ``recv_group(g)`` waits
+for it and returns the step tuple above for group g's envs only (``[n, ...]``, episode statistics of
+g's envs in env order). Between the two, the caller may
+compute the next actions of another group: the policy's time then hides behind simulation
+(genpol's pipelined on-policy collection). Each env still receives exactly the actions it is sent,
+so a grouped run of a fixed action sequence equals a plain one env by env. ``step`` stays available
+and steps every group; ``concat_steps`` joins the groups' tuples in env order.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+import torch
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+class EnvError(ValueError):
+    """A bad environment id, a bad action, or an env that genpol cannot drive."""
+
+
+class VectorEnv(abc.ABC):
+    """Base class of backends and wrappers: batched torch tensors on one device.
+
+    Subclasses set ``num_envs``, ``device``, ``obs_dim``, ``act_dim``, ``action_low`` and
+    ``action_high`` (``[A]`` tensors), and ``max_episode_steps`` (or None), and implement
+    ``reset``, ``step``, and for an exact resume ``state_dict`` and ``load_state_dict`` (every
+    backend genpol ships does; a custom backend without them resumes inexactly, see
+    ``genpol.envs.custom``). ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
+    """
+
+    num_envs: int
+    device: torch.device
+    obs_dim: int
+    act_dim: int
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+    max_episode_steps: int | None = None
+    env_id: str = "?"
+    provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
+    reports_success: bool = False  # every step's info holds "success" [N] (see the module docstring)
+    # Modules another process must import before it can build this env again (``genpol.envs.imports``):
+    # env workers import them, and policy checkpoints record them for evaluation.
+    imports: tuple[str, ...] = ()
+    step_groups: int = 0  # the groups send_group / recv_group step; 0: the env implements step only
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every env; env i is seeded with ``seed + i``. Returns obs ``[N, D]``."""
+
+    @abc.abstractmethod
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Advance every env by one step; see the module docstring for the returned tuple."""
+
+    def group_slice(self, group: int) -> slice:
+        """The envs of group ``group``: ``step_groups`` contiguous slices of equal size, in env order."""
+        if not self.step_groups:
+            raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups (step_groups=0): "
+                           "only the EnvPool backend implements send_group / recv_group (env.step_groups >= 1), "
+                           "under wrappers that do not override step()")
+        size = self.num_envs // self.step_groups
+        if not 0 <= group < self.step_groups:
+            raise EnvError(f"{self.env_id}: group {group} out of range (step_groups={self.step_groups})")
+        return slice(group * size, (group + 1) * size)
+
+    def send_group(self, group: int, actions: torch.Tensor) -> None:
+        """Start the step of group ``group``'s envs with ``actions [n, A]`` and return without waiting."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
+
+    def recv_group(self, group: int) -> StepResult:
+        """Wait for the step ``send_group(group, ...)`` started; the step tuple of that group's envs."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot step env groups: only the EnvPool "
+                       "backend implements send_group / recv_group")
+
+    def render(self) -> np.ndarray | None:
+        """An RGB frame ``[H, W, 3]`` (uint8) of env 0, or None if the env was made without rendering."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the current episodes exactly (simulator and RNG state).
+
+        Optional for a backend: one that keeps this default cannot be checkpointed exactly, and
+        ``saves_state`` says so (``genpol.envs.custom`` then resumes by reseeding, with a warning)."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot save its state: implement state_dict() "
+                       "and load_state_dict() for exact resume")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (optional, as ``state_dict``)."""
+        raise EnvError(f"{self.env_id} ({type(self).__qualname__}) cannot restore a state: implement state_dict() "
+                       "and load_state_dict() for exact resume")
+
+    def close(self) -> None:
+        pass
+
+    def find(self, wrapper_type: type) -> Any:
+        """The outermost layer of type ``wrapper_type`` in this wrapper stack, or None."""
+        env: Any = self
+        while env is not None:
+            if isinstance(env, wrapper_type):
+                return env
+            env = getattr(env, "env", None)
+        return None
+
+    def check_actions(self, actions: torch.Tensor, num_envs: int | None = None) -> None:
+        """Raise an ``EnvError`` naming the expected shape when ``actions`` is not ``[N, A]`` (``[n, A]``
+        for a group of ``num_envs`` envs)."""
+        expected = self.num_envs if num_envs is None else num_envs
+        if actions.shape != (expected, self.act_dim):
+            raise EnvError(
+                f"{self.env_id}: {'step()' if num_envs is None else 'send_group()'} expects actions of shape "
+                f"[{'num_envs' if num_envs is None else 'group size'}, act_dim] = [{expected}, {self.act_dim}], "
+                f"got {list(actions.shape)}"
+            )
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class VectorEnvWrapper(VectorEnv):
+    """Passes everything to the wrapped env; subclasses override what they change.
+
+    A wrapper that changes steps overrides ``transform_actions`` (the actions it sends inward) and
+    ``transform_step`` (the step tuple it returns outward, for the envs ``genpol.envs`` of the batch), not
+    ``step``: the same two then serve ``step`` and the grouped ``send_group`` / ``recv_group``. A
+    wrapper that overrides ``step`` itself works for plain steps and refuses grouped ones.
+
+    ``state_dict`` nests the inner env's state under ``"inner"`` so a stack of wrappers saves and
+    restores as one dict.
+    """
+
+    def __init__(self, env: VectorEnv):
+        self.env = env
+        self.num_envs = env.num_envs
+        self.device = env.device
+        self.obs_dim = env.obs_dim
+        self.act_dim = env.act_dim
+        self.action_low = env.action_low
+        self.action_high = env.action_high
+        self.max_episode_steps = env.max_episode_steps
+        self.env_id = env.env_id
+        self.provides_episode_stats = env.provides_episode_stats
+        self.reports_success = env.reports_success
+        self.imports = env.imports
+        # a wrapper with its own step() cannot take part in grouped steps (send_group says why)
+        self.step_groups = env.step_groups if type(self).step is VectorEnvWrapper.step else 0
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed)
+
+    def transform_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """The actions ``[n, A]`` to send to the inner env for the agent's ``actions [n, A]``."""
+        return actions
+
+    def transform_step(self, result: StepResult, envs: slice) -> StepResult:
+        """The inner env's step tuple of the envs ``genpol.envs`` (all, or one group) -> this wrapper's."""
+        return result
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.check_actions(actions)
+        return self.transform_step(self.env.step(self.transform_actions(actions)), slice(0, self.num_envs))
+
+    def send_group(self, group: int, actions: torch.Tensor) -> None:
+        if type(self).step is not VectorEnvWrapper.step:  # its own step: transform_* may not say it all
+            raise EnvError(f"{type(self).__qualname__} overrides step(), so it cannot step env groups; "
+                           "implement transform_actions / transform_step instead")
+        envs = self.group_slice(group)
+        self.check_actions(actions, envs.stop - envs.start)
+        self.env.send_group(group, self.transform_actions(actions))
+
+    def recv_group(self, group: int) -> StepResult:
+        return self.transform_step(self.env.recv_group(group), self.group_slice(group))
+
+    def render(self) -> np.ndarray | None:
+        return self.env.render()
+
+    def own_state(self) -> dict[str, Any]:
+        """This wrapper's own state (running statistics, accumulators)."""
+        return {}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"own": self.own_state(), "inner": self.env.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_own_state(state["own"])
+        self.env.load_state_dict(state["inner"])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def concat_steps(parts: list[StepResult]) -> StepResult:
+    """The step tuples of consecutive env groups -> one tuple for all of them (tensors and every
+    ``info`` entry concatenated along the env axis, so ``[K]`` episode statistics stay in env order)."""
+    info = {key: torch.cat([part[4][key] for part in parts]) for key in parts[0][4]}
+    obs, reward, terminated, truncated = (torch.cat([part[k] for part in parts]) for k in range(4))
+    return obs, reward, terminated, truncated, info
+
+
+def innermost(env: VectorEnv) -> VectorEnv:
+    """The backend under a stack of ``VectorEnvWrapper`` layers."""
+    while isinstance(env, VectorEnvWrapper):
+        env = env.env
+    return env
+
+
+def saves_state(env: Any) -> bool:
+    """Whether ``env`` (a ``VectorEnv`` or a duck-typed one) has its own ``state_dict`` and
+    ``load_state_dict``, rather than none or ``VectorEnv``'s defaults that raise."""
+    for name in ("state_dict", "load_state_dict"):
+        if not callable(getattr(env, name, None)) or getattr(type(env), name, None) is getattr(VectorEnv, name):
+            return False
+    return True

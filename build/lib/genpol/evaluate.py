@@ -1,0 +1,67 @@
+"""``python -m genpol.evaluate run_dir=<path> episodes=<int> video=true``
+
+Reports the deterministic and stochastic mean return (and success rate, where the env defines
+success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
+``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from genpol.envs import EnvError, VideoRecorder
+from genpol.checkpoint import CheckpointError
+from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
+from genpol.policy import TrainedPolicy, evaluate_episodes
+from genpol.runners.scaffold import run_name
+
+register_configs()
+
+
+def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
+    """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary; return the results."""
+    run_dir = Path(cfg.run_dir)
+    torch.set_num_threads(cfg.torch_threads)
+    policy = TrainedPolicy.load(cfg.checkpoint or run_dir, device=cfg.device)
+    results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
+                               "videos": []}
+    for mode in ("deterministic", "stochastic"):
+        video_dir = Path(cfg.video_dir) / run_name(run_dir) if cfg.video else None
+        env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir, video_prefix=mode)
+        try:
+            returns, lengths, success = evaluate_episodes(
+                env, lambda obs: policy.act(obs, deterministic=mode == "deterministic"), cfg.seed)
+            recorder = env.find(VideoRecorder)
+            if recorder is not None:
+                results["videos"] += [str(p) for p in recorder.paths]
+        finally:
+            env.close()
+        results[f"{mode}_return_mean"] = float(returns.mean())
+        results[f"{mode}_return_std"] = float(returns.std())
+        results[f"{mode}_length_mean"] = float(lengths.mean())
+        if success is not None:  # envs that define success (goal envs such as PointMaze)
+            results[f"{mode}_success_rate"] = float(success.mean())
+    if run_dir.is_dir():
+        (run_dir / "evaluation.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+@hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    try:
+        results = evaluate_run(validate(cfg))
+    except (ConfigError, CheckpointError, EnvError) as error:
+        print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The policy-head protocol: what every head gives an updater.
+
+For an on-policy updater every head reduces to two calls:
+
+1. ``sample(obs) -> (action, record)``: an action and a *record* of how it was drawn, a dict of
+   tensors with leading batch dim B that the rollout stores. A Gaussian records its log-prob; DPPO
+   its denoising chain; FPO its (tau, noise) pairs and old flow-matching losses; PolicyFlow x0, x1
+   and its exploration noise.
+2. ``log_ratio(obs, record) -> RatioTerms``: the differentiable log importance ratio between the
+   current parameters and the ones that drew the record, shape ``[B, U]``. U is the number of
+   ratio *units* per sample: 1 for a Gaussian, K' fine-tuned denoising steps for DPPO, N_mc samples
+   for per-sample FPO.
+
+PPO-clip, SPO, ASPO and TRPO see only ``RatioTerms`` and advantages, so every head works with every
+updater. The contract, tested for every head: right after ``sample``, before any parameter change,
+``log_ratio`` of the sampled batch is exactly 0. Recomputed in another batch shape (PPO's minibatches)
+it is 0 to float rounding (~1e-6), not bitwise: GEMM kernels and genpol's Mish pick their code path
+by the size of the tensor.
+
+Heads that have a closed-form KL set ``has_exact_kl`` and implement ``kl``; TRPO and the adaptive
+learning rate otherwise use the sample estimate ``mean((r - 1) - log r)``.
+
+Off-policy learners need other things of a head. Each head declares them in ``capabilities`` (a
+set of ``Capability``), and a run refuses, when it is built, a learner that needs one its head
+lacks (``check_capabilities``):
+
+* ``ON_POLICY_RATIO``: ``sample`` records and ``log_ratio`` (PPO, SPO, ASPO, TRPO);
+* ``IMITATION``: ``imitation_loss`` (BC pretraining, EXPO's base policy);
+* ``REPARAMETERIZED``: ``rsample(obs)``, actions differentiable in the parameters (Q-gradient actors);
+* ``LOG_PROB``: ``rsample_log_prob(obs)``, a reparameterized action together with the exact
+  log-density of that action as the env receives it (SAC's entropy term);
+* ``CANDIDATES``: ``candidates(obs, n)``, n independent actions per state in one batched call
+  (argmax-Q over candidates).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+Record = dict[str, torch.Tensor]
+
+
+class HeadCapabilityError(TypeError):
+    """A head was asked for something its family does not define (e.g. an exact KL)."""
+
+
+class Capability(str, enum.Enum):
+    """What a learner may need of a head (see the module docstring)."""
+
+    ON_POLICY_RATIO = "on-policy log-ratio"
+    IMITATION = "imitation loss"
+    REPARAMETERIZED = "reparameterized sampling"
+    LOG_PROB = "log-prob of its own samples"
+    CANDIDATES = "batched candidates"
+
+
+def check_capabilities(head: "PolicyHead | type[PolicyHead]", learner: str, needed: "set[Capability] | frozenset[Capability]") -> None:
+    """Raise ``HeadCapabilityError`` naming head, learner and every missing capability."""
+    missing = [capability for capability in Capability if capability in needed and capability not in head.capabilities]
+    if missing:
+        names = ", ".join(capability.value for capability in missing)
+        raise HeadCapabilityError(
+            f"the {head.family} head cannot be trained by {learner}: it lacks {names}"
+        )
+
+
+@dataclass
+class RatioTerms:
+    """What a head hands an on-policy updater for one minibatch of B samples.
+
+    Attributes:
+        log_ratio: ``[B, U]`` log pi_theta / pi_old per ratio unit, differentiable in theta.
+        unit_weights: ``[U]`` or ``[B, U]`` multipliers of each unit's advantage (DPPO's denoising
+            discount), or None for all ones.
+        unit_clip: ``[U]`` clip range per unit overriding the updater's (DPPO's interpolated clip),
+            or None.
+        entropy: ``[B]`` differentiable entropy for the entropy bonus, or None if the head has none.
+        aux_loss: scalar head regularizer, already weighted, added to the policy loss (or None).
+        kl: ``[B]`` closed-form KL(pi_old || pi_theta) computed with the same random draws as
+            ``log_ratio`` (heads whose ratio evaluates the network at random points), or None.
+        diagnostics: detached scalars logged under ``head/<name>``.
+    """
+
+    log_ratio: torch.Tensor
+    unit_weights: torch.Tensor | None = None
+    unit_clip: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class PolicyHead(nn.Module, abc.ABC):
+    """Base class of policy heads. Actions live in ``[-1, 1]^A`` (the env rescales them).
+
+    Subclasses set ``family`` (the registry name), ``has_exact_kl`` and ``has_entropy``, keep their
+    constructor arguments in ``self.spec_kwargs`` (JSON-able, used to rebuild the head from a
+    checkpoint), and implement ``sample``, ``act``, ``log_ratio`` and ``imitation_loss``.
+    """
+
+    family: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION,
+                                                               Capability.CANDIDATES})
+    has_exact_kl: ClassVar[bool] = False
+    has_entropy: ClassVar[bool] = False
+
+    def __init__(self, obs_dim: int, act_dim: int):
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.act_dim = act_dim
+        self.spec_kwargs: dict[str, Any] = {}
+
+    @abc.abstractmethod
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        """``obs [B, D]`` -> ``(action [B, A], record)``; called without gradients."""
+
+    @abc.abstractmethod
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """``obs [B, D]`` -> ``action [B, A]`` for evaluation, without a record."""
+
+    @abc.abstractmethod
+    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
+        """``obs [B, D]`` and the stored ``record`` -> ``RatioTerms`` with ``log_ratio [B, U]``."""
+
+    @abc.abstractmethod
+    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour-cloning loss (scalar) for ``obs [B, D]`` and expert ``actions [B, A]``."""
+
+    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
+        """Exact ``KL(pi_old || pi_theta)`` per sample, ``[B]``; only where ``has_exact_kl``."""
+        raise HeadCapabilityError(
+            f"the {self.family or type(self).__name__} head has no closed-form KL; "
+            "use the sample estimate mean((r - 1) - log r) of its log_ratio"
+        )
+
+    def rsample(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs [B, D]`` -> ``action [B, A]`` differentiable in the parameters (``REPARAMETERIZED``)."""
+        raise HeadCapabilityError(f"the {self.family} head has no {Capability.REPARAMETERIZED.value}")
+
+    def rsample_log_prob(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [B, D]`` -> ``(action [B, A], log_prob [B])``, both differentiable (``LOG_PROB``)."""
+        raise HeadCapabilityError(f"the {self.family} head has no {Capability.LOG_PROB.value}")
+
+    def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
+        """``obs [B, D]`` -> ``actions [B, n, A]``: n independent stochastic actions per state, drawn
+        in one batched call (``CANDIDATES``). Candidate j of state b is row ``b * n + j`` of one
+        ``act`` call on the repeated observations."""
+        repeated = obs.repeat_interleave(num_candidates, dim=0)
+        return self.act(repeated, deterministic=False).reshape(obs.shape[0], num_candidates, -1)
+
+    def begin_update(self) -> None:
+        """Called by the runner once before each update phase (e.g. to snapshot the rollout network)."""
+
+    def start_finetuning(self) -> None:
+        """Called once between offline pretraining and online fine-tuning (e.g. to freeze the early
+        denoising steps of a diffusion policy at their pretrained weights)."""
+
+    def spec(self) -> dict[str, Any]:
+        """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained. A head
+        that genpol does not register (the user's own) is recorded as ``"module:ClassName"``, which
+        ``head_from_spec`` imports."""
+        from genpol.heads import HEADS
+
+        cls = type(self)
+        family = self.family if HEADS.get(self.family) is cls else f"{cls.__module__}:{cls.__qualname__}"
+        return {"family": family, "obs_dim": self.obs_dim, "act_dim": self.act_dim, "kwargs": dict(self.spec_kwargs)}

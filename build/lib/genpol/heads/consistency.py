@@ -1,0 +1,346 @@
+"""Consistency policy (Ding & Jin, ICLR 2024; ALGORITHMS.md 8): a few-step generative policy.
+
+The consistency function maps a noisy action at noise level tau straight to a clean one:
+
+    f_theta(a_tau, tau, s) = c_skip(tau) a_tau + c_out(tau) F_theta(a_tau, tau, s),
+    c_skip = sigma_data^2 / ((tau - eps)^2 + sigma_data^2),  c_out = sigma_data (tau - eps) / sqrt(tau^2 + sigma_data^2),
+
+with sigma_data = 0.5 and eps = 0.002, so f(a, eps) = a exactly (c_skip = 1, c_out = 0).
+F_theta is an MLP (3 x 256 Mish) on [c_in a_tau, time embedding, s]. c_in = 1 / sqrt(tau^2 + sigma_data^2)
+(EDM's input scaling) is genpol's default; the reference feeds a_tau raw (``scale_input=False``), which
+puts inputs of size ~80 into the first layer at the first sampling step: on MultiGoal BC at 3000
+steps the raw input left unimodal states with +-0.3 of action noise, c_in about +-0.03. The time input is
+log(tau / eps) / log(tau_max / eps), which maps [eps, tau_max] onto [0, 1] for
+``nets.sinusoidal_time_embedding`` (the reference embeds raw tau with transformer frequencies).
+
+Sampling (T = ``sampling_steps``, 2 by default): noise levels linspace(tau_min_sampling, tau_max, T)
+taken in descending order; a ~ N(0, tau_max^2), a <- f(a, tau_max); then for every further tau,
+a <- f(a + sqrt(tau^2 - eps^2) xi, tau); clamp to [-1, 1]. ``rsample`` keeps the graph (Q-gradient
+actors); its clamp lets the gradient of a saturated action back in when it points into the box
+(``clamp_gradient``, ``genpol.heads.bounds``: with torch's clamp a Q-loss-only actor freezes at a
+corner of the box), and is torch's clamp in the forward pass. ``candidates`` draws n per state in one batched call, ``act(deterministic=True)`` draws the
+noise from a fixed seed so that it is a function of s.
+
+Consistency training (``imitation_loss``, Consistency-BC): N(k) Karras boundaries (rho 7 on
+[eps, tau_max]) with N growing from 2 to 150 over ``ct_total_steps`` (the CM paper's schedule);
+n ~ U{0..N-2}, xi ~ N(0, I), loss d(f_theta(a + tau_{n+1} xi, tau_{n+1}), f_target(a + tau_n xi, tau_n)),
+optionally weighted by 100 / (tau_{n+1} - tau_n) (the reference's ``scale_consis_loss``). The target
+network is an EMA of the online one (decay 0.995, every 5 steps from step 1000; before that a copy,
+as Diffusion-QL's EMA helpers do). The head counts its own training steps: every ``imitation_loss``
+call made in training mode is one step, and it first refreshes the target from the weights the
+previous steps produced. Target and step count are saved with the head (exact resume).
+
+On-policy sampler (``sample`` / ``log_ratio``, genpol's extension, "no peer offers this"). The
+multistep sampler is a Markov chain x_0 -> x_1 -> ... -> x_T over noisy actions:
+
+    x_0 ~ N(0, tau_max^2 I)                                  (fixed, no parameters)
+    x_{i+1} ~ N(f_theta(x_i, tau_i, s), sigma_{i+1}^2 I),    i = 0 .. T - 1,
+
+with sigma_{i+1} = max(sqrt(tau_{i+1}^2 - eps^2), min_sampling_std) for the re-noising steps and
+sigma_T = min_sampling_std for the last (the action, executed clamped to [-1, 1] by the env's action
+clip; the record holds the unclamped x_T). Every transition is Gaussian, so each has an exact
+log-probability (summed over action dims), and ``log_ratio`` is ``[B, T]``, one unit per step, as
+DPPO's denoising chain. ``kl`` is exact per step (equal stds): the mean over steps of
+sum_dims (mu_old - mu_theta)^2 / (2 sigma^2), which matches the updaters' mean over units.
+
+Action chunks (``act_steps`` executed of ``horizon_steps`` predicted, as DPPO's head): the network,
+the chain and the CT targets are whole chunks of C = horizon_steps * A values; acting returns the
+first act_steps * A. The last transition's log-prob and KL sum over those executed dims only: the
+rest of x_T is a leaf of the chain that nothing executes, so leaving it out is exact marginalization
+(the earlier transitions keep every dim, since they feed the later means).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
+from genpol.heads.chunking import ChunkedActions
+from genpol.nets import MLP, activation_class, sinusoidal_time_embedding
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def consistency_coefficients(tau: torch.Tensor, sigma_data: float = 0.5, eps: float = 0.002
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tau [...]`` -> ``(c_skip [...], c_out [...])`` of the consistency parameterization."""
+    shifted = tau - eps
+    c_skip = sigma_data**2 / (shifted.square() + sigma_data**2)
+    c_out = sigma_data * shifted / (tau.square() + sigma_data**2).sqrt()
+    return c_skip, c_out
+
+
+def karras_boundaries(num_scales: int, eps: float = 0.002, tau_max: float = 80.0, rho: float = 7.0) -> torch.Tensor:
+    """The ``num_scales`` noise levels ``[N]`` of Karras et al., ascending from ``eps`` to ``tau_max``."""
+    if num_scales < 2:
+        raise ValueError(f"Karras boundaries need at least 2 scales, got {num_scales}")
+    ramp = torch.arange(num_scales, dtype=torch.float64) / (num_scales - 1)
+    inverse = eps ** (1 / rho) + ramp * (tau_max ** (1 / rho) - eps ** (1 / rho))
+    return (inverse**rho).float()
+
+
+def ct_num_scales(step: int, total_steps: int, initial: int = 2, final: int = 150) -> int:
+    """N(k) of consistency training: ceil(sqrt(k / K ((s1 + 1)^2 - s0^2) + s0^2) - 1) + 1, from s0 at
+    k = 0 to s1 + 1 at k = K (Song et al. 2023, appendix C; the step is clamped to K)."""
+    fraction = min(step, total_steps) / max(total_steps, 1)
+    return math.ceil(math.sqrt(fraction * ((final + 1) ** 2 - initial**2) + initial**2) - 1) + 1
+
+
+def lognormal_level_weights(boundaries: torch.Tensor, mean: float = -1.1, std: float = 2.0) -> torch.Tensor:
+    """``[N]`` boundaries -> ``[N - 1]`` probabilities of the pairs (tau_n, tau_{n+1}) under improved CT's
+    discretized log-normal (Song & Dhariwal 2023, eq. 11): p(n) proportional to
+    erf((log tau_{n+1} - mean) / (sqrt(2) std)) - erf((log tau_n - mean) / (sqrt(2) std))."""
+    cdf = torch.erf((boundaries.double().log() - mean) / (math.sqrt(2.0) * std))
+    weights = cdf[1:] - cdf[:-1]
+    return (weights / weights.sum()).float()
+
+
+def pseudo_huber(difference: torch.Tensor) -> torch.Tensor:
+    """``[B, A]`` -> ``[B]``: sqrt(||d||^2 + c^2) - c with c = 0.00054 sqrt(A) (improved CT)."""
+    c = 0.00054 * math.sqrt(difference.shape[-1])
+    return (difference.square().sum(dim=-1) + c * c).sqrt() - c
+
+
+class ConsistencyNetwork(nn.Module):
+    """``F_theta(a_tau, tau, s)``: an MLP on [a_tau, time MLP(sinusoidal(u)), s], u = log(tau / eps) / log(tau_max / eps)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int], activation: str, time_dim: int,
+                 eps: float, tau_max: float):
+        super().__init__()
+        self.time_dim, self.eps, self.log_range = time_dim, eps, math.log(tau_max / eps)
+        act = activation_class(activation)
+        self.time_mlp = nn.Sequential(nn.Linear(time_dim, 2 * time_dim), act(), nn.Linear(2 * time_dim, time_dim))
+        self.body = MLP(act_dim + time_dim + obs_dim, hidden_sizes, act_dim, activation, orthogonal_init=False)
+
+    def forward(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``noisy [B, C]``, ``tau [B]``, ``obs [B, D]`` -> ``[B, C]`` (C: the chunk's size, A without chunks)."""
+        u = (tau / self.eps).log() / self.log_range
+        embedding = self.time_mlp(sinusoidal_time_embedding(u, self.time_dim))
+        return self.body(torch.cat([noisy, embedding, obs], dim=-1))
+
+
+class ConsistencyHead(ChunkedActions, PolicyHead):
+    """Consistency policy. See the module docstring for the method and the defaults' sources.
+
+    Args:
+        obs_dim, act_dim: sizes (``act_dim`` = ``act_steps * A`` in a chunked env).
+        act_steps, horizon_steps: action chunks, as DPPO's diffusion head: the network predicts
+            ``horizon_steps`` actions per observation and the env executes the first ``act_steps``
+            (1, 1: single actions). Q-gradient learners need single actions.
+        hidden_sizes, activation, time_dim: F_theta (reference: 3 x 256 Mish, 16-dim time embedding).
+        sampling_steps: T, network calls per action (2; the reference uses 5 on some tasks).
+        sigma_data, eps, tau_max, tau_min_sampling: the parameterization and the sampling noise levels.
+        rho, ct_initial_scales, ct_final_scales, ct_total_steps: consistency training's boundaries and
+            N(k) schedule (N reaches ct_final_scales + 1 after ct_total_steps training steps).
+        target_decay, target_every, target_start: the EMA target network.
+        ct_distance: ``l2`` (mean squared error, the reference) or ``pseudo_huber``.
+        ct_noise_sampling: how a training pair of levels is drawn: ``uniform`` over n (the reference) or
+            ``lognormal`` (improved CT's discretized log-normal, mean -1.1, std 2.0).
+        ct_loss_scale: weight each sample's loss by 100 / (tau_{n+1} - tau_n) (reference default).
+        min_sampling_std: the std floor of the on-policy sampler (and the std of its last step).
+        scale_input: feed F_theta c_in(tau) a_tau, c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM, Song et al.);
+            False feeds a_tau raw, as the reference does ("no c_in").
+        clamp_gradient: the backward pass of ``rsample``'s clamp to [-1, 1]: ``inward`` (default),
+            ``straight_through`` or ``zero`` (torch's, the reference's); ``genpol.heads.bounds``.
+    """
+
+    family = "consistency"
+    capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION, Capability.REPARAMETERIZED,
+                              Capability.CANDIDATES})
+    has_exact_kl = True
+    has_entropy = False
+
+    def __init__(self, obs_dim: int, act_dim: int, act_steps: int = 1, horizon_steps: int = 1,
+                 hidden_sizes: Sequence[int] = (256, 256, 256),
+                 activation: str = "mish", time_dim: int = 16, sampling_steps: int = 2, sigma_data: float = 0.5,
+                 eps: float = 0.002, tau_max: float = 80.0, tau_min_sampling: float = 2.0, rho: float = 7.0,
+                 ct_initial_scales: int = 2, ct_final_scales: int = 150, ct_total_steps: int = 20_000,
+                 target_decay: float = 0.995, target_every: int = 5, target_start: int = 1000,
+                 ct_distance: str = "l2", ct_loss_scale: bool = True, min_sampling_std: float = 0.1,
+                 scale_input: bool = True, clamp_gradient: str = "inward", ct_noise_sampling: str = "uniform"):
+        super().__init__(obs_dim, act_dim)
+        if act_steps < 1 or act_dim % act_steps or horizon_steps < act_steps:
+            raise ValueError(f"consistency chunks need act_dim ({act_dim}) a multiple of act_steps ({act_steps}) "
+                             f"and horizon_steps ({horizon_steps}) >= act_steps")
+        if sampling_steps < 1:
+            raise ValueError(f"consistency sampling_steps must be >= 1, got {sampling_steps}")
+        if not 0 < eps < tau_min_sampling <= tau_max:
+            raise ValueError(f"consistency noise levels need 0 < eps ({eps}) < tau_min_sampling "
+                             f"({tau_min_sampling}) <= tau_max ({tau_max})")
+        if ct_distance not in ("l2", "pseudo_huber"):
+            raise ValueError(f"consistency ct_distance must be 'l2' or 'pseudo_huber', got '{ct_distance}'")
+        if ct_noise_sampling not in ("uniform", "lognormal"):
+            raise ValueError("consistency ct_noise_sampling must be 'uniform' or 'lognormal', "
+                             f"got '{ct_noise_sampling}'")
+        if clamp_gradient not in CLAMP_GRADIENTS:
+            raise ValueError(f"consistency clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
+        if min_sampling_std <= 0:
+            raise ValueError(f"consistency min_sampling_std must be > 0 (the last step's std), got {min_sampling_std}")
+        self.spec_kwargs = {
+            "act_steps": act_steps, "horizon_steps": horizon_steps,
+            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
+            "sampling_steps": sampling_steps, "sigma_data": sigma_data, "eps": eps, "tau_max": tau_max,
+            "tau_min_sampling": tau_min_sampling, "rho": rho, "ct_initial_scales": ct_initial_scales,
+            "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
+            "target_every": target_every, "target_start": target_start, "ct_distance": ct_distance,
+            "ct_loss_scale": ct_loss_scale, "min_sampling_std": min_sampling_std, "scale_input": scale_input,
+            "clamp_gradient": clamp_gradient, "ct_noise_sampling": ct_noise_sampling,
+        }
+        self.scale_input, self.clamp_gradient = scale_input, clamp_gradient
+        self.act_steps, self.horizon_steps = act_steps, horizon_steps
+        self.chunk_dim = horizon_steps * (act_dim // act_steps)  # what the network denoises
+        self.executed_dim = act_dim  # the chunk's first act_steps actions
+        self.sigma_data, self.eps, self.tau_max, self.rho = sigma_data, eps, tau_max, rho
+        self.sampling_steps = sampling_steps
+        self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = ct_initial_scales, ct_final_scales, ct_total_steps
+        self.target_decay, self.target_every, self.target_start = target_decay, target_every, target_start
+        self.ct_distance, self.ct_loss_scale, self.ct_noise_sampling = ct_distance, ct_loss_scale, ct_noise_sampling
+        self.min_sampling_std = min_sampling_std
+        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim, eps, tau_max)
+        self.target = copy.deepcopy(self.network)
+        for parameter in self.target.parameters():
+            parameter.requires_grad_(False)
+        self.ct_step = 0  # consistency-training steps taken (saved as extra state)
+        levels = torch.linspace(tau_min_sampling, tau_max, sampling_steps).flip(0) if sampling_steps > 1 \
+            else torch.tensor([tau_max])
+        self.register_buffer("sampling_taus", levels, persistent=False)
+        # std of transition i (x_i -> x_{i+1}): the re-noising level of step i + 1, the floor for the last
+        renoise = (levels[1:].square() - eps**2).sqrt().clamp(min=min_sampling_std)
+        self.register_buffer("step_stds", torch.cat([renoise, torch.tensor([min_sampling_std])]), persistent=False)
+        # which dims of each chain transition enter its log-prob: all, except the never-executed tail of the
+        # last one (a leaf: marginalizing it out is exact, and it would only add variance to the ratio)
+        dims = torch.ones(sampling_steps, self.chunk_dim)
+        dims[-1, act_dim:] = 0.0
+        self.register_buffer("logprob_dims", dims, persistent=False)
+
+    # ------------------------------------------------------------------ the consistency function
+    def consistency(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor,
+                    network: nn.Module | None = None) -> torch.Tensor:
+        """``f(noisy [B, C], tau [B], obs [B, D]) -> [B, C]`` with the online network (or ``network``)."""
+        c_skip, c_out = consistency_coefficients(tau.unsqueeze(-1), self.sigma_data, self.eps)
+        network_input = noisy
+        if self.scale_input:  # EDM's c_in: unit-variance network inputs at every noise level
+            network_input = noisy / (tau.unsqueeze(-1).square() + self.sigma_data**2).sqrt()
+        return c_skip * noisy + c_out * (network or self.network)(network_input, tau, obs)
+
+    def _multistep(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The reference sampler, differentiable, before clamping: ``obs [B, D] -> [B, C]`` (the whole chunk)."""
+        batch = obs.shape[0]
+        x = torch.randn(batch, self.chunk_dim, device=obs.device, generator=generator) * self.tau_max
+        action = self.consistency(x, self.sampling_taus[0].expand(batch), obs)
+        for tau in self.sampling_taus[1:]:
+            noise = torch.randn(action.shape, device=obs.device, generator=generator)
+            x = action + (tau.square() - self.eps**2).sqrt() * noise
+            action = self.consistency(x, tau.expand(batch), obs)
+        return action
+
+    def rsample(self, obs: torch.Tensor) -> torch.Tensor:
+        return clamp_to_box(self._multistep(obs, None)[:, : self.executed_dim], self.clamp_gradient)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
+        return self._multistep(obs, generator)[:, : self.executed_dim].clamp(-1.0, 1.0)
+
+    def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
+        """``[B, n, A]`` from the (differentiable) sampler on the repeated observations."""
+        return self.rsample(obs.repeat_interleave(num_candidates, dim=0)).reshape(obs.shape[0], num_candidates, -1)
+
+    # ------------------------------------------------------------------ on-policy chain
+    def chain_log_probs(self, obs: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of the stored transitions under the current weights.
+
+        Args:
+            obs: ``[B, D]``; chain: ``[B, T + 1, C]`` (x_0 .. x_T, whole chunks).
+        Returns:
+            ``(log_probs [B, T], means [B, T, C])``, summed over the chunk's dims (the last transition:
+            over the executed ones); one batched network call.
+        """
+        batch, steps = obs.shape[0], self.sampling_steps
+        taus = self.sampling_taus.repeat(batch)
+        repeated_obs = obs.unsqueeze(1).expand(batch, steps, obs.shape[-1]).reshape(batch * steps, -1)
+        means = self.consistency(chain[:, :-1].reshape(batch * steps, -1), taus, repeated_obs).view(batch, steps, -1)
+        stds = self.step_stds.view(1, steps, 1)
+        z = (chain[:, 1:] - means) / stds
+        log_probs = ((-0.5 * z.square() - stds.log() - _HALF_LOG_2PI) * self.logprob_dims).sum(dim=-1)
+        return log_probs, means
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        batch = obs.shape[0]
+        x = torch.randn(batch, self.chunk_dim, device=obs.device) * self.tau_max
+        chain = [x]
+        for i in range(self.sampling_steps):
+            mean = self.consistency(x, self.sampling_taus[i].expand(batch), obs)
+            x = mean + self.step_stds[i] * torch.randn_like(mean)
+            chain.append(x)
+        chain_tensor = torch.stack(chain, dim=1)
+        log_probs, means = self.chain_log_probs(obs, chain_tensor)
+        return x[:, : self.executed_dim].clamp(-1.0, 1.0), {"chain": chain_tensor, "log_prob": log_probs, "mean": means}
+
+    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
+        log_probs, _ = self.chain_log_probs(obs, record["chain"])
+        return RatioTerms(log_ratio=log_probs - record["log_prob"])
+
+    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
+        _, means = self.chain_log_probs(obs, record["chain"])
+        variance = self.step_stds.square().view(1, -1, 1)
+        per_dim = (means - record["mean"]).square() / (2 * variance) * self.logprob_dims
+        return per_dim.sum(dim=-1).mean(dim=-1)
+
+    # ------------------------------------------------------------------ consistency training
+    @torch.no_grad()
+    def update_target(self) -> None:
+        """Copy the online network into the target before ``target_start``, EMA after it."""
+        online, target = list(self.network.parameters()), list(self.target.parameters())
+        if self.ct_step < self.target_start:
+            torch._foreach_copy_(target, online)
+        else:
+            torch._foreach_lerp_(target, online, 1.0 - self.target_decay)
+
+    def consistency_training_loss(self, obs: torch.Tensor, actions: torch.Tensor, num_scales: int) -> torch.Tensor:
+        """CT loss (scalar) on ``obs [B, D]`` and clean ``actions [B, C]`` with N = ``num_scales``
+        boundaries: draws n ~ U{0..N-2} (or improved CT's log-normal) and xi ~ N(0, I), then ``ct_loss_at``."""
+        boundaries = karras_boundaries(num_scales, self.eps, self.tau_max, self.rho).to(obs.device)
+        if self.ct_noise_sampling == "lognormal":
+            index = torch.multinomial(lognormal_level_weights(boundaries), obs.shape[0], replacement=True)
+        else:
+            index = torch.randint(0, num_scales - 1, (obs.shape[0],), device=obs.device)
+        return self.ct_loss_at(obs, actions, boundaries[index], boundaries[index + 1], torch.randn_like(actions))
+
+    def ct_loss_at(self, obs: torch.Tensor, actions: torch.Tensor, tau_low: torch.Tensor, tau_high: torch.Tensor,
+                   noise: torch.Tensor) -> torch.Tensor:
+        """mean_b w_b d(f_theta(a + tau_high xi, tau_high), f_target(a + tau_low xi, tau_low)) for given
+        ``tau_low, tau_high [B]`` and ``noise [B, C]``; w = 100 / (tau_high - tau_low) with ``ct_loss_scale``."""
+        prediction = self.consistency(actions + tau_high.unsqueeze(-1) * noise, tau_high, obs)
+        with torch.no_grad():
+            target = self.consistency(actions + tau_low.unsqueeze(-1) * noise, tau_low, obs, self.target)
+        difference = prediction - target
+        per_sample = difference.square().mean(dim=-1) if self.ct_distance == "l2" else pseudo_huber(difference)
+        if self.ct_loss_scale:
+            per_sample = 100.0 / (tau_high - tau_low) * per_sample
+        return per_sample.mean()
+
+    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Consistency training on expert ``actions [B, C]`` (chunks of ``horizon_steps`` actions, in [-1, 1]);
+        in training mode each call is one CT step (it advances N(k) and refreshes the target every
+        ``target_every`` steps)."""
+        if actions.shape[-1] != self.chunk_dim:
+            raise ValueError(f"consistency imitation needs action chunks of {self.horizon_steps} x "
+                             f"{self.act_dim // self.act_steps} = {self.chunk_dim} values, got {actions.shape[-1]}")
+        if self.training:
+            if self.ct_step % self.target_every == 0:
+                self.update_target()
+            self.ct_step += 1
+        scales = ct_num_scales(self.ct_step, self.ct_total_steps, self.ct_initial_scales, self.ct_final_scales)
+        return self.consistency_training_loss(obs, actions, scales)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"ct_step": self.ct_step}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.ct_step = int(state["ct_step"])

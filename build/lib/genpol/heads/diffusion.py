@@ -1,0 +1,331 @@
+"""DPPO (Ren et al., ICLR 2025): a diffusion policy fine-tuned as a two-layer MDP.
+
+The head predicts a chunk of ``horizon_steps`` actions (flattened, ``H * A``); the env executes
+the first ``act_steps`` of them (``genpol.envs.chunking``). Each denoising step is a Gaussian policy
+``x^{k-1} ~ N(mu_theta(x^k, k, s), sigma_k^2)``, so the denoising chain has exact per-step
+log-probabilities and the ratio is taken per step:
+
+* only the last ``ft_denoising_steps`` (K') steps are fine-tuned, on the trainable ``denoiser``;
+  the earlier steps run a frozen copy (``start_finetuning`` refreshes it from the pretrained,
+  usually EMA, weights). From scratch, K' = K and there is no frozen copy (see below);
+* sampling clips each step's std from below at ``min_sampling_std`` (exploration); log-probs use
+  ``min_logprob_std`` (raw DDPM posterior stds near the end are ~1e-2 and would make ratios explode);
+* the Gaussian noise is clipped to +-``randn_clip``, the predicted clean action x0 to
+  +-``denoised_clip``, and the final sample to [-1, 1];
+* per-element log-probs are clamped to ``logprob_clamp`` and averaged (not summed) over the
+  executed action dims, which keeps ratios near 1 and explains DPPO's tiny clip values;
+* the record stores the last K' + 1 chain states, ``log_ratio`` returns ``[B, K']``, the advantage
+  of step j (j = 0 the noisiest) is weighted by ``gamma_denoising^(K' - 1 - j)`` and its clip range
+  is interpolated from ``clip_base`` (noisiest) to ``clip_final`` (last step) as
+  ``base + (final - base) (e^{3u} - 1) / (e^3 - 1)``, ``u = j / (K' - 1)``; a single fine-tuned
+  step (K' = 1) is the last step and gets ``clip_final``, as in DPPO's code. Without ``clip_final``
+  the head hands out no per-step clip and the updater's ``clip_range`` applies to every step; a
+  config fills ``clip_final`` from ``updater.clip_range`` when ``clip_base`` is set, so the
+  updater's value is the one source of the final step's clip (``TrainConfig.__post_init__``).
+
+Early steps at their pretrained weights. With K' < K the first K - K' steps run ``frozen_denoiser``,
+which holds the weights of the moment ``start_finetuning`` was called (after pretraining). Until
+then it holds the random initialization, and those steps would never learn: a config that trains
+from scratch must fine-tune every step (K' = K), which ``TrainConfig.__post_init__`` enforces.
+
+Schedules come from diffusers (``DDPMScheduler`` / ``DDIMScheduler``, cosine ``squaredcos_cap_v2``,
+epsilon prediction); the steps are written out here because DPPO needs their Gaussian means and
+variances, which the schedulers' ``step`` functions do not expose. ``kl`` is exact: the mean over
+fine-tuned steps and action dims of KL(N(mu_old, sigma^2) || N(mu_theta, sigma^2)) with the log-prob
+std, which matches the averaged log-ratio.
+
+Deterministic evaluation follows DPPO's noise levels - DDPM keeps std 1e-3 on intermediate steps and
+0 on the last, DDIM uses eta = 0 - with the initial and intermediate noise drawn from a fixed seed,
+so that ``act(s, deterministic=True)`` is a function of s. With DDIM, eta = 0 evaluates another chain
+than the one fine-tuning trains (its means carry sqrt(1 - abar_prev - sigma^2) eps, sigma set by the
+sampling eta). ``ddim_eval_eta`` = ``ddim_eta`` evaluates the trained chain's means without noise
+instead, as DDPM's evaluation does; on Hopper (``bench/dppo_options.py``, 3 seeds, 120k steps) that
+read 1446, 1429 and 1741 after fine-tuning where eta = 0 read 586, 544 and 601.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
+from genpol.heads.chunking import ChunkedActions
+from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
+
+
+class Denoiser(nn.Module):
+    """``eps_theta(x_k, k, s)``: residual MLP on [x_k, time embedding, observation] (DPPO's DiffusionMLP)."""
+
+    def __init__(self, obs_dim: int, chunk_dim: int, hidden_sizes: Sequence[int], activation: str, time_dim: int):
+        super().__init__()
+        self.time_dim = time_dim
+        act = activation_class(activation)
+        self.time_mlp = nn.Sequential(nn.Linear(time_dim, 2 * time_dim), act(), nn.Linear(2 * time_dim, time_dim))
+        self.body = ResidualMLP(chunk_dim + time_dim + obs_dim, hidden_sizes, chunk_dim, activation)
+
+    def forward(self, x: torch.Tensor, timestep: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``x [B, C]``, ``timestep [B]`` (diffusion timestep, float), ``obs [B, D]`` -> ``eps [B, C]``.
+
+        The sinusoidal embedding gets ``timestep / 1000``: ``sinusoidal_time_embedding`` expects
+        [0, 1] inputs, and 1000 covers every schedule length in use."""
+        embedding = self.time_mlp(sinusoidal_time_embedding(timestep / 1000.0, self.time_dim))
+        return self.body(torch.cat([x, embedding, obs], dim=-1))
+
+
+class DiffusionHead(ChunkedActions, PolicyHead):
+    """DPPO's diffusion policy. See the module docstring for the method and the defaults' sources.
+
+    Args:
+        obs_dim: observation size.
+        act_dim: the env's action size = ``act_steps * A`` (chunked env).
+        act_steps: executed actions per chunk; horizon_steps: predicted actions per chunk (>= act_steps).
+        denoising_steps: K, the DDPM training steps (and sampling steps without DDIM).
+        ft_denoising_steps: K', the last steps that are fine-tuned (K' = K from scratch).
+        use_ddim, ddim_steps: sample with DDIM in ``ddim_steps`` steps (then K' <= ddim_steps).
+        hidden_sizes, activation, time_dim: the denoiser.
+        min_sampling_std, min_logprob_std, randn_clip, denoised_clip, logprob_clamp: see above.
+        gamma_denoising: denoising discount of the per-step advantages.
+        clip_base, clip_final: per-step clip range at the noisiest and the last fine-tuned step
+            (``unit_clip``). ``clip_base`` None: ``clip_final`` at every step. ``clip_final`` None
+            (then ``clip_base`` must be None too): no per-step clip, the updater's clip applies.
+        ddim_eta: DDIM's eta during (stochastic) sampling.
+        ddim_eval_eta: DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; ``ddim_eta``
+            follows the means of the chain that fine-tuning trains (see the module docstring).
+        clamp_gradient: the backward pass of ``rsample``'s final clamp to [-1, 1] (Diffusion-QL's
+            Q-gradient): ``inward`` (default), ``straight_through`` or ``zero`` (torch's, Diffusion-QL's);
+            see ``genpol.heads.bounds``. The forward value is the clamp in every mode.
+    """
+
+    family = "diffusion"
+    # rsample: the stochastic chain keeps its graph, so Q-gradient learners (Diffusion-QL) train through it
+    capabilities = PolicyHead.capabilities | {Capability.REPARAMETERIZED}
+    has_exact_kl = True
+    has_entropy = False
+
+    def __init__(self, obs_dim: int, act_dim: int, act_steps: int = 1, horizon_steps: int = 1,
+                 denoising_steps: int = 20, ft_denoising_steps: int = 10, use_ddim: bool = False,
+                 ddim_steps: int = 5, hidden_sizes: Sequence[int] = (512, 512, 512), activation: str = "mish",
+                 time_dim: int = 16, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
+                 randn_clip: float = 3.0, denoised_clip: float = 1.0, logprob_clamp: Sequence[float] = (-5.0, 2.0),
+                 gamma_denoising: float = 0.99, clip_base: float | None = None, clip_final: float | None = None,
+                 ddim_eta: float = 1.0, ddim_eval_eta: float = 0.0, clamp_gradient: str = "inward"):
+        super().__init__(obs_dim, act_dim)
+        if clamp_gradient not in CLAMP_GRADIENTS:
+            raise ValueError(f"diffusion clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
+        if act_dim % act_steps:
+            raise ValueError(f"act_dim {act_dim} is not a multiple of act_steps {act_steps}")
+        if horizon_steps < act_steps:
+            raise ValueError(f"horizon_steps ({horizon_steps}) must be >= act_steps ({act_steps})")
+        steps_sampled = ddim_steps if use_ddim else denoising_steps
+        if not 1 <= ft_denoising_steps <= steps_sampled:
+            raise ValueError(f"ft_denoising_steps must be in [1, {steps_sampled}], got {ft_denoising_steps}")
+        if clip_final is None and clip_base is not None:
+            raise ValueError("clip_base needs clip_final: the schedule rises from clip_base to clip_final")
+        self.spec_kwargs = {
+            "act_steps": act_steps, "horizon_steps": horizon_steps, "denoising_steps": denoising_steps,
+            "ft_denoising_steps": ft_denoising_steps, "use_ddim": use_ddim, "ddim_steps": ddim_steps,
+            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
+            "min_sampling_std": min_sampling_std, "min_logprob_std": min_logprob_std, "randn_clip": randn_clip,
+            "denoised_clip": denoised_clip, "logprob_clamp": list(logprob_clamp),
+            "gamma_denoising": gamma_denoising, "clip_base": clip_base, "clip_final": clip_final,
+            "ddim_eta": ddim_eta, "ddim_eval_eta": ddim_eval_eta, "clamp_gradient": clamp_gradient,
+        }
+        self.act_steps, self.horizon_steps = act_steps, horizon_steps
+        self.single_act_dim = act_dim // act_steps
+        self.chunk_dim = horizon_steps * self.single_act_dim
+        self.executed_dim = act_dim
+        self.num_steps, self.ft_steps = steps_sampled, ft_denoising_steps
+        self.use_ddim = use_ddim
+        self.min_sampling_std, self.min_logprob_std = min_sampling_std, min_logprob_std
+        self.randn_clip, self.denoised_clip = randn_clip, denoised_clip
+        self.logprob_clamp = tuple(logprob_clamp)
+        self.ddim_eta, self.ddim_eval_eta = ddim_eta, ddim_eval_eta
+        self.clamp_gradient = clamp_gradient
+        self.denoiser = Denoiser(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim)
+        self.frozen_denoiser = None
+        if ft_denoising_steps < steps_sampled:  # early steps run the pretrained weights, frozen
+            self.frozen_denoiser = self._frozen_copy()
+        self._register_schedule(denoising_steps, use_ddim, ddim_steps)
+        j = torch.arange(ft_denoising_steps, dtype=torch.float32)
+        self.register_buffer("unit_weights", gamma_denoising ** (ft_denoising_steps - 1 - j), persistent=False)
+        # None: no per-step clip, the updater's clip_range applies to every step
+        unit_clip = None if clip_final is None else self.clip_schedule(ft_denoising_steps, clip_base, clip_final)
+        self.register_buffer("unit_clip", unit_clip, persistent=False)
+
+    @staticmethod
+    def clip_schedule(ft_steps: int, clip_base: float | None, clip_final: float) -> torch.Tensor:
+        """DPPO's per-step clip ``[K']``: exponential from ``clip_base`` (j = 0, the noisiest step) to
+        ``clip_final`` (j = K' - 1, the last step); ``clip_base`` None is a constant ``clip_final``."""
+        if clip_base is None:
+            clip_base = clip_final
+        if ft_steps == 1:  # the only fine-tuned step is the last one (u = 1), not the noisiest (u = 0)
+            u = torch.ones(1)
+        else:
+            u = torch.arange(ft_steps, dtype=torch.float32) / (ft_steps - 1)
+        return clip_base + (clip_final - clip_base) * (torch.exp(3 * u) - 1) / (math.exp(3) - 1)
+
+    # ------------------------------------------------------------------ schedule
+    def _register_schedule(self, denoising_steps: int, use_ddim: bool, ddim_steps: int) -> None:
+        """Per sampling step i (0 = noisiest): the timestep, alpha-bar of it and of the step's target,
+        and the DDPM posterior coefficients and variance. Tables from diffusers' schedulers."""
+        # imported here: diffusers takes ~1.6 s to import, which every genpol process paid at start
+        from diffusers import DDIMScheduler, DDPMScheduler
+
+        ddpm = DDPMScheduler(num_train_timesteps=denoising_steps, beta_schedule="squaredcos_cap_v2",
+                             prediction_type="epsilon", clip_sample=False)
+        alphas_cumprod = ddpm.alphas_cumprod.to(torch.float32)
+        self.register_buffer("train_alphas_cumprod", alphas_cumprod, persistent=False)
+        if use_ddim:
+            ddim = DDIMScheduler(num_train_timesteps=denoising_steps, beta_schedule="squaredcos_cap_v2",
+                                 prediction_type="epsilon", clip_sample=False, set_alpha_to_one=True)
+            ddim.set_timesteps(ddim_steps)
+            timesteps = ddim.timesteps.long()
+            previous = timesteps - denoising_steps // ddim_steps
+        else:
+            timesteps = torch.arange(denoising_steps - 1, -1, -1)
+            previous = timesteps - 1
+        alpha_bar = alphas_cumprod[timesteps]
+        alpha_bar_prev = torch.where(previous >= 0, alphas_cumprod[previous.clamp(min=0)], torch.ones(()))
+        beta = 1 - alpha_bar / alpha_bar_prev  # the step's own beta (= beta_t for DDPM)
+        self.register_buffer("timesteps", timesteps.float(), persistent=False)
+        self.register_buffer("alpha_bar", alpha_bar, persistent=False)
+        self.register_buffer("alpha_bar_prev", alpha_bar_prev, persistent=False)
+        self.register_buffer("coef_x0", alpha_bar_prev.sqrt() * beta / (1 - alpha_bar), persistent=False)
+        self.register_buffer("coef_xt", (1 - beta).sqrt() * (1 - alpha_bar_prev) / (1 - alpha_bar), persistent=False)
+        # DDPM's posterior variance; it is also DDIM's sigma^2 at eta = 1 (scaled by eta^2 in step_mean)
+        variance = beta * (1 - alpha_bar_prev) / (1 - alpha_bar)
+        self.register_buffer("variance", variance.clamp(min=1e-20), persistent=False)
+
+    def _frozen_copy(self) -> nn.Module:
+        frozen = copy.deepcopy(self.denoiser)
+        for parameter in frozen.parameters():
+            parameter.requires_grad_(False)
+        return frozen
+
+    def start_finetuning(self) -> None:
+        """Freeze the current (pretrained) weights for the early, non-fine-tuned denoising steps."""
+        if self.frozen_denoiser is not None:
+            self.frozen_denoiser.load_state_dict(self.denoiser.state_dict())
+
+    # ------------------------------------------------------------------ one denoising step
+    def step_mean(self, x: torch.Tensor, step: torch.Tensor, obs: torch.Tensor,
+                  network: nn.Module, eta: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and variance of ``x^{k-1}`` given ``x [B, C]`` at sampling steps ``step [B]`` (long).
+
+        Returns ``(mean [B, C], variance [B, 1])`` (the raw schedule variance, before std clipping).
+        """
+        alpha_bar = self.alpha_bar[step].unsqueeze(-1)
+        eps = network(x, self.timesteps[step], obs)
+        x0 = ((x - (1 - alpha_bar).sqrt() * eps) / alpha_bar.sqrt()).clamp(-self.denoised_clip, self.denoised_clip)
+        variance = self.variance[step].unsqueeze(-1)
+        if self.use_ddim:
+            eps = (x - alpha_bar.sqrt() * x0) / (1 - alpha_bar).sqrt()  # consistent with the clipped x0
+            alpha_bar_prev = self.alpha_bar_prev[step].unsqueeze(-1)
+            variance = eta**2 * variance
+            mean = alpha_bar_prev.sqrt() * x0 + (1 - alpha_bar_prev - variance).clamp(min=0).sqrt() * eps
+        else:
+            mean = self.coef_x0[step].unsqueeze(-1) * x0 + self.coef_xt[step].unsqueeze(-1) * x
+        return mean, variance
+
+    def _network(self, step: int) -> nn.Module:
+        frozen = self.frozen_denoiser is not None and step < self.num_steps - self.ft_steps
+        return self.frozen_denoiser if frozen else self.denoiser
+
+    def _run_chain(self, obs: torch.Tensor, deterministic: bool, reparameterized: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample a chunk; returns ``(final sample [B, C], last K' + 1 chain states [B, K' + 1, C])``.
+
+        ``reparameterized``: the final clamp passes the gradient by ``clamp_gradient``'s rule (``rsample``);
+        otherwise it is torch's clamp (same values)."""
+        batch = obs.shape[0]
+        # deterministic: DPPO's noise levels, drawn from a fixed-seed generator, so that the same
+        # observation always gives the same action (DPPO's own evaluation redraws x_K every call)
+        generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
+        x = torch.randn(batch, self.chunk_dim, device=obs.device, generator=generator)
+        chain = []
+        first_ft = self.num_steps - self.ft_steps
+        for i in range(self.num_steps):
+            if i == first_ft:
+                chain.append(x)
+            step = torch.full((batch,), i, dtype=torch.long, device=obs.device)
+            eta = self.ddim_eval_eta if deterministic else self.ddim_eta
+            mean, variance = self.step_mean(x, step, obs, self._network(i), eta)
+            std = variance.sqrt()
+            last = i == self.num_steps - 1
+            if deterministic:
+                std = torch.zeros_like(std) if (last or self.use_ddim) else std.clamp(min=1e-3)
+            else:
+                std = std.clamp(min=self.min_sampling_std)
+            noise = torch.randn(x.shape, device=x.device, generator=generator).clamp(-self.randn_clip, self.randn_clip)
+            x = mean + std * noise
+            if last:
+                x = clamp_to_box(x, self.clamp_gradient) if reparameterized else x.clamp(-1.0, 1.0)
+            if i >= first_ft:
+                chain.append(x)
+        return x, torch.stack(chain, dim=1)
+
+    def chain_log_probs(self, obs: torch.Tensor, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per fine-tuned step log-probabilities of the stored transitions under the current weights.
+
+        Args:
+            obs: ``[B, D]``; chain: ``[B, K' + 1, C]``.
+        Returns:
+            ``(log_probs [B, K'], means [B, K', C])``: element log-probs clamped, averaged over the
+            executed action dims; one batched network call for all K' steps.
+        """
+        batch, k = obs.shape[0], self.ft_steps
+        steps = torch.arange(self.num_steps - k, self.num_steps, device=obs.device).repeat(batch)
+        x = chain[:, :-1].reshape(batch * k, -1)
+        repeated_obs = obs.unsqueeze(1).expand(batch, k, obs.shape[-1]).reshape(batch * k, -1)
+        mean, variance = self.step_mean(x, steps, repeated_obs, self.denoiser, self.ddim_eta)
+        std = variance.sqrt().clamp(min=self.min_logprob_std)
+        target = chain[:, 1:].reshape(batch * k, -1)
+        element = -0.5 * ((target - mean) / std).square() - std.log() - 0.5 * math.log(2 * math.pi)
+        element = element[:, : self.executed_dim].clamp(*self.logprob_clamp)
+        return element.mean(dim=-1).view(batch, k), mean.view(batch, k, -1)
+
+    # ------------------------------------------------------------------ the head protocol
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        final, chain = self._run_chain(obs, deterministic=False)
+        log_probs, means = self.chain_log_probs(obs, chain)
+        return final[:, : self.executed_dim], {"chain": chain, "log_prob": log_probs, "mean": means}
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        return self._run_chain(obs, deterministic)[0][:, : self.executed_dim]
+
+    def rsample(self, obs: torch.Tensor) -> torch.Tensor:
+        """The stochastic chain with its graph (every denoising step differentiable): ``[B, act_dim]``.
+
+        A saturated action's gradient passes back when it points into the box (``clamp_gradient``): with
+        torch's clamp a Q-loss-only actor whose samples all leave the box gets no gradient again."""
+        return self._run_chain(obs, deterministic=False, reparameterized=True)[0][:, : self.executed_dim]
+
+    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
+        log_probs, _ = self.chain_log_probs(obs, record["chain"])
+        return RatioTerms(log_ratio=log_probs - record["log_prob"], unit_weights=self.unit_weights,
+                          unit_clip=self.unit_clip)
+
+    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
+        batch, k = obs.shape[0], self.ft_steps
+        _, means = self.chain_log_probs(obs, record["chain"])
+        steps = torch.arange(self.num_steps - k, self.num_steps, device=obs.device)
+        eta_squared = self.ddim_eta**2 if self.use_ddim else 1.0
+        variance = (eta_squared * self.variance[steps]).clamp(min=self.min_logprob_std**2)
+        squared = (means - record["mean"])[..., : self.executed_dim].square()
+        return (squared / (2 * variance.view(1, k, 1))).mean(dim=(1, 2)).view(batch)
+
+    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """DDPM noise-prediction MSE on expert chunks ``actions [B, horizon_steps * A]`` (in [-1, 1])."""
+        if actions.shape[-1] != self.chunk_dim:
+            raise ValueError(f"diffusion imitation needs action chunks of {self.horizon_steps} x "
+                             f"{self.single_act_dim} = {self.chunk_dim} values, got {actions.shape[-1]}")
+        timestep = torch.randint(0, self.train_alphas_cumprod.numel(), (obs.shape[0],), device=obs.device)
+        alpha_bar = self.train_alphas_cumprod[timestep].unsqueeze(-1)
+        noise = torch.randn_like(actions)
+        noisy = alpha_bar.sqrt() * actions + (1 - alpha_bar).sqrt() * noise
+        return (self.denoiser(noisy, timestep.float(), obs) - noise).square().mean()

@@ -1,0 +1,132 @@
+"""FPO (McAllister et al. 2025): a flow policy whose likelihood ratio is replaced by flow-matching losses.
+
+The action is the ODE push-forward of Gaussian noise (10 Euler steps by default; no extra noise).
+At sampling time the head draws N_mc pairs (t_i, noise_i) per action, and records them with the
+per-sample flow-matching losses l_old,i under the sampling parameters. Since the weighted loss is a
+negative ELBO up to constants, L_old - L_theta approximates log pi_theta(a|s) - log pi_old(a|s):
+
+* ``ratio_mode="average"`` (FPO): log r = mean_i l_old,i - mean_i l_theta,i, one unit per action;
+* ``ratio_mode="per_sample"`` (FPO++): log r_i = clamp(l_old,i - l_theta,i, -3, 3), N_mc units, each
+  clipped on its own by the updater (FPO++ pairs this with the ASPO loss).
+
+The stored observations are the normalized ones of collection time, so the observation normalizer
+is in effect frozen during the update and log r is exactly 0 at its start (the reference code
+re-normalizes before the update, a known source of a spurious initial ratio).
+There is no closed-form KL or entropy: TRPO and the adaptive learning rate use the sample estimate.
+
+Mode collapse. FPO has no entropy control, and on a multimodal task its flow collapses onto one mode
+(ALGORITHMS.md 4.5; bench/multigoal.py: 1 of 4 MultiGoal goals). ``brownian_coef`` > 0 adds
+PolicyFlow's Brownian regularizer (flow_core.brownian_regularizer) on FPO's own velocity field, at
+the flow-matching points x_t that the ratio already evaluates, against a frozen snapshot of the
+rollout network. It is off by default (FPO's recipe); genpol's extension, measured in bench/multigoal.py.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from genpol.heads.base import PolicyHead, RatioTerms, Record
+from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_error,
+                                   flow_matching_loss, integrate, velocity_at_interpolants)
+
+LOG_RATIO_CLAMP = 3.0  # FPO's gridworld and FPO++ clamp each loss difference to [-3, 3]
+
+
+class FPOHead(VelocitySnapshot, PolicyHead):
+    """Flow Policy Optimization head.
+
+    Args:
+        obs_dim, act_dim: sizes.
+        hidden_sizes, activation, time_embed_dim, output_scale: the velocity network (FPO's
+            playground: 4 x 32 SiLU, output x 0.25).
+        integration_steps, integrator: the sampler (FPO: 10 Euler steps).
+        n_mc: (t, noise) pairs drawn per action (FPO: 8; FPO++ manipulation: 16).
+        ratio_mode: ``average`` (FPO) or ``per_sample`` (FPO++), see the module docstring.
+        t_sampling: ``grid`` - t from the sampler's grid {0, 0.1, ..., 0.9} (FPO's
+            ``discretize_t_for_training``), or ``uniform`` on [0, 1).
+        loss_weighting: ``eps`` (FPO's ``u_but_supervise_as_eps``: the velocity error times t^2, i.e. the
+            error of the implied noise prediction) or ``velocity`` (unweighted).
+        brownian_coef, brownian_beta: weight and temperature of the Brownian regularizer (0: off, FPO).
+    """
+
+    family = "fpo"
+    has_exact_kl = False
+    has_entropy = False
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (32, 32, 32, 32),
+                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 0.25,
+                 integration_steps: int = 10, integrator: str = "euler", n_mc: int = 8,
+                 ratio_mode: str = "average", t_sampling: str = "grid", loss_weighting: str = "eps",
+                 brownian_coef: float = 0.0, brownian_beta: float = 1.0):
+        super().__init__(obs_dim, act_dim)
+        if ratio_mode not in ("average", "per_sample"):
+            raise ValueError(f"FPO ratio_mode must be 'average' or 'per_sample', got '{ratio_mode}'")
+        if t_sampling not in ("grid", "uniform"):
+            raise ValueError(f"FPO t_sampling must be 'grid' or 'uniform', got '{t_sampling}'")
+        self.spec_kwargs = {
+            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_embed_dim": time_embed_dim,
+            "output_scale": output_scale, "integration_steps": integration_steps, "integrator": integrator,
+            "n_mc": n_mc, "ratio_mode": ratio_mode, "t_sampling": t_sampling, "loss_weighting": loss_weighting,
+            "brownian_coef": brownian_coef, "brownian_beta": brownian_beta,
+        }
+        self.velocity = VelocityNetwork(obs_dim, act_dim, hidden_sizes, activation, time_embed_dim, output_scale)
+        self.integration_steps = integration_steps
+        self.integrator = integrator
+        self.n_mc = n_mc
+        self.ratio_mode = ratio_mode
+        self.t_sampling = t_sampling
+        self.loss_weighting = loss_weighting
+        self.brownian_coef = brownian_coef
+        self.brownian_beta = brownian_beta
+        self.init_snapshot()
+
+    def generate(self, obs: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """Push ``x0 [B, A]`` through the flow conditioned on ``obs [B, D]``: the action ``[B, A]``."""
+        return integrate(lambda x, t: self.velocity(obs, x, t), x0, self.integration_steps, self.integrator)
+
+    def _draw_times(self, batch: int, device: torch.device) -> torch.Tensor:
+        if self.t_sampling == "grid":
+            index = torch.randint(0, self.integration_steps, (batch, self.n_mc), device=device)
+            return index.float() / self.integration_steps
+        return torch.rand(batch, self.n_mc, device=device)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        """The record: ``action [B, A]``, the pairs ``t [B, N]``, ``noise [B, N, A]``, their embedding
+        ``t_embed [B, N, E]`` (stored so that no minibatch step recomputes it) and ``cfm_loss [B, N]``."""
+        action = self.generate(obs, torch.randn(obs.shape[0], self.act_dim, device=obs.device))
+        t = self._draw_times(obs.shape[0], obs.device)
+        noise = torch.randn(obs.shape[0], self.n_mc, self.act_dim, device=obs.device)
+        t_embed = self.velocity.time_embedding(t)
+        loss = flow_matching_loss(self.velocity, obs, action, t, noise, self.loss_weighting, t_embed)
+        return action, {"action": action, "t": t, "noise": noise, "t_embed": t_embed, "cfm_loss": loss}
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Deterministic: FPO++'s zero sampling (x0 = 0). Otherwise x0 ~ N(0, I)."""
+        x0 = torch.zeros(obs.shape[0], self.act_dim, device=obs.device)
+        return self.generate(obs, x0 if deterministic else torch.randn_like(x0))
+
+    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
+        action, t, noise = record["action"], record["t"], record["noise"]
+        t_embed = record.get("t_embed")  # None in a record written without it: computed from t
+        x_t, v_new = velocity_at_interpolants(self.velocity, obs, action, t, noise, t_embed)
+        loss = flow_matching_error(v_new, action, t, noise, self.loss_weighting)
+        if self.ratio_mode == "average":
+            log_ratio = (record["cfm_loss"].mean(dim=1) - loss.mean(dim=1)).unsqueeze(-1)
+        else:
+            log_ratio = (record["cfm_loss"] - loss).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        diagnostics = {"cfm_loss": loss.detach().mean()}
+        aux_loss = None
+        if self.brownian_coef > 0:
+            with torch.no_grad():
+                _, v_old = velocity_at_interpolants(self.snapshot, obs, action, t, noise, t_embed)
+            brownian = brownian_regularizer(v_new, v_old, x_t, t, self.brownian_beta)
+            aux_loss, diagnostics["brownian"] = self.brownian_coef * brownian, brownian.detach()
+        return RatioTerms(log_ratio=log_ratio, aux_loss=aux_loss, diagnostics=diagnostics)
+
+    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Conditional flow matching on expert actions, t ~ U[0, 1), unweighted."""
+        t = torch.rand(obs.shape[0], 1, device=obs.device)
+        noise = torch.randn(obs.shape[0], 1, self.act_dim, device=obs.device)
+        return flow_matching_loss(self.velocity, obs, actions, t, noise, "velocity").mean()

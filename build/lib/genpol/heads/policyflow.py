@@ -1,0 +1,144 @@
+"""PolicyFlow (Yang, Liu, Chen; ICLR 2026): a flow prior plus learnable Gaussian exploration noise,
+with an importance ratio from the change of the velocity field.
+
+Action a = x1 + delta: x1 is the flow's push-forward of x0 ~ N(0, I) (10 midpoint steps), delta ~
+N(0, sigma^2) with a learnable state-independent sigma. The record keeps x0, x1, delta and the
+rollout sigma. For the ratio, pick t uniformly from the solver's evaluation times, set
+x_t = (1 - t) x0 + t x1 on the straight path, and let
+
+    dv = v_theta(x_t, t, s) - v_snapshot(x_t, t, s)
+
+where the snapshot is a frozen copy of the rollout network, refreshed by ``begin_update`` (the
+runner calls it at the start of every update). To first order the endpoint moved by dv, so
+
+    r = N(delta; dv, sigma_theta^2) / N(delta; 0, sigma_old^2).
+
+Extra terms (in ``RatioTerms``): the Gaussian entropy of sigma, and the Brownian regularizer
+``brownian_coef * MSE((1 - t) v_theta(x_t), beta * (x_t - t v_snapshot(x_t)))`` (ALGORITHMS.md 5.3),
+whose fixed point is an expanding field that counters mode collapse; reported as ``head/brownian``.
+
+``kl`` is the closed form KL(N(0, sigma_old) || N(dv, sigma_theta)) of that same first-order model,
+which is what the reference's KL-adaptive learning rate uses. ``degenerate_to_gaussian`` fixes
+x0 = 0, which makes x1 a deterministic function of s: Gaussian PPO as a built-in ablation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from genpol.heads.base import PolicyHead, RatioTerms, Record
+from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_loss,
+                                   integrate, solver_grid)
+from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
+
+LOG_STD_BOUNDS = (-5.0, 2.0)
+
+
+class PolicyFlowHead(VelocitySnapshot, PolicyHead):
+    """PolicyFlow head. See the module docstring.
+
+    Args:
+        obs_dim, act_dim: sizes.
+        hidden_sizes, activation, time_embed_dim, output_scale: the velocity network.
+        integration_steps, integrator: the sampler (PolicyFlow: 10 midpoint steps).
+        log_std_init: initial log sigma of the exploration noise (clamped to [-5, 2]).
+        brownian_coef: weight of the Brownian regularizer (PolicyFlow default 0.01).
+        brownian_beta: its temperature beta (1.0).
+        degenerate_to_gaussian: x0 = 0 always (the Gaussian-PPO ablation).
+    """
+
+    family = "policyflow"
+    has_exact_kl = True  # exact for the first-order ratio model; see the module docstring
+    has_entropy = True
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (64, 64, 64),
+                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 1.0,
+                 integration_steps: int = 10, integrator: str = "midpoint", log_std_init: float = 0.0,
+                 brownian_coef: float = 0.01, brownian_beta: float = 1.0, degenerate_to_gaussian: bool = False):
+        super().__init__(obs_dim, act_dim)
+        self.spec_kwargs = {
+            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_embed_dim": time_embed_dim,
+            "output_scale": output_scale, "integration_steps": integration_steps, "integrator": integrator,
+            "log_std_init": log_std_init, "brownian_coef": brownian_coef, "brownian_beta": brownian_beta,
+            "degenerate_to_gaussian": degenerate_to_gaussian,
+        }
+        self.velocity = VelocityNetwork(obs_dim, act_dim, hidden_sizes, activation, time_embed_dim, output_scale)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        self.integration_steps = integration_steps
+        self.integrator = integrator
+        self.brownian_coef = brownian_coef
+        self.brownian_beta = brownian_beta
+        self.degenerate_to_gaussian = degenerate_to_gaussian
+        self.register_buffer("time_grid", solver_grid(integration_steps, integrator), persistent=False)
+        self.init_snapshot()
+
+    def clamped_log_std(self) -> torch.Tensor:
+        return self.log_std.clamp(*LOG_STD_BOUNDS)
+
+    def _noise_source(self, batch: int, device: torch.device) -> torch.Tensor:
+        x0 = torch.randn(batch, self.act_dim, device=device)
+        return torch.zeros_like(x0) if self.degenerate_to_gaussian else x0
+
+    def flow(self, obs: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """``x0 [B, A]`` -> the action prior ``x1 [B, A]``."""
+        return integrate(lambda x, t: self.velocity(obs, x, t), x0, self.integration_steps, self.integrator)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        x0 = self._noise_source(obs.shape[0], obs.device)
+        x1 = self.flow(obs, x0)
+        log_std = self.clamped_log_std().expand_as(x1)
+        delta = torch.randn_like(x1) * log_std.exp()
+        log_prob = diagonal_gaussian_log_prob(delta, torch.zeros_like(delta), log_std)
+        return x1 + delta, {"x0": x0, "x1": x1, "delta": delta, "log_std": log_std.clone(), "log_prob": log_prob}
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Deterministic: the flow from x0 = 0 without exploration noise. Otherwise a full sample."""
+        if deterministic:
+            return self.flow(obs, torch.zeros(obs.shape[0], self.act_dim, device=obs.device))
+        return self.sample(obs)[0]
+
+    def _velocity_change(self, obs: torch.Tensor, record: Record) -> tuple[torch.Tensor, ...]:
+        """``(t [B], x_t [B, A], v_theta, v_snapshot)`` at a random solver time on the stored path."""
+        index = torch.randint(0, self.time_grid.numel(), (obs.shape[0],), device=obs.device)
+        t = self.time_grid[index]
+        x_t = (1 - t).unsqueeze(-1) * record["x0"] + t.unsqueeze(-1) * record["x1"]
+        v_new = self.velocity(obs, x_t, t)
+        with torch.no_grad():
+            v_old = self.snapshot(obs, x_t, t)
+        return t, x_t, v_new, v_old
+
+    def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
+        t, x_t, v_new, v_old = self._velocity_change(obs, record)
+        delta_v = v_new - v_old
+        log_std = self.clamped_log_std().expand_as(delta_v)
+        log_prob = diagonal_gaussian_log_prob(record["delta"], delta_v, log_std)
+        entropy = (self.clamped_log_std() + 0.5 + 0.5 * math.log(2 * math.pi)).sum()
+        brownian = brownian_regularizer(v_new, v_old, x_t, t, self.brownian_beta)
+        return RatioTerms(
+            log_ratio=(log_prob - record["log_prob"]).unsqueeze(-1),
+            entropy=entropy.expand(obs.shape[0]),
+            aux_loss=self.brownian_coef * brownian,
+            kl=self._kl(delta_v, record),
+            diagnostics={"brownian": brownian.detach(), "std": log_std.detach().exp().mean(),
+                         "delta_v": delta_v.detach().norm(dim=-1).mean()},
+        )
+
+    def _kl(self, delta_v: torch.Tensor, record: Record) -> torch.Tensor:
+        return diagonal_gaussian_kl(torch.zeros_like(delta_v), record["log_std"], delta_v,
+                                    self.clamped_log_std().expand_as(delta_v))
+
+    def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
+        """KL at fresh random evaluation times; ``log_ratio`` also returns it at its own times
+        (``RatioTerms.kl``), which is what the updaters use."""
+        _, _, v_new, v_old = self._velocity_change(obs, record)
+        return self._kl(v_new - v_old, record)
+
+    def imitation_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Conditional flow matching of the flow prior on expert actions (t ~ U[0, 1))."""
+        t = torch.rand(obs.shape[0], 1, device=obs.device)
+        noise = torch.randn(obs.shape[0], 1, self.act_dim, device=obs.device)
+        return flow_matching_loss(self.velocity, obs, actions, t, noise, "velocity").mean()

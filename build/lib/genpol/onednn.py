@@ -1,0 +1,145 @@
+"""oneDNN GEMMs for the CPU: where this torch build has them, and a drop-in ``nn.Linear`` that uses them.
+
+On this project's CPUs (AMD, AVX-512) MKL's GEMM takes its generic AVX2 path (~107 GFLOP/s a core) while
+oneDNN's reaches ~190-225 GFLOP/s on the same 256 x 256 products (``bench/sac_throughput.py``). torch's
+eager ``nn.Linear`` calls MKL; inductor calls oneDNN only for frozen (constant) weights, never for weights
+being trained. ``QEnsemble(impl="onednn")`` routes the critics' hidden layers through oneDNN;
+``OneDNNLinear`` does the same for one plain layer (the SAC actor's 256 x 256).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _onednn_gemm_works() -> bool:
+    """Whether this build has oneDNN's dense-tensor GEMM (``mkldnn::_linear_pointwise``, the op inductor
+    itself emits) and it computes ``x @ W.T + b`` on strided views."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        inputs, weight, bias = torch.randn(8, 6), torch.randn(6, 5), torch.randn(5)
+        result = torch.ops.mkldnn._linear_pointwise(inputs, weight.t(), bias, "none", [], "")
+        return torch.allclose(result, inputs @ weight + bias, rtol=1e-4, atol=1e-5)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+ONEDNN_AVAILABLE = _onednn_gemm_works()
+
+
+def is_functorch_wrapped(tensor: torch.Tensor) -> bool:
+    """Whether a torch.func transform (vmap, grad, jvp, ...) has wrapped ``tensor`` (eager only: the
+    check cannot be traced, so callers skip it while ``torch.compiler.is_compiling()``)."""
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return check is not None and check(tensor)
+
+
+# True while torch.func.grad is traced or run by torch.compile (``plain_linear_layers``): there every layer
+# runs ``F.linear``. Measured with torch 2.13: an autograd.Function under torch.func.grad inside dynamo
+# gets ``needs_input_grad`` False for the parameters (their gradients came out zero), fails to trace when
+# a layer's input is data rather than an intermediate, and a custom op's registered autograd is no
+# more functorch-compatible. Plain autograd under torch.compile (the off-policy steps) is unaffected.
+# The flag is process-wide (a module global, which a compiled graph can guard on): no genpol code runs
+# networks on several Python threads at once, and one that did would see F.linear in all of them.
+_PLAIN_LINEAR = False
+
+
+@contextlib.contextmanager
+def plain_linear_layers() -> Iterator[None]:
+    """Run every ``OneDNNLinear`` as ``F.linear`` inside the block (a compiled graph reads the flag when
+    traced and guards on it, so set it around every call of such a graph too)."""
+    global _PLAIN_LINEAR
+    previous, _PLAIN_LINEAR = _PLAIN_LINEAR, True
+    try:
+        yield
+    finally:
+        _PLAIN_LINEAR = previous
+
+
+# A layer narrower than this on either side stays in MKL: oneDNN's advantage is in the wide products
+# (the actor's 17 -> 256 input layer and 256 -> 6 heads gain nothing measurable).
+MIN_WIDTH = 128
+# Below ~64 rows oneDNN's per-call set-up costs more than its faster GEMM saves (one 256 x 256 layer, one
+# thread: 59 us against MKL's 25 us at 8 rows, 106 against 118 at 64, 156 against 236 at 128), so acting
+# on a few envs stays in MKL.
+MIN_ROWS = 64
+
+
+@torch.library.custom_op("genpol::onednn_linear", mutates_args=())
+def _onednn_linear_op(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``inputs [M, K] @ weight[N, K].T (+ bias [N]) -> [M, N]`` as one opaque op for torch.compile
+    (inductor lowers ``_linear_pointwise`` only for frozen weights)."""
+    return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
+
+
+@_onednn_linear_op.register_fake
+def _onednn_linear_shape(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return inputs.new_empty((inputs.shape[0], weight.shape[0]))
+
+
+def _onednn_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    # the custom op only where a graph is traced: in eager its dispatch costs ~20 us a call
+    if torch.compiler.is_compiling():
+        return _onednn_linear_op(inputs, weight, bias)
+    return torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], "")
+
+
+class _OneDNNLinearFunction(torch.autograd.Function):
+    """``inputs [M, K] @ weight [N, K].T + bias [N] -> [M, N]`` with both gradients as oneDNN GEMMs too.
+    The backward is built from this same function, so it is itself differentiable: double backward
+    (TRPO's Fisher-vector products, gradient penalties) works as through ``F.linear``."""
+
+    @staticmethod
+    def forward(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        return _onednn_linear(inputs, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        layer_inputs, weight, _ = inputs
+        ctx.save_for_backward(layer_inputs, weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        layer_inputs, weight = ctx.saved_tensors
+        # a broadcast gradient (that of a plain sum: stride 0) sends oneDNN to a ~1000x slower kernel
+        grad_output = grad_output.contiguous()
+        grad_inputs = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:  # [M, N] @ [N, K]
+            grad_inputs = _OneDNNLinearFunction.apply(grad_output, weight.t(), None)
+        if ctx.needs_input_grad[1]:  # [N, M] @ [M, K]
+            grad_weight = _OneDNNLinearFunction.apply(grad_output.t(), layer_inputs.t(), None)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(dim=0)
+        return grad_inputs, grad_weight, grad_bias
+
+
+class OneDNNLinear(nn.Linear):
+    """``nn.Linear`` (same parameters, state_dict and init) whose GEMMs run in oneDNN where that is faster:
+    CPU float32 on one torch thread (decided at construction, as ``QEnsemble``'s ``default_impl``: on two
+    threads MKL's GEMM parallelizes better) for layers at least ``MIN_WIDTH`` wide on both sides, on
+    batches of at least ``MIN_ROWS`` rows.
+    Elsewhere, on another device or dtype, it is exactly ``F.linear``. Any leading batch shape works."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs: Any):
+        super().__init__(in_features, out_features, bias, **kwargs)
+        self.use_onednn = (ONEDNN_AVAILABLE and torch.get_num_threads() == 1
+                           and min(in_features, out_features) >= MIN_WIDTH)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if not (self.use_onednn and not _PLAIN_LINEAR and inputs.device.type == "cpu"
+                and inputs.dtype == torch.float32
+                and self.weight.dtype == torch.float32 and inputs.numel() > 0):
+            return F.linear(inputs, self.weight, self.bias)
+        flat = inputs.reshape(-1, self.in_features)
+        # the autograd.Function has no vmap rule: under torch.func (vmap, jacrev, ...) F.linear serves
+        if flat.shape[0] < MIN_ROWS or (not torch.compiler.is_compiling()
+                                        and (is_functorch_wrapped(inputs) or is_functorch_wrapped(self.weight))):
+            return F.linear(inputs, self.weight, self.bias)
+        output = _OneDNNLinearFunction.apply(flat, self.weight, self.bias)
+        return output.reshape(*inputs.shape[:-1], self.out_features)

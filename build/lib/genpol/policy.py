@@ -1,0 +1,200 @@
+"""A trained policy as evaluation and deployment see it: a head, its observation statistics, its env."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import torch
+
+from genpol import envs
+from genpol.envs import ObservationNormalizer, VectorEnv
+from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
+from genpol.heads import PolicyHead, head_from_spec
+
+POLICY_FORMAT = 1
+
+
+def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: dict[str, Any],
+                     max_episode_steps: int | None, render_size: tuple[int, int]) -> dict[str, Any]:
+    """The JSON part of a checkpoint's ``policy/``: how to rebuild the head and its env stack.
+
+    ``env.imports`` records the user's modules that must be imported before the env can be built
+    again (``env.imports`` of the config, and a gymnasium id's registering module): evaluation,
+    ``load_policy(...).make_env`` and dataset collection run in fresh processes.
+    """
+    raw = envs.innermost(env)
+    rescale = env.find(envs.ActionRescale)
+    agent_bounds = None
+    if rescale is not None and rescale._custom_bounds:
+        agent_bounds = [(rescale._center - rescale._half_range).tolist(), (rescale._center + rescale._half_range).tolist()]
+    return {
+        "format": POLICY_FORMAT,
+        "head": head.spec(),
+        "env": {"id": env_id, "kwargs": dict(env_kwargs), "max_episode_steps": max_episode_steps,
+                "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim,
+                "action_chunk": getattr(raw, "action_chunk", 1), "imports": list(env.imports)},
+        "obs_normalization": observation_kind(env),
+        "action_bounds": [raw.action_low.tolist(), raw.action_high.tolist()],
+        "agent_action_bounds": agent_bounds,
+    }
+
+
+def observation_kind(env: VectorEnv) -> str:
+    """``running`` (ObservationNormalizer), ``minmax`` (ObservationScaler) or ``none``."""
+    if env.find(ObservationNormalizer) is not None:
+        return "running"
+    return "minmax" if env.find(envs.ObservationScaler) is not None else "none"
+
+
+def observation_state(env: VectorEnv) -> dict[str, Any] | None:
+    """The observation normalization's state (statistics or fixed bounds), saved with the policy."""
+    layer = env.find(ObservationNormalizer) or env.find(envs.ObservationScaler)
+    return None if layer is None else layer.own_state()
+
+
+
+class TrainedPolicy:
+    """A head with the observation statistics it was trained with.
+
+    ``act`` takes observations already normalized by an env from ``make_env``; ``predict`` takes raw
+    simulator observations (numpy or torch) and returns actions in the env's own bounds, for use
+    outside genpol's env stack.
+    """
+
+    def __init__(self, head: PolicyHead, spec: dict[str, Any], obs_statistics: dict[str, Any] | None,
+                 source: Path | None = None):
+        self.head = head.eval()
+        self.spec = spec
+        self.obs_statistics = obs_statistics
+        self.source = source
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "cpu") -> TrainedPolicy:
+        """From a checkpoint directory, or a run directory (its latest checkpoint)."""
+        checkpoint = resolve_checkpoint(path)
+        spec, weights = load_policy_files(checkpoint, map_location=device)
+        if spec.get("format") != POLICY_FORMAT:
+            raise CheckpointError(f"{checkpoint}/policy/policy.json has format {spec.get('format')}, "
+                                  f"this genpol reads format {POLICY_FORMAT}")
+        if isinstance(spec.get("obs_normalization"), bool):  # written before "running"/"minmax"/"none"
+            spec["obs_normalization"] = "running" if spec["obs_normalization"] else "none"
+        head = head_from_spec(spec["head"]).to(device)
+        try:
+            head.load_state_dict(weights["head"])
+        except (KeyError, RuntimeError) as error:
+            raise CheckpointError(f"{checkpoint}/policy/weights.pt does not match its head spec: {error}") from None
+        return cls(head, spec, weights.get("obs_normalizer"), checkpoint)
+
+    @property
+    def env_id(self) -> str:
+        return self.spec["env"]["id"]
+
+    @property
+    def imports(self) -> list[str]:
+        """The user's modules that building this policy's env needs (none in checkpoints made
+        before genpol recorded them)."""
+        return list(self.spec["env"].get("imports", []))
+
+    def make_env(self, num_envs: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
+                 video_dir: str | Path | None = None, video_prefix: str = "rollout",
+                 render: bool = False) -> VectorEnv:
+        """The training env's stack for evaluation: raw rewards, observation statistics frozen."""
+        env_spec = self.spec["env"]
+        kind = self.spec["obs_normalization"]
+        state = self.obs_statistics
+        agent_bounds = self.spec.get("agent_action_bounds")
+        env = envs.make(
+            env_spec["id"], num_envs=num_envs, device=device, seed=seed,
+            normalize_obs=kind == "running", normalize_reward=False,
+            obs_bounds=(state["low"], state["high"]) if kind == "minmax" else None,
+            action_bounds=None if agent_bounds is None else tuple(torch.tensor(b) for b in agent_bounds),
+            action_chunk=env_spec.get("action_chunk", 1),
+            render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
+            video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
+            env_kwargs=env_spec["kwargs"], imports=self.imports,
+        )
+        normalizer = env.find(ObservationNormalizer)
+        if normalizer is not None:
+            normalizer.load_own_state(state)
+            normalizer.frozen = True
+        if env.obs_dim != env_spec["obs_dim"] or env.act_dim != env_spec["act_dim"]:
+            raise CheckpointError(
+                f"{env_spec['id']} now has obs/act dims {env.obs_dim}/{env.act_dim}, the policy was "
+                f"trained with {env_spec['obs_dim']}/{env_spec['act_dim']}"
+            )
+        recorder = env.find(envs.VideoRecorder)
+        if recorder is not None:
+            recorder.max_episodes = 1
+        return env
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Normalized ``obs [B, D]`` -> action in ``[-1, 1]``-space ``[B, A]``."""
+        return self.head.act(obs, deterministic=deterministic)
+
+    @torch.no_grad()
+    def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
+        """Raw simulator ``obs [D]`` or ``[B, D]`` -> action in the env's bounds, same leading shape."""
+        device = next(self.head.parameters()).device
+        obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
+        single = obs.ndim == 1
+        obs = obs.reshape(-1, obs.shape[-1])
+        kind, state = self.spec["obs_normalization"], self.obs_statistics
+        if kind == "running":
+            stats = state["stats"]
+            scaled = (obs.double() - stats["mean"].to(device)) / torch.sqrt(stats["var"].to(device) + state["epsilon"])
+            obs = scaled.clamp(-state["clip"], state["clip"]).float()
+        elif kind == "minmax":
+            low, high = state["low"].to(device), state["high"].to(device)
+            obs = 2 * (obs - low) / (high - low + 1e-6) - 1
+        action = self.act(obs, deterministic)
+        env_low, env_high = (torch.tensor(b, dtype=torch.float32, device=device) for b in self.spec["action_bounds"])
+        agent = self.spec.get("agent_action_bounds")
+        low, high = ((env_low, env_high) if agent is None else
+                     (torch.tensor(b, dtype=torch.float32, device=device) for b in agent))
+        finite = torch.isfinite(low) & torch.isfinite(high)
+        scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
+        action = torch.where(finite, torch.maximum(torch.minimum(scaled, env_high), env_low), action)
+        return (action[0] if single else action).cpu().numpy()
+
+
+class EpisodeResults(NamedTuple):
+    """One entry per env: ``returns [N]``, ``lengths [N]``, and ``success [N]`` (bool: the env flagged
+    success at some step of the episode) or None for an env that does not define success."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    success: np.ndarray | None
+
+
+@torch.no_grad()
+def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int) -> EpisodeResults:
+    """One episode per env (env i reset with ``seed + i``); see ``EpisodeResults``.
+
+    Every env runs exactly its first episode, so short episodes are not over-represented (the bias
+    of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
+    """
+    obs = env.reset(seed=seed)
+    active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
+    returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+    lengths = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
+    succeeded = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    reports_success = getattr(env, "reports_success", False)
+    while active.any():
+        obs, reward, terminated, truncated, info = env.step(act(obs))
+        returns += reward * active
+        lengths += active.long()
+        if reports_success:
+            succeeded |= info["success"] & active
+        active &= ~(terminated | truncated)
+    return EpisodeResults(returns.cpu().numpy(), lengths.cpu().numpy(),
+                          succeeded.cpu().numpy() if reports_success else None)
+
+
+def run_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
+                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns [N], lengths [N])`` of ``evaluate_episodes``."""
+    results = evaluate_episodes(env, act, seed)
+    return results.returns, results.lengths

@@ -1,0 +1,288 @@
+"""``python -m genpol.report <sweep or runs dir>``: the results of many runs, per configuration.
+
+A run is a directory holding ``config.yaml`` (the resolved config every run saves) and
+``summary.json`` (written when it finishes); the report finds them at any depth, so a sweep
+directory, a ``runs/`` tree or a folder of separate launches all work. Runs are grouped by
+configuration: the config keys whose values differ between runs, except the seed and the keys that
+do not change what a run computes (run_dir, logging, video, checkpoint cadence, device, threads).
+
+It writes to ``<dir>/report`` (or ``--out``):
+
+* ``report.md``: per configuration, the number of seeds, the **median** of the final metric over
+  seeds and its **95 % confidence interval: a percentile bootstrap of the median**. Up to 7 seeds the
+  bootstrap distribution is exact (every one of the n^n equally likely resamples), so the interval
+  carries no resampling noise; from 8 seeds on it uses 10,000 resamples drawn with a fixed seed (0).
+  The percentiles are the inverted empirical CDF (numpy ``method="inverted_cdf"``): the interval's
+  ends are medians that the bootstrap actually produces. The mean is given too.
+* ``curves/<configuration>.png``: the learning curve (``charts/episodic_return`` from each run's
+  ``progress.jsonl`` against env steps) as the **mean over seeds with a 95 % Student-t interval**
+  (mean +- t_{0.975, n-1} s / sqrt(n)), after interpolating every seed onto the first seed's steps up
+  to the shortest run.
+* ``tb/``: TensorBoard HParams, one session per run (the configuration keys and the seed as hparams,
+  the summary's metrics as ``hparam/<name>``): ``tensorboard --logdir <dir>/report/tb``.
+* ``report.json``: the table's numbers at full precision, and the runs behind each row.
+
+Directories with ``config.yaml`` but no ``summary.json`` (runs still going, or stopped) are listed,
+not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from genpol.callbacks.logging import read_metrics
+from genpol.config.base import flatten_keys
+
+# Keys that never separate two configurations: the seed is what the statistics run over, and the
+# others do not change what a run computes.
+NOT_CONFIGURATION = ("seed", "run_dir", "logger.", "pipeline.video", "pipeline.checkpoint_every",
+                     "pipeline.keep_checkpoints", "device", "torch_threads")
+EXACT_BOOTSTRAP_MAX_SEEDS = 7
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+
+
+@dataclass
+class Run:
+    """One finished run: its directory, flattened config and summary."""
+
+    directory: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed", 0))
+
+
+@dataclass
+class Row:
+    """One configuration's line of the table."""
+
+    label: str
+    settings: dict[str, Any]
+    runs: list[Run]
+    values: np.ndarray
+    median: float
+    ci_low: float
+    ci_high: float
+    mean: float
+
+
+def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
+    """The finished runs under ``root`` (sorted by path), and the unfinished run directories."""
+    root = Path(root)
+    runs, unfinished = [], []
+    for config_path in sorted(root.rglob("config.yaml")):
+        directory = config_path.parent
+        if directory.name == ".hydra":  # Hydra's own copy of the composed config, not a run
+            continue
+        summary_path = directory / "summary.json"
+        if not summary_path.exists():
+            unfinished.append(directory)
+            continue
+        config = flatten_keys(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False))
+        runs.append(Run(directory, config, json.loads(summary_path.read_text())))
+    return runs, unfinished
+
+
+def configuration_keys(runs: Sequence[Run]) -> list[str]:
+    """The config keys whose values differ between runs (except ``NOT_CONFIGURATION``), sorted."""
+    keys = set().union(*(run.config for run in runs)) if runs else set()
+    varying = [key for key in keys
+               if not key.startswith(NOT_CONFIGURATION)
+               and len({json.dumps(run.config.get(key), sort_keys=True) for run in runs}) > 1]
+    return sorted(varying)
+
+
+def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the median of ``values`` (see the module docstring).
+
+    Exact up to ``EXACT_BOOTSTRAP_MAX_SEEDS`` values (all n^n resamples), else ``BOOTSTRAP_RESAMPLES``
+    resamples from ``numpy.random.default_rng(BOOTSTRAP_SEED)``.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = len(values)
+    if n == 0:
+        raise ValueError("bootstrap_median_ci needs at least one value")
+    if n <= EXACT_BOOTSTRAP_MAX_SEEDS:
+        indices = np.array(list(itertools.product(range(n), repeat=n)))  # [n^n, n]
+    else:
+        indices = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
+    medians = np.median(values[indices], axis=1)
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(medians, [tail, 1.0 - tail], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def t_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and Student-t interval over axis 0 of ``samples [n, T]``; with n = 1 the interval is the mean."""
+    from scipy import stats
+
+    n = samples.shape[0]
+    mean = samples.mean(axis=0)
+    if n < 2:
+        return mean, mean, mean
+    half = stats.t.ppf(0.5 + confidence / 2, df=n - 1) * samples.std(axis=0, ddof=1) / np.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
+    """One row per configuration, in the order of their first run."""
+    keys = configuration_keys(runs)
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        label = ", ".join(f"{key}={run.config.get(key)}" for key in keys) or "all runs"
+        groups.setdefault(label, []).append(run)
+    rows = []
+    for label, members in groups.items():
+        values = np.array([run.summary[metric] for run in members if run.summary.get(metric) is not None], float)
+        if len(values) == 0:
+            continue
+        low, high = bootstrap_median_ci(values)
+        rows.append(Row(label, {key: members[0].config.get(key) for key in keys}, members, values,
+                        float(np.median(values)), low, high, float(values.mean())))
+    return rows
+
+
+def markdown_table(rows: Sequence[Row], metric: str, curve_files: dict[str, str]) -> str:
+    lines = [f"| configuration | seeds | median {metric} | 95% CI of the median | mean | curve |",
+             "|---|---:|---:|---|---:|---|"]
+    for row in rows:
+        curve = f"![{row.label}]({curve_files[row.label]})" if row.label in curve_files else ""
+        lines.append(f"| {row.label} | {len(row.values)} | {row.median:.2f} | [{row.ci_low:.2f}, {row.ci_high:.2f}] "
+                     f"| {row.mean:.2f} | {curve} |")
+    return "\n".join(lines) + "\n"
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_")[:120] or "all_runs"
+
+
+def seed_curves(runs: Sequence[Run], curve_metric: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(steps [T], values [n, T])``: each run's ``curve_metric`` interpolated onto the first run's
+    steps, up to the shortest run; None if a run never logged the metric."""
+    curves = []
+    for run in runs:
+        rows = [r for r in read_metrics(run.directory / "progress.jsonl") if r.get(curve_metric) is not None]
+        if not rows:
+            return None
+        curves.append((np.array([r["global_step"] for r in rows], float), np.array([r[curve_metric] for r in rows], float)))
+    last = min(steps[-1] for steps, _ in curves)
+    grid = curves[0][0][curves[0][0] <= last]
+    return grid, np.stack([np.interp(grid, steps, values) for steps, values in curves])
+
+
+def plot_curve(row: Row, curve_metric: str, output: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = seed_curves(row.runs, curve_metric)
+    if curves is None:
+        return False
+    steps, values = curves
+    mean, low, high = t_interval(values)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    seeds = values.shape[0]
+    ax.plot(steps, mean, color="tab:blue", label=f"mean over {seeds} seed{'s' if seeds > 1 else ''}")
+    if seeds > 1:
+        ax.fill_between(steps, low, high, color="tab:blue", alpha=0.25, label="95% CI (Student t)")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(curve_metric)
+    ax.set_title(row.label, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output)
+    plt.close(fig)
+    return True
+
+
+def _hparam_value(value: Any) -> Any:
+    return value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
+
+
+def write_hparams(rows: Sequence[Row], out_dir: Path) -> None:
+    """One TensorBoard HParams session per run under ``out_dir``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for row in rows:
+        for run in row.runs:
+            hparams = {**{key: _hparam_value(value) for key, value in row.settings.items()}, "seed": run.seed}
+            metrics = {f"hparam/{name}": float(value) for name, value in run.summary.items()
+                       if isinstance(value, (int, float)) and not isinstance(value, bool)}
+            with SummaryWriter(str(out_dir / _slug(row.label) / f"seed_{run.seed}")) as writer:
+                writer.add_hparams(hparams, metrics, run_name=".")
+
+
+def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "eval_return_mean",
+           curve_metric: str = "charts/episodic_return") -> dict[str, Any]:
+    """Write the report of the runs under ``root`` (see the module docstring); returns ``report.json``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory")
+    out_dir = Path(out_dir) if out_dir is not None else root / "report"
+    runs, unfinished = find_runs(root)
+    runs = [run for run in runs if out_dir not in run.directory.parents]
+    if not runs:
+        raise FileNotFoundError(f"no finished run under {root} (a run directory holds config.yaml and summary.json)")
+    rows = summarize(runs, metric)
+    if not rows:
+        raise KeyError(f"no run under {root} has '{metric}' in its summary.json; choose another --metric")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("curves", "tb"):  # a re-run replaces them (TensorBoard would show old sessions twice)
+        shutil.rmtree(out_dir / stale, ignore_errors=True)
+    curve_files = {}
+    for row in rows:
+        relative = f"curves/{_slug(row.label)}.png"
+        if plot_curve(row, curve_metric, out_dir / relative):
+            curve_files[row.label] = relative
+    write_hparams(rows, out_dir / "tb")
+    table = markdown_table(rows, metric, curve_files)
+    text = (f"# Report of {root}\n\n{len(runs)} finished runs in {len(rows)} configurations. Median of the final "
+            f"`{metric}` over seeds; 95% CI: percentile bootstrap of the median (exact up to "
+            f"{EXACT_BOOTSTRAP_MAX_SEEDS} seeds, else {BOOTSTRAP_RESAMPLES} resamples with seed {BOOTSTRAP_SEED}). "
+            f"Curves: `{curve_metric}`, mean over seeds with a 95% Student-t band.\n\n{table}")
+    if unfinished:
+        text += "\nUnfinished (no summary.json): " + ", ".join(f"`{path}`" for path in unfinished) + "\n"
+    (out_dir / "report.md").write_text(text)
+    result = {"metric": metric, "rows": [{"configuration": row.label, "settings": row.settings,
+                                          "seeds": [run.seed for run in row.runs], "values": row.values.tolist(),
+                                          "median": row.median, "ci95": [row.ci_low, row.ci_high], "mean": row.mean,
+                                          "runs": [str(run.directory) for run in row.runs],
+                                          "curve": curve_files.get(row.label)} for row in rows],
+              "unfinished": [str(path) for path in unfinished]}
+    (out_dir / "report.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m genpol.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", help="a sweep directory, or any directory with run directories below it")
+    parser.add_argument("--out", default=None, help="output directory (default: <root>/report)")
+    parser.add_argument("--metric", default="eval_return_mean", help="summary.json field of the table")
+    parser.add_argument("--curve", default="charts/episodic_return", help="progress.jsonl field of the curves")
+    args = parser.parse_args(argv)
+    try:
+        report(args.root, args.out, args.metric, args.curve)
+    except (FileNotFoundError, KeyError) as error:
+        raise SystemExit(f"genpol.report: {error}") from None
+    out_dir = Path(args.out) if args.out else Path(args.root) / "report"
+    print((out_dir / "report.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Offline RL: an off-policy learner's gradient steps on dataset transitions only, no env steps.
+
+The offline phase of ``pipeline=offline_to_online`` when the updater is a Q-gradient actor
+(``updater=consistency_ac``: Consistency-AC, Diffusion-QL; ALGORITHMS.md 8.3). Each gradient step
+is the learner's own (``QGradientActor.gradient_step``) on a batch drawn uniformly from the
+dataset: a TD step of the twin critics with next actions from the EMA actor, an actor step on
+``bc_coef`` CT loss + ``eta`` normalized Q-loss, the Polyak and EMA updates. The learner object
+(critics, targets, EMA actor, optimizers) then goes on into online fine-tuning unchanged.
+
+With ``updater.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
+``updater.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
+stepped there once per epoch of 1000 steps, here every step), computed from the learner's checkpointed
+``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``updater.lr``.
+
+As the BC runner, callbacks do the I/O every ``log_every`` gradient steps, and ``global_step`` is the
+gradient step. Evaluation (``runner.head``) acts as the online phase will: softmax-Q over the
+online head's candidates, valued by the target critics.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+
+from genpol.algorithms.qgradient import QGradientActor
+from genpol.callbacks.base import Callback, CallbackList
+from genpol.heads.base import PolicyHead
+from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
+from genpol.storage.replay import OfflineReplay
+from genpol.updaters.schedules import cosine_lr, set_lr
+
+
+class OfflineRLRunner:
+    """Train ``algorithm`` on ``offline`` for ``steps`` gradient steps of ``batch_size`` transitions.
+
+    Args:
+        algorithm: the off-policy learner (it owns critics, targets and optimizers).
+        offline: the dataset's transitions, in the agent's (scaled) observation and action spaces.
+        steps: gradient steps; batch_size: transitions per step (drawn uniformly with replacement).
+        log_every: gradient steps per callback iteration (logging, evaluation, checkpoints).
+        callbacks: called after every iteration and at the start and end of training.
+        observation_state: the observation scaling saved with the policy (the dataset's min and max).
+    """
+
+    def __init__(self, algorithm: QGradientActor, offline: OfflineReplay, steps: int, batch_size: int,
+                 log_every: int = 200, callbacks: Sequence[Callback] = (),
+                 observation_state: dict[str, Any] | None = None):
+        self.algorithm, self.offline = algorithm, offline
+        self.total_steps, self.batch_size, self.log_every = steps, batch_size, log_every
+        self.callbacks = CallbackList(callbacks)
+        self.observation_state = observation_state
+        self.global_step = 0
+        self.iteration = 0
+        self.wall_time = 0.0
+        self.recent_returns: list[float] = []  # no env episodes here (the progress bar reads it)
+
+    @property
+    def head(self) -> PolicyHead:
+        """The head evaluation acts with."""
+        return self.algorithm.acting_head()
+
+    def train_step(self) -> dict[str, torch.Tensor]:
+        cfg = self.algorithm.cfg
+        if cfg.offline_lr_decay:
+            set_lr(cosine_lr(cfg.lr, self.algorithm.offline_steps, self.total_steps),
+                   self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
+        named = self.algorithm.gradient_step(self.offline.sample(self.batch_size))
+        self.algorithm.offline_steps += 1
+        self.global_step += 1
+        return named
+
+    def run(self) -> None:
+        self.callbacks.on_train_start(self)
+        while self.global_step < self.total_steps:
+            start = time.perf_counter()
+            steps = [self.train_step() for _ in range(min(self.log_every, self.total_steps - self.global_step))]
+            elapsed = time.perf_counter() - start
+            self.wall_time += elapsed
+            self.iteration += 1
+            metrics = {f"pretrain/{key}": float(torch.stack([named[key] for named in steps]).mean())
+                       for key in steps[0]}
+            metrics["pretrain/steps_per_second"] = len(steps) / elapsed
+            check_finite(self, metrics, "logged value")
+            check_finite(self, module_tensors(self.algorithm.networks()), "parameter")
+            if self.algorithm.cfg.offline_lr_decay:
+                metrics["pretrain/learning_rate"] = self.algorithm.actor_optimizer.param_groups[0]["lr"]
+            self.callbacks.on_iteration_end(self, metrics)
+            stop_if_requested(self)
+        # online fine-tuning's rate (the optimizers carry on)
+        set_lr(self.algorithm.cfg.lr, self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
+        self.callbacks.on_train_end(self)
+
+    # ------------------------------------------------------------------ checkpoints (Checkpointer API)
+    def policy_weights(self) -> dict[str, Any]:
+        weights = {"head": self.head.state_dict(), "obs_normalizer": self.observation_state}
+        extra = self.algorithm.policy_state()
+        if extra:
+            weights["algorithm"] = extra
+        return weights
+
+    def training_state(self) -> dict[str, Any]:
+        return {"head": self.algorithm.head.state_dict(), "algorithm": self.algorithm.state_dict(),
+                "offline": self.offline.state_dict(), "global_step": self.global_step, "iteration": self.iteration,
+                "wall_time": self.wall_time, "torch_rng": torch.get_rng_state(),
+                "callbacks": self.callbacks.state_dict()}
+
+    def load(self, policy_weights: dict[str, Any], state: dict[str, Any]) -> None:
+        self.algorithm.head.load_state_dict(state["head"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.offline.load_state_dict(state["offline"])
+        self.global_step, self.iteration = int(state["global_step"]), int(state["iteration"])
+        self.wall_time = float(state["wall_time"])
+        torch.set_rng_state(state["torch_rng"])
+        self.callbacks.load_state_dict(state["callbacks"])

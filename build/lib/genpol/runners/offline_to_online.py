@@ -1,0 +1,199 @@
+"""Pipeline ``offline_to_online``: pretrain a head on an offline dataset, evaluate it, then fine-tune
+it online with the configured learner; both phases in one run, each on the shared run scaffold.
+An off-policy learner also mixes the dataset's transitions into its batches online when
+``updater.offline_ratio`` > 0 (RLPD's symmetric sampling).
+
+The offline phase is behaviour cloning (``BCRunner``: the head's imitation loss, AdamW, EMA) for
+every learner but the Q-gradient actors. With ``updater=consistency_ac`` it is offline RL
+(``OfflineRLRunner``): the learner's own gradient steps on dataset transitions only, i.e. offline
+Consistency-AC (CT loss + eta normalized Q-loss, twin critics, EMA actor) or Diffusion-QL, and the
+learner, critics included, goes on into online fine-tuning. It uses the updater's optimizers and
+learning rate and ``pipeline.pretrain_batch_size``; the BC-only keys (``pretrain_lr``,
+``pretrain_min_lr``, ``pretrain_weight_decay``, ``ema_*``) do not apply to it.
+
+Observations and actions are scaled to [-1, 1] with the dataset's min and max (DPPO's
+normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
+actions back to the dataset's action range, and both travel with the policy in its checkpoints.
+Normalized scores (before and after fine-tuning) use a Minari dataset's own reference returns, or
+D4RL's for the D4RL locomotion tasks.
+
+Run directory: ``pretrain/`` (checkpoints, progress, summary of phase 1), ``tb/pretrain`` and
+``tb`` (TensorBoard of each phase), and the online phase's usual files. Re-running resumes
+whichever phase was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from genpol import envs
+from genpol.envs import VectorEnv
+from genpol.algorithms import is_off_policy, make_algorithm
+from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
+from genpol.callbacks import Evaluation
+from genpol.checkpoint import list_checkpoints
+from genpol.config import TrainConfig
+from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
+from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.heads.chunking import imitation_horizon
+from genpol.policy import evaluate_episodes, make_policy_spec
+from genpol.runners.bc import BCRunner
+from genpol.runners.offline_rl import OfflineRLRunner
+from genpol.runners.online import off_policy_env_settings, run_online
+from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase
+from genpol.storage.replay import OfflineReplay
+
+log = logging.getLogger(__name__)
+EVAL_SEED = 10_000
+OFFLINE_RL_UPDATERS = ("consistency_ac",)  # learners whose offline phase is their own gradient step
+
+
+def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
+    inner = envs.innermost(env)
+    return inner.obs_dim, inner.act_dim // chunk
+
+
+def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    run_dir = prepare_run(cfg, run_dir)
+    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
+                           cfg.dataset.max_transitions)
+    norm = dataset.normalization()
+    stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
+    chunk = stack["action_chunk"]
+    stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
+    stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
+                              torch.tensor(np.tile(norm.action_max, chunk)))
+    probe = make_env(cfg.env, gamma=cfg.updater.gamma, seed=None, num_envs=1, training=False,
+                     stack={"action_chunk": chunk})
+    dataset.check_dims(*_inner_dims(probe, chunk), cfg.env.full_id)
+    probe.close()
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    check_capabilities(head, "behaviour-cloning pretraining", {Capability.IMITATION})
+    references = reference_returns(dataset.metadata, cfg.env.id)
+    normalized = partial(normalized_score, references) if references else None
+
+    offline_rl = cfg.updater.name in OFFLINE_RL_UPDATERS
+    offline, algorithm = None, None
+    if offline_rl or (is_off_policy(cfg.updater.name) and cfg.updater.offline_ratio > 0):
+        from genpol.runners.offpolicy import dataset_transitions
+
+        offline = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
+                                      action_scale=(norm.action_min, norm.action_max))
+    if offline_rl:  # one learner for both phases: the offline critics and EMA actor go on online
+        algorithm = make_algorithm(cfg, head, env, offline)
+    if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
+        pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
+    else:
+        if offline_rl:
+            pretrained = pretrain_offline_rl(cfg, run_dir, algorithm, offline, dataset, env, stack, normalized)
+            head.start_finetuning()
+        else:
+            pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
+    extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
+             "pretrained": pretrained}
+    return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
+
+
+def _pretrain_phase(cfg: TrainConfig, run_dir: Path, head: PolicyHead, env: VectorEnv, label: str,
+                    evaluation: Evaluation | None = None) -> Phase:
+    """The offline phase's files: ``pretrain/`` and ``tb/pretrain``; its unit is the gradient step."""
+    spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
+                            (cfg.env.render_width, cfg.env.render_height))
+    pipeline = cfg.pipeline
+    return Phase(directory=run_dir / "pretrain",
+                 tensorboard_dir=run_dir / "tb" / "pretrain" if cfg.logger.tensorboard else None,
+                 total=pipeline.pretrain_steps if cfg.logger.progress_bar else None, label=label, unit="grad step",
+                 checkpoint_every=pipeline.pretrain_checkpoint_every, keep_checkpoints=pipeline.keep_checkpoints,
+                 policy_spec=spec, evaluation=evaluation)
+
+
+def _write_summary(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], dataset: OfflineDataset,
+                   normalized: Any, gradient_steps: int) -> dict[str, Any]:
+    """Add the dataset's return and the normalized scores to the offline phase's ``summary``, log
+    them to TensorBoard and write ``pretrain/summary.json``."""
+    summary["dataset_return_mean"] = float(dataset.episode_returns().mean())
+    if normalized is not None:
+        summary["normalized_score"] = float(normalized(summary["eval_return_mean"]))
+        summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
+    if cfg.logger.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(str(run_dir / "tb" / "pretrain")) as writer:
+            writer.add_scalar("pretrain/eval_return", summary["eval_return_mean"], gradient_steps)
+            if "normalized_score" in summary:
+                writer.add_scalar("pretrain/normalized_score", summary["normalized_score"], gradient_steps)
+    (run_dir / "pretrain" / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("pretrained policy: %s", summary)
+    return summary
+
+
+def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline: OfflineReplay,
+                        dataset: OfflineDataset, env: VectorEnv, stack: dict[str, Any], normalized: Any
+                        ) -> dict[str, Any]:
+    """Phase 1 for a Q-gradient learner: ``pipeline.pretrain_steps`` of its gradient steps on the
+    dataset (resumable), evaluated every ``pipeline.pretrain_eval_every`` logs and at the end."""
+    pipeline = cfg.pipeline
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
+    evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.pretrain_eval_every, None, normalized)
+    phase = _pretrain_phase(cfg, run_dir, algorithm.acting_head(), env, f"pretrain (offline {cfg.updater.name})",
+                            evaluation)
+    runner = OfflineRLRunner(algorithm, offline, pipeline.pretrain_steps, pipeline.pretrain_batch_size,
+                             log_every=pipeline.pretrain_log_every, callbacks=phase_callbacks(phase).callbacks,
+                             observation_state={"low": stack["obs_bounds"][0].float(),
+                                                "high": stack["obs_bounds"][1].float()})
+    run_phase(runner, phase, cfg.device)
+    rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
+    summary = {"learner": f"offline {cfg.updater.name}", "gradient_steps": runner.global_step,
+               "transitions": len(offline), "final_loss": rows[-1]["pretrain/policy"] if rows else None,
+               "final_q_loss": rows[-1]["pretrain/q_loss"] if rows else None,
+               "final_critic_loss": rows[-1]["pretrain/value"] if rows else None,
+               "wall_time_s": runner.wall_time, "eval_return_mean": evaluation.final_return,
+               "eval_episodes": pipeline.eval_episodes,
+               "eval_history": [[step, value] for step, value in evaluation.history]}
+    if evaluation.final_success_rate is not None:
+        summary["eval_success_rate"] = evaluation.final_success_rate
+    return _write_summary(cfg, run_dir, summary, dataset, normalized, runner.global_step)
+
+
+def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
+             stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
+    """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then a deterministic
+    evaluation of the pretrained policy."""
+    pipeline = cfg.pipeline
+    obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization())
+    phase = _pretrain_phase(cfg, run_dir, head, env, "pretrain (BC)")
+    runner = BCRunner(
+        head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,
+        batch_size=pipeline.pretrain_batch_size, lr=pipeline.pretrain_lr, min_lr=pipeline.pretrain_min_lr,
+        weight_decay=pipeline.pretrain_weight_decay, ema_decay=pipeline.ema_decay, ema_start=pipeline.ema_start,
+        ema_every=pipeline.ema_every, log_every=pipeline.pretrain_log_every, seed=cfg.seed,
+        callbacks=phase_callbacks(phase).callbacks,
+        observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
+    )
+    run_phase(runner, phase, cfg.device)
+    # before the evaluation: a diffusion head's early, frozen denoising steps hold the random
+    # initialization until this copies the pretrained weights into them
+    head.start_finetuning()
+
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
+    eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
+    try:
+        with torch.no_grad():
+            returns, _, success = evaluate_episodes(eval_env, lambda o: head.act(o, deterministic=True), EVAL_SEED)
+    finally:
+        eval_env.close()
+    rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
+    summary = {"gradient_steps": runner.global_step, "transitions": len(dataset.rewards), "chunks": len(obs),
+               "final_loss": rows[-1]["pretrain/loss"] if rows else None, "wall_time_s": runner.wall_time,
+               "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+    if success is not None:
+        summary["eval_success_rate"] = float(success.mean())
+    return _write_summary(cfg, run_dir, summary, dataset, normalized, runner.global_step)

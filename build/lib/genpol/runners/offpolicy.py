@@ -1,0 +1,93 @@
+"""The off-policy loop: act, store, update; repeat. Callbacks do the I/O every ``iteration_steps``
+env steps. Read top to bottom it is CleanRL's SAC loop: random actions until ``learning_starts``,
+the true final observation stored where an episode ended, the update-to-data ratio's gradient
+steps after every env step.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from genpol import envs
+from genpol.envs import VectorEnv
+from genpol.algorithms.sac import SAC
+from genpol.callbacks.base import Callback
+from genpol.config import TrainConfig
+from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
+from genpol.data.dataset import Normalization
+from genpol.runners.base import EnvRunner
+from genpol.storage.replay import OfflineReplay, offline_transitions
+
+
+class OffPolicyRunner(EnvRunner):
+    """``EnvRunner`` whose iteration is ``iteration_steps`` env steps (rounded up to whole vector
+    steps), each followed by the algorithm's gradient steps once it is ready."""
+
+    algorithm: SAC
+
+    def __init__(self, env: VectorEnv, algorithm: SAC, total_steps: int, seed: int = 0,
+                 callbacks: Sequence[Callback] = (), iteration_steps: int = 1000):
+        super().__init__(env, algorithm, total_steps, seed, callbacks)
+        self.vector_steps = max(1, -(-iteration_steps // env.num_envs))
+
+    def iterate(self) -> dict[str, float]:
+        env, algorithm = self.env, self.algorithm
+        obs = self.obs
+        diagnostics: list[dict[str, torch.Tensor]] = []
+        for _ in range(self.vector_steps):
+            action = algorithm.act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            algorithm.process_env_step(obs, action, reward, terminated, info)
+            executed = info.get("env_steps")
+            self.global_step += int(executed.sum()) if executed is not None else env.num_envs
+            self.track_episodes(info)
+            obs = next_obs
+            if algorithm.ready():
+                diagnostics.append(algorithm.update())
+            if self.global_step >= self.total_steps:
+                break
+        self.obs = obs
+        metrics = {f"losses/{key}": float(torch.stack([named[key] for named in diagnostics]).mean())
+                   for key in (diagnostics[0] if diagnostics else {})}
+        metrics["losses/gradient_steps"] = float(algorithm.critic_steps)
+        metrics["charts/replay_size"] = float(len(algorithm.replay))
+        return metrics
+
+
+def _agent_action_transform(env: VectorEnv) -> Any:
+    """Maps a dataset's actions from the env's own bounds into the agent's [-1, 1] (identity where
+    the env already uses [-1, 1], as the MuJoCo locomotion tasks do)."""
+    inner = envs.innermost(env)
+    low, high = inner.action_low.cpu().numpy(), inner.action_high.cpu().numpy()
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return None
+    return lambda actions: 2 * (actions - low) / (high - low) - 1
+
+
+def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineReplay, dict[str, Any], Any]:
+    """``dataset.path`` as offline transitions in the online agent's spaces (raw observations,
+    actions mapped into [-1, 1] by the env's bounds), its summary fields, and the normalized-score
+    function of its task (None when neither the dataset nor D4RL has reference returns for it)."""
+    dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
+                           cfg.dataset.max_transitions)
+    dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
+    offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
+                                  device=cfg.device, seed=cfg.seed + 4)
+    references = reference_returns(dataset.metadata, cfg.env.id)
+    normalized = partial(normalized_score, references) if references else None
+    return offline, {"dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
+                     "offline_ratio": cfg.updater.offline_ratio}, normalized
+
+
+def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tuple[np.ndarray, np.ndarray],
+                        action_scale: tuple[np.ndarray, np.ndarray]) -> OfflineReplay:
+    """Offline transitions scaled with the dataset's min and max, as the offline-to-online pipeline's
+    env stack scales online observations and actions."""
+    return offline_transitions(
+        dataset, obs_transform=lambda obs: Normalization.scale(obs, *obs_scale),
+        action_transform=lambda actions: Normalization.scale(actions, *action_scale),
+        device=cfg.device, seed=cfg.seed + 4)

@@ -1,0 +1,97 @@
+"""Pipeline ``online``: build everything from a config, resume if the run directory has a checkpoint,
+train with the configured learner (on-policy or off-policy), and leave checkpoints, logs, a video,
+a curve and ``summary.json``.
+
+With ``dataset.path`` set, an off-policy learner mixes the offline transitions into every batch
+(RLPD's symmetric sampling, ``updater.offline_ratio``); on-policy learners have no use for them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from genpol.envs import VectorEnv
+from genpol.algorithms import is_off_policy, make_algorithm
+from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
+from genpol.callbacks import Evaluation
+from genpol.config import ConfigError, TrainConfig
+from genpol.heads.base import PolicyHead
+from genpol.policy import make_policy_spec
+from genpol.runners.onpolicy import OnPolicyRunner
+from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_name, run_phase
+
+log = logging.getLogger(__name__)
+
+
+def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Train (or resume) the run in ``run_dir`` from scratch; return the summary."""
+    run_dir = prepare_run(cfg, run_dir)
+    offline = None
+    if cfg.dataset.path is not None:
+        if not is_off_policy(cfg.updater.name):
+            raise ConfigError(f"dataset.path is set, but updater={cfg.updater.name} learns on-policy and "
+                              "cannot use offline data online; use pipeline=offline_to_online to pretrain on it, "
+                              "or an off-policy updater (updater=sac) to mix it into every batch")
+    stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
+    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
+    extra: dict[str, Any] = {}
+    normalized = None
+    if cfg.dataset.path is not None:
+        from genpol.runners.offpolicy import load_offline_transitions
+
+        offline, extra, normalized = load_offline_transitions(cfg, env)
+    return run_online(cfg, run_dir, env, head, stack, normalized, extra_summary=extra, offline=offline)
+
+
+def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """Off-policy learners store observations and rewards in a replay buffer, where running
+    normalization statistics would go stale: their envs hand over raw observations and rewards."""
+    if not is_off_policy(cfg.updater.name):
+        return {}
+    if cfg.env.normalize_obs or cfg.env.normalize_reward:
+        log.info("updater=%s: observations and rewards are not normalized (a replay buffer would keep "
+                 "stale statistics)", cfg.updater.name)
+    return {"normalize_obs": False, "normalize_reward": False}
+
+
+def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead, stack: dict[str, Any],
+               normalized_score: Callable[[float], float] | None = None,
+               extra_summary: dict[str, Any] | None = None, offline: Any = None,
+               algorithm: Any = None) -> dict[str, Any]:
+    """Train ``head`` on ``env`` with the configured learner (``algorithm``, or a new one built from
+    the config), resuming from ``run_dir/checkpoints`` if it holds any; callbacks, checkpoints,
+    evaluation and the summary."""
+    device = torch.device(cfg.device)
+    if algorithm is None:
+        algorithm = make_algorithm(cfg, head, env, offline)
+    # the head evaluation acts with (EXPO's on-the-fly policy carries its critics): what policy/ rebuilds
+    policy_spec = make_policy_spec(algorithm.acting_head(), env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
+                                   (cfg.env.render_width, cfg.env.render_height))
+    pipeline = cfg.pipeline
+    video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
+    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.updater.gamma, device, stack),
+                            pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score)
+    phase = Phase(
+        directory=run_dir, tensorboard_dir=run_dir / "tb" if cfg.logger.tensorboard else None,
+        total=cfg.total_steps if cfg.logger.progress_bar else None, label=env.env_id,
+        checkpoint_every=pipeline.checkpoint_every, keep_checkpoints=pipeline.keep_checkpoints,
+        policy_spec=policy_spec, evaluation=evaluation,
+        summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
+                       "seed": cfg.seed, "run_dir": str(run_dir), **(extra_summary or {})},
+    )
+    callbacks = phase_callbacks(phase)
+    if algorithm.on_policy:
+        runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
+                                update_threads=cfg.update_threads)
+    else:
+        from genpol.runners.offpolicy import OffPolicyRunner
+
+        runner = OffPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
+                                 iteration_steps=cfg.updater.iteration_steps)
+    run_phase(runner, phase, device, close=env.close)
+    return callbacks.summary.summary if callbacks.summary is not None else {}  # None: a rank > 0

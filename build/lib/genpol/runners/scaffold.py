@@ -1,0 +1,207 @@
+"""The run scaffold every pipeline and phase shares: run preparation and the resume check, the
+callbacks (metrics file, TensorBoard, progress bar, evaluation, checkpoints, summary), resuming
+from the latest checkpoint, and the end of a phase.
+
+A phase (online training, BC pretraining, a GoRL stage) is a runner plus a ``Phase`` saying where
+its files go. ``run_phase`` resumes the runner from the phase's latest checkpoint, if any, runs it,
+and closes its env whatever happens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import OmegaConf
+
+from genpol import distributed
+from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
+from genpol.callbacks.base import Callback
+from genpol.checkpoint import load_latest, remove_temporary
+from genpol.config import ConfigError, TrainConfig
+from genpol.config.base import flatten_keys
+
+log = logging.getLogger(__name__)
+
+# Keys that may change when a run is resumed: they do not alter what the run computes.
+# Keys a resumed run may change: budgets, I/O, and how (not what) the updates compute. Compiled and
+# eager steps run the same math to within float rounding, so a run saved before a bundle turned
+# updater.compile on still resumes; the same holds for the update's thread count.
+RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
+                     "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
+                     "updater.compile", "update_threads")
+
+# Fields added with a default that computes something new: the value that reproduces what a run saved
+# before the field existed computed. A key missing from a saved config is compared against this value
+# instead of the default, so such a run resumes only when the old behaviour is asked for.
+LEGACY_VALUES = {"updater.adjust_target_entropy": False}
+
+_NO_DEFAULT = object()
+
+
+def run_name(run_dir: Path) -> str:
+    """The name videos are filed under: the run directory's name (with its parent's for sweep jobs,
+    whose directories are numbered 0, 1, ...)."""
+    run_dir = run_dir.resolve()
+    return f"{run_dir.parent.name}_{run_dir.name}" if run_dir.name.isdigit() else run_dir.name
+
+
+def _schema_default(cfg: Any, key: str) -> Any:
+    """The dataclass default of a dotted config key (``dataset.format``), or a sentinel if it has none.
+
+    A key missing from a saved config but at its default is a field added to genpol after the run
+    started: the run computed exactly what the default computes, so it may resume."""
+    *parents, name = key.split(".")
+    node = cfg
+    for parent in parents:
+        node = getattr(node, parent, None)
+    if not dataclasses.is_dataclass(node):
+        return _NO_DEFAULT
+    for schema_field in dataclasses.fields(node):
+        if schema_field.name == name:
+            if schema_field.default is not dataclasses.MISSING:
+                return schema_field.default
+            if schema_field.default_factory is not dataclasses.MISSING:
+                return schema_field.default_factory()
+    return _NO_DEFAULT
+
+
+def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
+    """Write ``config.yaml`` on a first start; on a resume, refuse a config that changes the run."""
+    path = run_dir / "config.yaml"
+    current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    if not path.exists():
+        path.write_text(OmegaConf.to_yaml(current))
+        return
+    saved = flatten_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    now = flatten_keys(current)
+    changed = sorted(key for key in set(saved) | set(now)
+                     if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES)
+                     and not (key not in saved and now[key] == LEGACY_VALUES.get(key, _schema_default(cfg, key))))
+    if changed:
+        def was(key: str) -> str:
+            if key not in saved and key in LEGACY_VALUES:
+                return f"{LEGACY_VALUES[key]!r} (saved before the field existed)"
+            return repr(saved.get(key))
+
+        details = ", ".join(f"{key}: {was(key)} -> {now.get(key)!r}" for key in changed)
+        raise ConfigError(
+            f"{run_dir} holds a run with a different config ({details}); resuming it would not "
+            "continue the same run. Use another run_dir, or the saved config."
+        )
+
+
+def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
+    """Create the run directory, check a resumed config, set threads and the seed."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if distributed.is_main():  # ranks > 0 run with their own seed and write nothing
+        check_resume_config(run_dir, cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    return run_dir
+
+
+@dataclass
+class Phase:
+    """Where one training phase keeps its files, and how it reports.
+
+    Attributes:
+        directory: holds ``checkpoints/``, ``progress.jsonl`` and (with a ``summary``) ``summary.json``.
+        tensorboard_dir: TensorBoard events (None: no TensorBoard).
+        total: the phase's length in its own unit, for the progress bar (None: no bar).
+        label, unit: progress-bar description and unit (``step`` for env steps, ``grad step``).
+        checkpoint_every, keep_checkpoints: iterations between checkpoints (0: only at the end)
+            and how many to keep.
+        policy_spec: the JSON half of the checkpoints' ``policy/``.
+        evaluation: the phase's evaluation callback, or None.
+        summary_extra: headline fields of ``summary.json``; None writes no summary for the phase.
+    """
+
+    directory: Path
+    tensorboard_dir: Path | None
+    total: int | None
+    label: str
+    checkpoint_every: int
+    keep_checkpoints: int
+    policy_spec: dict[str, Any]
+    unit: str = "step"
+    evaluation: Evaluation | None = None
+    summary_extra: dict[str, Any] | None = None
+    extra_callbacks: list[Callback] = field(default_factory=list)
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.directory / "checkpoints"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.directory / "progress.jsonl"
+
+
+@dataclass
+class PhaseCallbacks:
+    """The callbacks of one phase, in the order the runner calls them after each iteration:
+    evaluation first (its result joins the metrics), then the files, then the checkpoint (which
+    captures the others' state), then the summary. At the end of training the checkpoint is
+    written first (``Checkpointer.end_first``), so a failing evaluation or video never costs the
+    weights."""
+
+    callbacks: list[Callback]
+    checkpointer: Checkpointer
+    summary: Summary | None
+
+
+class RankCheckpointer(Checkpointer):
+    """The checkpointer of ranks > 0 under torchrun: on the same schedule as rank 0's, it hands over
+    this rank's state (``runner.training_state`` joins the gather) and writes nothing."""
+
+    def save(self, runner: Any) -> Any:
+        runner.training_state()
+        self._last_step = runner.global_step
+        return f"rank 0's checkpoint in {self.checkpoints_dir}"
+
+
+def phase_callbacks(phase: Phase) -> PhaseCallbacks:
+    """The phase's callbacks; under torchrun, ranks > 0 get only a ``RankCheckpointer`` (rank 0 does
+    all I/O)."""
+    if not distributed.is_main():
+        checkpointer = RankCheckpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
+                                        phase.keep_checkpoints)
+        return PhaseCallbacks([checkpointer], checkpointer, None)
+    phase.directory.mkdir(parents=True, exist_ok=True)
+    callbacks: list[Callback] = [] if phase.evaluation is None else [phase.evaluation]
+    callbacks.append(MetricsFile(phase.metrics_path))
+    if phase.tensorboard_dir is not None:
+        callbacks.append(TensorBoardLogger(phase.tensorboard_dir))
+    if phase.total is not None:
+        callbacks.append(ProgressBar(phase.total, phase.label, phase.unit))
+    callbacks += phase.extra_callbacks
+    checkpointer = Checkpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
+                                phase.keep_checkpoints)
+    callbacks.append(checkpointer)
+    summary = None
+    if phase.summary_extra is not None:
+        summary = Summary(phase.directory, phase.metrics_path, phase.evaluation, checkpointer, phase.summary_extra)
+        callbacks.append(summary)
+    return PhaseCallbacks(callbacks, checkpointer, summary)
+
+
+def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Callable[[], None] | None = None) -> None:
+    """Resume ``runner`` from the phase's latest checkpoint (if any), run it, then ``close()``."""
+    remove_temporary(phase.checkpoints_dir)
+    latest = load_latest(phase.checkpoints_dir, map_location=device)
+    if latest is not None:
+        log.info("resuming %s from %s", phase.label, latest[0])
+        runner.load(latest[1], latest[2])
+    if distributed.world_size() > 1:
+        distributed.prepare_runner(runner)
+    try:
+        runner.run()
+    finally:
+        if close is not None:
+            close()

@@ -1,0 +1,90 @@
+"""``python -m genpol.train env=<group> policy=<group> updater=<group> seed=<int> total_steps=<int> run_dir=<path>``
+
+Any gymnasium Box env: ``env=gym env.id=Pendulum-v1``. Sweeps: ``--multirun seed=0,1,2``.
+Re-running with the same ``run_dir`` resumes from its latest checkpoint.
+
+Under ``torchrun --nproc_per_node=N -m genpol.train ...`` one run trains on N processes (detected
+from torchrun's variables; see ``genpol/distributed.py``); rank 0 writes the files.
+
+Exit codes: 0 trained (or stopped by SIGTERM / SIGINT after a checkpoint: re-run to resume);
+2 a bad config, env, dataset or checkpoint, or a run_dir held by another live process;
+3 NaN or inf in training (the message names the last good checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from genpol.envs import EnvError
+from genpol import distributed
+from genpol.checkpoint import CheckpointError
+from genpol.config import ConfigError, TrainConfig, register_configs, validate
+from genpol.data.dataset import DatasetError
+
+register_configs()
+
+
+def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Dispatch to the configured pipeline; returns its summary.
+
+    The run holds ``run_dir``'s lock throughout (a second writer fails at once), and SIGTERM or
+    SIGINT make it checkpoint at the end of the current iteration and raise ``TrainingInterrupted``.
+    Started by torchrun with several processes, it joins their process group for the run (each
+    rank with its own seed, see ``genpol.distributed``) and leaves it at the end.
+    """
+    from genpol.runners.gorl import train_gorl
+    from genpol.runners.guards import TrainingInterrupted, hold_run_dir, stop_on_signals
+    from genpol.runners.offline_to_online import train_offline_to_online
+    from genpol.runners.online import train_online
+
+    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online, "gorl": train_gorl}
+    joined = distributed.launched_by_torchrun() and distributed.world_size() == 1
+    if joined:
+        cfg = distributed.init_from_torchrun(cfg)
+        run_dir = distributed.broadcast_object(str(run_dir))  # a ${now:...} default differs between ranks
+    finished = False
+    try:
+        # under torchrun rank 0 alone holds the directory (the others write nothing there)
+        with hold_run_dir(run_dir) if distributed.is_main() else contextlib.nullcontext(), stop_on_signals():
+            summary = pipelines[cfg.pipeline.name](cfg, run_dir)
+        finished = True
+        return summary
+    except TrainingInterrupted:  # a signal stops every rank at the same iteration
+        finished = True
+        raise
+    finally:
+        if joined:  # after an error the other ranks may never arrive: leave without waiting
+            distributed.shutdown(wait_for_others=finished)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from genpol.runners.guards import NonFiniteError, RunDirBusyError, TrainingInterrupted
+
+    try:
+        config = validate(cfg)
+        summary = run_training(config, HydraConfig.get().runtime.output_dir)
+    except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:
+        print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteError as error:
+        print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(3)
+    except TrainingInterrupted as error:  # checkpointed: a clean stop that the same command resumes
+        print(f"genpol: {error}", file=sys.stderr)
+        sys.exit(0)
+    if not distributed.launched_by_torchrun() or os.environ["RANK"] == "0":  # one summary per run
+        print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Epochs of minibatch gradient descent on a surrogate loss: the update of PPO (and SPO, ASPO).
+
+The updater owns the optimizer and the learning rate; the loss object (``PPOClipLoss`` or a
+subclass) owns the math. It sees a filled ``RolloutStorage`` and the head and critic modules, and
+does no I/O: it returns named diagnostics for the callbacks to log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol import distributed
+from genpol.heads.base import PolicyHead
+from genpol.storage import Batch, RolloutStorage
+from genpol.updaters.compiled import CompiledAdamStep
+from genpol.updaters.losses import PPOClipLoss
+from genpol.updaters.schedules import AdaptiveLR, policy_kl
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``1 - Var(targets - predictions) / Var(targets)``; NaN when the targets are constant."""
+    var_targets = targets.var()
+    if var_targets == 0:
+        return torch.tensor(float("nan"))
+    return 1 - (targets - predictions).var() / var_targets
+
+
+class MinibatchUpdater:
+    """``epochs`` passes of shuffled minibatches over the rollout, one Adam step each.
+
+    Args:
+        head: the policy head (its trainable parameters).
+        critic: the value network.
+        loss: the surrogate loss object.
+        lr: actor learning rate (and critic's, unless ``critic_lr`` is set).
+        critic_lr: separate critic learning rate, or None.
+        epochs: passes over the rollout per update.
+        minibatch_size: samples per gradient step.
+        max_grad_norm: gradient-norm clip, applied to the actor's and the critic's gradients
+            separately. Clipped as one vector (SB3, SPO), a large critic gradient would shrink the
+            actor's step by a factor that changes every step; DPPO clips its actor on its own.
+        target_kl: stop the epochs early once a minibatch's approx-KL exceeds 1.5 * target_kl
+            (checked before its step, as SB3), or None.
+        adam_eps: Adam's epsilon (1e-5 as SB3 and most PPO implementations).
+        adaptive_lr: a KL-adaptive schedule, stepped after every minibatch with the head's KL
+            (exact where the head has one, else the sample estimate); it scales both learning
+            rates, keeping their ratio. None: the rates change only through ``set_lr_scale``.
+        compile: run each minibatch step as one ``torch.compile``d function (``CompiledAdamStep``):
+            several times faster for small minibatches, after a one-off compilation of ~20 s.
+            Not combined with ``target_kl``, whose check must come between loss and step.
+    """
+
+    def __init__(
+        self,
+        head: PolicyHead,
+        critic: nn.Module,
+        loss: PPOClipLoss,
+        lr: float = 3e-4,
+        critic_lr: float | None = None,
+        epochs: int = 10,
+        minibatch_size: int = 64,
+        max_grad_norm: float | None = 0.5,
+        target_kl: float | None = None,
+        adam_eps: float = 1e-5,
+        adaptive_lr: AdaptiveLR | None = None,
+        compile: bool = False,
+    ):
+        if loss.ent_coef != 0.0 and not head.has_entropy:
+            raise ValueError(
+                f"updater ent_coef={loss.ent_coef} needs an entropy, but the {head.family} head "
+                "has none; set updater.ent_coef=0"
+            )
+        self.head = head
+        self.critic = critic
+        self.loss = loss
+        self.epochs = epochs
+        self.minibatch_size = minibatch_size
+        self.max_grad_norm = max_grad_norm
+        self.target_kl = target_kl
+        self.base_lr = lr
+        self.base_critic_lr = lr if critic_lr is None else critic_lr
+        self.actor_params = [p for p in head.parameters() if p.requires_grad]
+        self.critic_params = [p for p in critic.parameters() if p.requires_grad]
+        # fused: one kernel for all parameters; the default per-tensor loop measured 2.4x slower
+        # (550 vs 228 us per step for two 64-64 MLPs on this CPU), a large share of a small minibatch.
+        self.optimizer = torch.optim.Adam(
+            [{"params": self.actor_params, "lr": lr}, {"params": self.critic_params, "lr": self.base_critic_lr}],
+            eps=adam_eps, fused=True,
+        )
+        self.adaptive_lr = adaptive_lr
+        self.compiled_step = None
+        if compile:
+            if target_kl is not None:
+                raise ValueError("updater.compile=true cannot stop early on target_kl; set target_kl=null")
+            self.compiled_step = CompiledAdamStep({"head": head, "critic": critic}, self.minibatch_loss,
+                                                  self.optimizer, max_grad_norm)
+
+    def set_lr_scale(self, scale: float) -> None:
+        """Set both learning rates to ``scale`` times their base values (for schedules)."""
+        self.optimizer.param_groups[0]["lr"] = self.base_lr * scale
+        self.optimizer.param_groups[1]["lr"] = self.base_critic_lr * scale
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def minibatch_loss(self, obs: torch.Tensor, record: dict[str, torch.Tensor], advantages: torch.Tensor,
+                       returns: torch.Tensor, old_values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The surrogate loss of one minibatch and its named diagnostics (detached)."""
+        terms = self.head.log_ratio(obs, record)
+        values = self.critic(obs)
+        out = self.loss(terms, advantages, values, returns, old_values)
+        named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
+        named.update({f"head/{key}": value.detach() for key, value in terms.diagnostics.items()})
+        if self.adaptive_lr is not None:
+            with torch.no_grad():
+                named["kl"] = policy_kl(self.head, obs, record, terms)
+        return out.total, named
+
+    def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:
+        """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl.
+
+        Under torchrun the gradients and the diagnostics are averaged over ranks in one all-reduce
+        before the KL check and the clip, so every rank stops, clips and steps alike."""
+        total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+        synchronized = distributed.world_size() > 1
+        if not synchronized and self._kl_too_large(named):
+            return None
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if synchronized:
+            named = distributed.average_gradients(self.actor_params + self.critic_params, named)
+            if self._kl_too_large(named):
+                return None
+        if self.max_grad_norm is not None:
+            for params in (self.actor_params, self.critic_params):
+                if params:
+                    nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        return named
+
+    def _kl_too_large(self, named: dict[str, torch.Tensor]) -> bool:
+        return self.target_kl is not None and bool(named["approx_kl"] > 1.5 * self.target_kl)
+
+    def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
+        """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""
+        # each step's diagnostics, averaged at the end: a running sum cost ~20 us of tensor adds per step
+        diagnostics: list[dict[str, torch.Tensor]] = []
+        stopped_early = False
+        for _ in range(self.epochs):
+            for batch in storage.minibatches(self.minibatch_size, generator):
+                if self.compiled_step is not None:
+                    named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
+                                               batch.values)
+                else:
+                    named = self.eager_step(batch)
+                if named is None:
+                    stopped_early = True
+                    break
+                diagnostics.append(named)
+                if self.adaptive_lr is not None:
+                    self.set_lr_scale(self.adaptive_lr.step(float(named["kl"])) / self.base_lr)
+            if stopped_early:
+                break
+        stats = {key: float(torch.stack([named[key] for named in diagnostics]).mean()) for key in
+                 (diagnostics[0] if diagnostics else {})}
+        flat = storage.flat()
+        stats["explained_variance"] = float(explained_variance(flat.values, flat.returns))
+        stats["gradient_steps"] = float(len(diagnostics))
+        stats["stopped_early"] = float(stopped_early)
+        stats["learning_rate"] = self.learning_rate
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.adaptive_lr is not None:
+            state["adaptive_lr"] = self.adaptive_lr.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.adaptive_lr is not None:
+            self.adaptive_lr.load_state_dict(state["adaptive_lr"])
