@@ -44,7 +44,7 @@ def chain_memory(dataset: Path) -> dict:
     """Bytes of the stored records per rollout sample and per rollout, DPPO vs Gaussian."""
     from genpol.api import compose_config
     from genpol.build import env_stack, make_env, make_head
-    from genpol.config import validate
+    from genpol.configure import validate
 
     out = {}
     for name, overrides in (("dppo", ["+experiment=dppo_hopper", f"dataset.path={dataset}"]),

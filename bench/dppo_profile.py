@@ -47,7 +47,7 @@ def top_operators(fn, repeats: int, rows: int = 8) -> dict[str, float]:
 def main() -> None:
     from genpol.api import compose_config
     from genpol.build import make_head
-    from genpol.config import validate
+    from genpol.configure import validate
 
     torch.set_num_threads(1)
     out = {"benchmark": "dppo_profile", "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1min": os.getloadavg()[0],

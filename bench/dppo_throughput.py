@@ -78,7 +78,7 @@ class Row:
         from genpol.algorithms import make_algorithm
         from genpol.api import compose_config
         from genpol.build import env_stack, make_env, make_head
-        from genpol.config import validate
+        from genpol.configure import validate
         from genpol.runners.onpolicy import OnPolicyRunner
 
         from genpol import nets

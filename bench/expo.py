@@ -60,7 +60,7 @@ def build(experiment: str, args: argparse.Namespace, offline_path: str) -> tuple
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
     from genpol.build import make_env, make_head
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.offpolicy import load_offline_transitions
     from genpol.runners.online import off_policy_env_settings
 
@@ -104,7 +104,7 @@ class Learner:
 
 def candidate_cost(expo: Any, repeats: int = 10) -> dict[str, float]:
     """ms for one minibatch's next states: base samples alone, and the whole on-the-fly choice."""
-    from genpol.heads.edit import on_the_fly_actions
+    from genpol.algorithms.edit import on_the_fly_actions
 
     obs = expo.sampler.sample(256).next_obs
     cfg = expo.cfg

@@ -47,7 +47,7 @@ def multigoal_overrides(args: argparse.Namespace) -> list[str]:
 
 def run(name: str, task: str, overrides: list[str], seed: int) -> dict:
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.train import run_training
 
     run_dir = ROOT / "bench" / "runs" / "gorl" / f"{task}-{name}-s{seed}"

@@ -43,7 +43,7 @@ HEADS = {  # name: (policy group, head overrides, actions per call)
 
 
 def build(group: str, overrides: dict) -> tuple[torch.nn.Module, int]:
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.api import compose_config
     from genpol.build import make_head
 

@@ -91,7 +91,7 @@ def build(groups: int, threads: int) -> tuple[Any, Timers]:
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
     from genpol.build import env_stack, make_env, make_head
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.onpolicy import OnPolicyRunner
 
     cfg = validate(compose_config(["run_dir=/tmp/unused", "+experiment=ppo_fast_envpool", f"env.step_groups={groups}",

@@ -145,7 +145,7 @@ class GenpolLearner:
         from genpol.algorithms import make_algorithm
         from genpol.api import compose_config
         from genpol.build import env_stack, make_env, make_head
-        from genpol.config import validate
+        from genpol.configure import validate
         from genpol.runners.offpolicy import OffPolicyRunner, load_offline_transitions
         from genpol.runners.online import off_policy_env_settings
 

@@ -86,7 +86,7 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
     from genpol.build import env_stack, make_env, make_head
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.onpolicy import OnPolicyRunner
 
     cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))

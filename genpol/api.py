@@ -17,8 +17,8 @@ from typing import Any, Sequence
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from genpol.config import register_configs, validate
 from genpol.config.base import claim_new_dir
+from genpol.configure import register_configs, validate
 from genpol.policy import TrainedPolicy
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "config",

@@ -23,15 +23,13 @@ from typing import Any
 
 import torch
 
+from genpol.errors import CheckpointError
+
 PREFIX = "step_"
 POLICY_JSON = "policy/policy.json"
 POLICY_WEIGHTS = "policy/weights.pt"
 TRAINING_STATE = "training_state/state.pt"
 MANIFEST = "manifest.json"
-
-
-class CheckpointError(RuntimeError):
-    """A missing, truncated or corrupted checkpoint; the message names the file."""
 
 
 def _sha256(path: Path) -> str:

@@ -16,9 +16,10 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from genpol.config import EvaluateConfig
+from genpol.configure import register_configs, validate
 from genpol.envs import EnvError, VideoRecorder
-from genpol.checkpoint import CheckpointError
-from genpol.config import ConfigError, EvaluateConfig, register_configs, validate
+from genpol.errors import CheckpointError, ConfigError
 from genpol.policy import TrainedPolicy, evaluate_episodes
 from genpol.runners.scaffold import run_name
 

@@ -24,11 +24,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from genpol import collectives, distributed
+from genpol.config import TrainConfig
+from genpol.configure import register_configs, validate
 from genpol.envs import EnvError
-from genpol import distributed
-from genpol.checkpoint import CheckpointError
-from genpol.config import ConfigError, TrainConfig, register_configs, validate
-from genpol.data.dataset import DatasetError
+from genpol.errors import (CheckpointError, ConfigError, DatasetError, NonFiniteError, RunDirBusyError,
+                           TrainingInterrupted)
 
 register_configs()
 
@@ -42,19 +43,19 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     rank with its own seed, see ``genpol.distributed``) and leaves it at the end.
     """
     from genpol.runners.gorl import train_gorl
-    from genpol.runners.guards import TrainingInterrupted, hold_run_dir, stop_on_signals
+    from genpol.runners.guards import hold_run_dir, stop_on_signals
     from genpol.runners.offline_to_online import train_offline_to_online
     from genpol.runners.online import train_online
 
     pipelines = {"online": train_online, "offline_to_online": train_offline_to_online, "gorl": train_gorl}
-    joined = distributed.launched_by_torchrun() and distributed.world_size() == 1
+    joined = distributed.launched_by_torchrun() and collectives.world_size() == 1
     if joined:
         cfg = distributed.init_from_torchrun(cfg)
-        run_dir = distributed.broadcast_object(str(run_dir))  # a ${now:...} default differs between ranks
+        run_dir = collectives.broadcast_object(str(run_dir))  # a ${now:...} default differs between ranks
     finished = False
     try:
         # under torchrun rank 0 alone holds the directory (the others write nothing there)
-        with hold_run_dir(run_dir) if distributed.is_main() else contextlib.nullcontext(), stop_on_signals():
+        with hold_run_dir(run_dir) if collectives.is_main() else contextlib.nullcontext(), stop_on_signals():
             summary = pipelines[cfg.pipeline.name](cfg, run_dir)
         finished = True
         return summary
@@ -68,8 +69,6 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from genpol.runners.guards import NonFiniteError, RunDirBusyError, TrainingInterrupted
-
     try:
         config = validate(cfg)
         summary = run_training(config, HydraConfig.get().runtime.output_dir)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from genpol.envs.wrappers import ObservationNormalizer, RunningMeanStd
-from genpol import distributed
+from genpol import collectives, distributed
 from genpol.heads.gaussian import GaussianHead
 from genpol.nets import ValueNetwork
 from genpol.storage import Batch
@@ -94,7 +94,7 @@ def train(run_dir: str, overrides: list[str]) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
     import genpol.runners.online as online
-    from genpol.config import register_configs, validate
+    from genpol.configure import register_configs, validate
     from genpol.train import run_training
 
     register_configs()
@@ -118,7 +118,7 @@ if __name__ == "__main__":
     rank = int(os.environ["RANK"])
     if mode == "update":
         torch.distributed.init_process_group("gloo")
-        result = updates(rank, distributed.world_size())
+        result = updates(rank, collectives.world_size())
         distributed.shutdown()
     else:  # run_training joins torchrun's process group and leaves it
         result = train(str(out / "run"), sys.argv[3:])

@@ -132,7 +132,7 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, learner, stop):
 
 def test_resuming_with_a_different_config_is_refused(tmp_path):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.scaffold import check_resume_config
 
     run_dir = tmp_path / "run"
@@ -151,7 +151,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
     import yaml
 
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.scaffold import check_resume_config
 
     run_dir = tmp_path / "run"
@@ -172,7 +172,7 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
     import yaml
 
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.scaffold import check_resume_config
 
     run_dir = tmp_path / "run"

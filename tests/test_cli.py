@@ -113,7 +113,7 @@ def test_cluster_launchers(tmp_path):
     from genpol.api import CONFIG_DIR
     from hydra import compose, initialize_config_dir
 
-    from genpol.config import register_configs
+    from genpol.configure import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -188,7 +188,8 @@ def test_rsample_and_candidates_are_differentiable_and_bounded():
 
 def test_bad_configuration_names_the_key():
     from genpol.api import compose_config
-    from genpol.config import ConfigError, validate
+    from genpol.config import ConfigError
+    from genpol.configure import validate
 
     base = ["env=multigoal", "policy=consistency", "updater=ppo"]
     with pytest.raises(ConfigError, match="policy.ct_distance"):

@@ -23,7 +23,8 @@ from genpol.envs import EnvError
 from genpol.envs.testing import ProtocolViolation, check_vector_env
 from genpol.api import compose_config
 from genpol.checkpoint import list_checkpoints
-from genpol.config import ConfigError, validate
+from genpol.config import ConfigError
+from genpol.configure import validate
 from genpol.heads import build_head
 from genpol.policy import TrainedPolicy, make_policy_spec
 

@@ -46,7 +46,7 @@ def test_the_tutorial_head_trains_evaluates_and_reloads(tmp_path, examples_on_pa
 ])
 def test_a_bad_head_name_is_a_config_error_naming_it(family, message, examples_on_path):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.config.base import ConfigError
 
     with pytest.raises(ConfigError, match=message):
@@ -55,7 +55,7 @@ def test_a_bad_head_name_is_a_config_error_naming_it(family, message, examples_o
 
 def test_a_learner_the_custom_head_cannot_serve_names_head_and_capability(examples_on_path):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.config.base import ConfigError
 
     with pytest.raises(ConfigError, match=r"the laplace head cannot be trained by updater=sac: it lacks "

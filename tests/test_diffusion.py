@@ -265,7 +265,7 @@ def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path,
     Hopper: a pretrained return of 240 with K' = 5 against 724 with every step pretrained). The same
     holds for the policy a pretraining checkpoint stores (``genpol.evaluate checkpoint=.../pretrain/...``)."""
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.train import run_training
 
     frozen_matches_trained = []

@@ -11,10 +11,11 @@ import torch
 
 from genpol.algorithms.expo import EXPO
 from genpol.api import compose_config
-from genpol.config import ConfigError, validate
+from genpol.config import ConfigError
+from genpol.configure import validate
 from genpol.heads import DiffusionHead, GaussianHead, head_from_spec
 from genpol.heads.base import Capability
-from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions, select_by_q
+from genpol.algorithms.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions, select_by_q
 from genpol.qensemble import QEnsemble, critic_mlp
 
 from conftest import run_cli

@@ -86,7 +86,7 @@ def test_stage_budgets_sum_to_total_steps_and_refuse_an_empty_stage():
 
 def test_pipeline_gorl_refuses_another_head():
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
 
     with pytest.raises(ConfigError, match="policy must be gorl for pipeline=gorl"):
         validate(compose_config(["env=multigoal", "policy=gaussian", "pipeline=gorl"]))
@@ -105,7 +105,7 @@ ARGS = ["env=multigoal", "env.normalize_obs=true", "policy=gorl", "pipeline=gorl
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.train import run_training
 
     run_dir = tmp_path_factory.mktemp("gorl") / "reference"
@@ -149,7 +149,7 @@ def test_stage_transitions_and_budget_accounting(reference_run):
 
 def test_a_resume_that_would_change_the_stage_budgets_is_refused(reference_run):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.train import run_training
 
     run_dir, _ = reference_run
@@ -214,7 +214,7 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
     from genpol.build import make_env, make_head
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.runners.gorl import stage_updater
     from genpol.runners.onpolicy import OnPolicyRunner
 

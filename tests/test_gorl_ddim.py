@@ -140,7 +140,7 @@ def test_the_ddim_decoder_learns_a_bimodal_target_from_the_gaussian_prior():
 
 def test_config_names_a_bad_decoder_or_too_few_timesteps():
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
 
     with pytest.raises(ConfigError, match="policy.decoder"):
         validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddpm"]))
@@ -159,7 +159,7 @@ DDIM_ARGS = [*ARGS, "policy.decoder=ddim"]
 @pytest.fixture(scope="module")
 def ddim_run(tmp_path_factory):
     from genpol.api import compose_config
-    from genpol.config import validate
+    from genpol.configure import validate
     from genpol.train import run_training
 
     run_dir = tmp_path_factory.mktemp("gorl_ddim") / "reference"

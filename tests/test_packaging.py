@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,8 +38,13 @@ def test_the_package_list_names_every_package_folder():
 def installed(tmp_path_factory) -> dict[str, Path]:
     """A wheel of this checkout, installed alone into a fresh venv that sees this env's other packages."""
     root = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools leaves build/ in the source tree and never deletes a stale file
+    # there, so a module moved away would still ship in the next wheel built from the checkout
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "runs", "outputs", "multirun", "site", "videos"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(root / "dist"), str(REPO)], check=True, capture_output=True)
+                    str(root / "dist"), str(source)], check=True, capture_output=True)
     wheel = next((root / "dist").glob("genpol-*.whl"))
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

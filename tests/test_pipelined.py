@@ -13,7 +13,7 @@ from genpol.envs.testing import check_vector_env
 from genpol.algorithms import make_algorithm
 from genpol.api import compose_config
 from genpol.build import env_stack, make_env, make_head
-from genpol.config import validate
+from genpol.configure import validate
 from genpol.runners.onpolicy import OnPolicyRunner
 from genpol.train import run_training
 

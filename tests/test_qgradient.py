@@ -106,7 +106,8 @@ def test_state_round_trip_through_weights_only_load():
 
 def test_config_refuses_what_this_learner_cannot_do():
     from genpol.api import compose_config
-    from genpol.config import ConfigError, validate
+    from genpol.config import ConfigError
+    from genpol.configure import validate
 
     with pytest.raises(ConfigError, match="updater.ent_coef"):
         validate(compose_config(["env=multigoal", "policy=consistency", "updater=consistency_ac", "updater.ent_coef=auto"]))

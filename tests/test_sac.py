@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from genpol.api import compose_config, evaluate, load_policy, train
-from genpol.config import ConfigError, validate
+from genpol.config import ConfigError
+from genpol.configure import validate
 
 from conftest import assert_nonblank_mp4, run_cli
 

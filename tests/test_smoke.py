@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from genpol.api import compose_config
-from genpol.config import validate
+from genpol.configure import validate
 from genpol.train import run_training
 
 from conftest import REPO, assert_nonblank_mp4

@@ -11,7 +11,7 @@ import torch
 
 from genpol.heads import ConsistencyHead, TanhGaussianHead, head_from_spec
 from genpol.heads.base import Capability, HeadCapabilityError
-from genpol.heads.softmax_q import SoftmaxQPolicy
+from genpol.algorithms.softmax_q import SoftmaxQPolicy
 from genpol.qensemble import QEnsemble, critic_mlp
 
 from conftest import run_cli

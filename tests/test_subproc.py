@@ -13,7 +13,8 @@ from genpol.envs import EnvError
 from genpol.envs.subproc import SubprocVectorEnv
 from genpol.api import compose_config, train
 from genpol.checkpoint import list_checkpoints, load_policy_files
-from genpol.config import ConfigError, validate
+from genpol.config import ConfigError
+from genpol.configure import validate
 
 
 def random_actions(steps, num_envs, act_dim, seed=0):

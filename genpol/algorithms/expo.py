@@ -7,7 +7,7 @@ batching), with three changes:
   trained *only* by its imitation loss, on the last minibatch of each round (half offline, half
   online), with SAC's actor optimizer; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it:
   nothing differentiable in its parameters ever meets a critic;
-* the **edit policy** (``genpol.heads.edit.EditPolicy``) is trained SAC-style on the same minibatch's
+* the **edit policy** (``genpol.algorithms.edit.EditPolicy``) is trained SAC-style on the same minibatch's
   *replay* actions, ``edit_loss`` with the ensemble-mean Q; the temperature tracks the entropy of the
   edited action toward ``-|A| / 2 + |A| log beta`` (``adjust_target_entropy``; EXPO's default target,
   ``-|A| / 2`` alone, lies above the largest entropy an edit of scale beta can have); the base's and
@@ -35,7 +35,7 @@ from torch import nn
 from genpol.algorithms.sac import SAC
 from genpol.heads.base import Capability, PolicyHead
 from genpol.heads.chunking import ChunkedActions
-from genpol.heads.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions
+from genpol.algorithms.edit import EditPolicy, OnTheFlyPolicy, edit_loss, on_the_fly_actions
 from genpol.qensemble import polyak_update
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.sac_losses import td_target
@@ -52,7 +52,7 @@ class EXPO(SAC):
     def __init__(self, head: PolicyHead, cfg: Any, *, num_envs: int, obs_dim: int, act_dim: int, capacity: int,
                  device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
         if isinstance(head, ChunkedActions) and (head.act_steps != 1 or head.horizon_steps != 1):
-            from genpol.config import ConfigError
+            from genpol.errors import ConfigError
 
             raise ConfigError(f"updater=expo edits and values single actions: the {head.family} base policy must "
                               f"act one step at a time (policy.act_steps=1, policy.horizon_steps=1), got "

@@ -38,7 +38,7 @@ from torch import nn
 from genpol.envs import VectorEnv
 from genpol.algorithms.sac import SAC
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
-from genpol.heads.softmax_q import SoftmaxQPolicy
+from genpol.algorithms.softmax_q import SoftmaxQPolicy
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.qgradient_losses import q_gradient_actor_loss
 from genpol.updaters.sac_losses import critic_loss, td_target
@@ -160,7 +160,7 @@ class QGradientActor(SAC):
 def make_qgradient(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> QGradientActor:
     """Consistency-AC from a ``TrainConfig``."""
     if cfg.updater.offline_ratio > 0 and offline is None:
-        from genpol.config import ConfigError
+        from genpol.errors import ConfigError
 
         raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
                           "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")

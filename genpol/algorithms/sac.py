@@ -290,7 +290,7 @@ def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay 
     """SAC (or ``algorithm_class``, a learner built on it such as EXPO) from a ``TrainConfig``; the
     replay holds ``updater.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
     if cfg.updater.offline_ratio > 0 and offline is None:
-        from genpol.config import ConfigError
+        from genpol.errors import ConfigError
 
         raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
                           "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")

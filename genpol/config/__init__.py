@@ -2,7 +2,9 @@
 
 Hydra checks names and types against these dataclasses while composing, so ``updater.lrr=1`` or
 ``updater.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
-``__post_init__``, which runs when ``validate`` turns the composed config into these objects.
+``__post_init__``, which runs when ``genpol.configure.validate`` turns the composed config into these
+objects. This package is the schema only: it imports no learner, and the checks that need the
+learner table (a head with a learner, a pipeline with a learner) run in ``genpol.configure``.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
 from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, claim_new_dir, require
 from genpol.config.env import DatasetConfig, EnvConfig
@@ -28,7 +29,8 @@ __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "
            "FlowPolicyConfig", "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig",
            "TanhGaussianPolicyConfig", "ConsistencyPolicyConfig", "GoRLPolicyConfig", "CustomPolicyConfig",
            "ASPOConfig", "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig",
-           "QGradientConfig", "TrainConfig", "EvaluateConfig", "ALL_SCHEMAS", "register_configs", "validate"]
+           "QGradientConfig", "TrainConfig", "EvaluateConfig", "ALL_SCHEMAS", "POLICY_SCHEMAS", "PIPELINE_SCHEMAS",
+           "claim_new_dir"]
 
 
 @dataclass
@@ -65,64 +67,11 @@ class TrainConfig:
     collection keeps torch_threads, which is faster for the policy's small per-step batches."""
 
     def __post_init__(self) -> None:
-        """Ranges, and the checks that need two groups at once (policy with pipeline or updater)."""
+        """Ranges of the root's own fields. The checks that need two groups at once (policy with
+        pipeline or learner) read the learner table, so they run in ``genpol.configure.validate``."""
         require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
         require(self.update_threads >= 0, "update_threads", ">= 0 (0: torch_threads)", self.update_threads)
-        if getattr(self.pipeline, "name", None) == "offline_to_online":
-            require(self.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
-                     self.dataset.path)
-        offline_phase = getattr(self.pipeline, "name", None) == "offline_to_online"
-        if getattr(self.updater, "offline_lr_decay", False) and not offline_phase:
-            raise ConfigError("updater.offline_lr_decay decays the learning rate over the offline phase of "
-                              f"pipeline=offline_to_online; pipeline={self.pipeline.name} has none")
-        if getattr(self.env, "step_groups", 0) and self.updater.name not in ("ppo", "spo", "aspo", "trpo"):
-            raise ConfigError(f"env.step_groups={self.env.step_groups} pipelines on-policy collection only; "
-                              f"updater={self.updater.name} steps one action at a time, so set env.step_groups=0")
-        if getattr(self.pipeline, "name", None) == "gorl":
-            require(getattr(self.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
-                    "retrain the latent-decoder head's decoder)", getattr(self.policy, "family", None))
-            require(self.updater.name in ("ppo", "spo", "aspo", "trpo"), "updater", "an on-policy updater (ppo, spo, "
-                    "aspo or trpo) for pipeline=gorl: the encoder is a latent Gaussian policy", self.updater.name)
-        if getattr(self.policy, "family", None) == "diffusion":
-            policy, pipeline = self.policy, self.pipeline
-            sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
-            # a Q-gradient learner's offline phase trains every denoising step by its own loss: the
-            # frozen copy is taken before it (random), so it is no pretraining for frozen steps
-            pretrained = (pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0
-                          and self.updater.name != "consistency_ac")
-            if policy.ft_denoising_steps < sampled and not pretrained:
-                # the early steps run a frozen copy of the weights that pretraining leaves; with no
-                # pretraining that copy is the random initialization, and those steps never learn
-                q_gradient = self.updater.name == "consistency_ac"
-                if q_gradient and pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0:
-                    why = "updater=consistency_ac's offline phase trains by its own loss, not by behaviour cloning"
-                elif pipeline.name == "offline_to_online":
-                    why = "pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"
-                else:
-                    why = f"pipeline={pipeline.name} pretrains nothing"
-                raise ConfigError(
-                    f"policy.ft_denoising_steps={policy.ft_denoising_steps} fine-tunes only the last "
-                    f"{policy.ft_denoising_steps} of {sampled} denoising steps and freezes the first "
-                    f"{sampled - policy.ft_denoising_steps} at their behaviour-cloned weights, but {why}, so they "
-                    f"would stay at their random initialization. Set policy.ft_denoising_steps={sampled}"
-                    + ("." if q_gradient else ", or pretrain with pipeline=offline_to_online.")
-                )
-            updater_clip = getattr(self.updater, "clip_range", None)
-            if updater_clip is None:  # TRPO: a KL trust region, no clip for a schedule to shape
-                for key in ("clip_base", "clip_final"):
-                    require(getattr(policy, key) is None, f"policy.{key}",
-                             f"null with updater={self.updater.name} (it has no clip range)", getattr(policy, key))
-            else:
-                # one source of truth for the last step's clip: the updater's clip_range
-                if policy.clip_final is not None and abs(policy.clip_final - updater_clip) > 1e-12:
-                    raise ConfigError(
-                        f"policy.clip_final={policy.clip_final} and updater.clip_range={updater_clip} both set "
-                        "the last denoising step's clip; set updater.clip_range only (and policy.clip_base "
-                        "for a schedule that starts lower at the noisiest step)"
-                    )
-                if policy.clip_base is not None:
-                    policy.clip_final = updater_clip
 
 
 @dataclass
@@ -155,39 +104,8 @@ POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOP
                                    "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
                                    "tanh_gaussian": TanhGaussianPolicyConfig, "gorl": GoRLPolicyConfig,
                                    "consistency": ConsistencyPolicyConfig, "custom": CustomPolicyConfig}
-UPDATER_SCHEMAS: dict[str, type] = {"ppo": PPOConfig, "spo": SPOConfig, "aspo": ASPOConfig, "trpo": TRPOConfig,
-                                    "sac": SACConfig, "consistency_ac": QGradientConfig,
-                                    "expo": ExpoConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig, "gorl": GoRLPipelineConfig}
-ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(), *UPDATER_SCHEMAS.values(),
+# the learners' schemas are in their table, genpol.algorithms.registry.LEARNERS
+ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(),
                            *PIPELINE_SCHEMAS.values(), DatasetConfig, LoggerConfig, TrainConfig, EvaluateConfig]
-
-
-def register_configs() -> None:
-    """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each), and register
-    the ``genpol.new_dir`` resolver of the default run directory.
-
-    The resolver's value is cached in the config, and Hydra copies that cache into every sweep job's
-    config (``load_sweep_config``), pickled along to joblib, Ray and submitit workers and into a
-    requeued SLURM job: a sweep claims its directory once, in the launching process."""
-    if not OmegaConf.has_resolver("genpol.new_dir"):
-        OmegaConf.register_new_resolver("genpol.new_dir", claim_new_dir, use_cache=True)
-    store = ConfigStore.instance()
-    store.store(name="train_schema", node=TrainConfig)
-    store.store(name="evaluate_schema", node=EvaluateConfig)
-    for group, schemas in (("policy", POLICY_SCHEMAS), ("updater", UPDATER_SCHEMAS),
-                           ("pipeline", PIPELINE_SCHEMAS)):
-        for name, schema in schemas.items():
-            store.store(group=group, name=f"schema_{name}", node=schema)
-
-
-def validate(cfg: DictConfig) -> Any:
-    """Turn a composed config into dataclass objects, running every ``__post_init__`` check, and
-    check that the policy head has every capability the learner needs."""
-    config = OmegaConf.to_object(cfg)
-    if isinstance(config, TrainConfig):
-        from genpol.algorithms import check_learner
-
-        check_learner(config)
-    return config

@@ -1,4 +1,5 @@
-"""Shared pieces of the config schema: the error type and the range check that names the key."""
+"""Shared pieces of the config schema: the range check that names the key (its ``ConfigError`` is
+``genpol.errors``')."""
 
 from __future__ import annotations
 
@@ -6,12 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from genpol.errors import ConfigError
+
 ENV_BACKENDS = ("gym", "dmc", "playground", "envpool", "genpol", "custom")
 ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
-
-
-class ConfigError(ValueError):
-    """A config value out of its range; the message names the full key."""
 
 
 def require(condition: bool, key: str, requirement: str, value: Any) -> None:

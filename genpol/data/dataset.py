@@ -8,9 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-
-class DatasetError(ValueError):
-    """A missing, malformed or mismatched dataset; the message names the file and the key."""
+from genpol.errors import DatasetError
 
 
 def check_size(source: str, transitions: int, max_transitions: int | None) -> None:

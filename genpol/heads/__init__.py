@@ -9,20 +9,23 @@ from typing import Any
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
 from genpol.heads.consistency import ConsistencyHead
 from genpol.heads.diffusion import DiffusionHead
-from genpol.heads.edit import OnTheFlyPolicy
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.policyflow import PolicyFlowHead
-from genpol.heads.softmax_q import SoftmaxQPolicy
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead,
-                               LatentDecoderHead, OnTheFlyPolicy, SoftmaxQPolicy)
+                               LatentDecoderHead)
 }
+# Acting wrappers that own critics (EXPO's on-the-fly policy, Consistency-AC's softmax-Q choice) live
+# with their learners in genpol.algorithms: a head knows no learner. A checkpoint still names them by
+# family, so the registry maps those names to import paths, resolved when such a checkpoint is loaded.
+ACTING_HEADS: dict[str, str] = {"expo": "genpol.algorithms.edit:OnTheFlyPolicy",
+                                "softmax_q": "genpol.algorithms.softmax_q:SoftmaxQPolicy"}
 
-__all__ = ["HEADS", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 
@@ -31,10 +34,11 @@ def head_class(family: str) -> type[PolicyHead]:
     user's own package, ``"module:ClassName"`` (imported here). ``ValueError`` names what is wrong."""
     if family in HEADS:
         return HEADS[family]
+    family = ACTING_HEADS.get(family, family)
     if ":" not in family:
-        close = difflib.get_close_matches(family, list(HEADS), n=1)
+        close = difflib.get_close_matches(family, [*HEADS, *ACTING_HEADS], n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"unknown policy head '{family}'; known: {sorted(HEADS)}, or 'module:ClassName' "
+        raise ValueError(f"unknown policy head '{family}'; known: {sorted([*HEADS, *ACTING_HEADS])}, or 'module:ClassName' "
                          f"for your own.{hint}")
     module_name, _, class_name = family.partition(":")
     try:
@@ -48,6 +52,15 @@ def head_class(family: str) -> type[PolicyHead]:
                  if isinstance(cls, type) else f"a {type(cls).__name__}, not a PolicyHead subclass")
         raise ValueError(f"policy head '{family}': '{class_name}' in module '{module_name}' is {found}")
     return cls
+
+
+def is_registered(cls: type[PolicyHead]) -> bool:
+    """Whether ``cls`` is the head genpol registers under ``cls.family`` (a spec then records the
+    family name; any other head class is recorded by its import path)."""
+    if cls.family in HEADS:
+        return HEADS[cls.family] is cls
+    path = ACTING_HEADS.get(cls.family)
+    return path is not None and path == f"{cls.__module__}:{cls.__qualname__}"
 
 
 def build_head(family: str, obs_dim: int, act_dim: int, **kwargs: Any) -> PolicyHead:

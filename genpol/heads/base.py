@@ -43,11 +43,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from genpol.errors import HeadCapabilityError
+
 Record = dict[str, torch.Tensor]
-
-
-class HeadCapabilityError(TypeError):
-    """A head was asked for something its family does not define (e.g. an exact KL)."""
 
 
 class Capability(str, enum.Enum):
@@ -165,8 +163,8 @@ class PolicyHead(nn.Module, abc.ABC):
         """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained. A head
         that genpol does not register (the user's own) is recorded as ``"module:ClassName"``, which
         ``head_from_spec`` imports."""
-        from genpol.heads import HEADS
+        from genpol.heads import is_registered  # the registry imports this module
 
         cls = type(self)
-        family = self.family if HEADS.get(self.family) is cls else f"{cls.__module__}:{cls.__qualname__}"
+        family = self.family if is_registered(cls) else f"{cls.__module__}:{cls.__qualname__}"
         return {"family": family, "obs_dim": self.obs_dim, "act_dim": self.act_dim, "kwargs": dict(self.spec_kwargs)}

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from genpol.envs import VectorEnv
-from genpol import distributed
+from genpol import collectives, distributed
 from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList
 from genpol.heads.base import PolicyHead
@@ -77,8 +77,8 @@ class EnvRunner(abc.ABC):
         self.episode_lengths = torch.cat(self._lengths).tolist() if self._lengths else []
         self.episode_successes = torch.cat(self._successes).tolist() if self._successes else []
         self._returns, self._lengths, self._successes = [], [], []
-        if distributed.world_size() > 1:  # the statistics of every rank's episodes, in rank order
-            self.episode_returns, self.episode_lengths, self.episode_successes = distributed.all_episodes(
+        if collectives.world_size() > 1:  # the statistics of every rank's episodes, in rank order
+            self.episode_returns, self.episode_lengths, self.episode_successes = collectives.all_episodes(
                 self.episode_returns, self.episode_lengths, self.episode_successes)
         self.recent_returns.extend(self.episode_returns)
         self.recent_successes.extend(self.episode_successes)
@@ -136,7 +136,7 @@ class EnvRunner(abc.ABC):
             "torch_rng": torch.get_rng_state(),
             "callbacks": self.callbacks.state_dict(),
         }
-        return distributed.gather_rank_states(self, state) if distributed.world_size() > 1 else state
+        return distributed.gather_rank_states(self, state) if collectives.world_size() > 1 else state
 
     def load(self, policy_weights: dict[str, Any], training_state: dict[str, Any]) -> None:
         """Restore from a checkpoint written by ``policy_weights`` / ``training_state``."""
@@ -155,7 +155,7 @@ class EnvRunner(abc.ABC):
         self.recent_successes.extend(training_state.get("recent_successes", []))  # older checkpoints: none
         torch.set_rng_state(training_state["torch_rng"])
         self.callbacks.load_state_dict(training_state["callbacks"])
-        if distributed.world_size() > 1 or "distributed" in training_state:
+        if collectives.world_size() > 1 or "distributed" in training_state:
             distributed.load_rank_state(self, training_state)
 
     def algorithm_device(self) -> torch.device:

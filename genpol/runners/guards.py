@@ -27,21 +27,10 @@ from typing import Any, Iterator
 
 import torch
 
-from genpol import distributed
+from genpol import collectives
+from genpol.errors import NonFiniteError, RunDirBusyError, TrainingInterrupted
 
 LOCK_NAME = ".genpol.lock"
-
-
-class RunDirBusyError(RuntimeError):
-    """Another live process holds the run directory."""
-
-
-class TrainingInterrupted(RuntimeError):
-    """Training stopped on a signal after writing a checkpoint; the same command resumes it."""
-
-
-class NonFiniteError(RuntimeError):
-    """A NaN or inf appeared; the message says where, when, and which checkpoint is the last good one."""
 
 
 @contextlib.contextmanager
@@ -111,7 +100,7 @@ def request_stop(signal_name: str) -> None:
 def stop_if_requested(runner: Any) -> None:
     """After an iteration: if a signal asked to stop, checkpoint now and raise ``TrainingInterrupted``."""
     # under torchrun every rank stops at the same iteration, whichever of them the signal reached
-    if not distributed.any_rank(STOP.signal_name is not None):
+    if not collectives.any_rank(STOP.signal_name is not None):
         return
     path = runner.callbacks.save_checkpoint(runner)
     received = STOP.signal_name or "a signal to another rank"

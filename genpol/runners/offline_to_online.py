@@ -35,7 +35,7 @@ import torch
 
 from genpol import envs
 from genpol.envs import VectorEnv
-from genpol.algorithms import is_off_policy, make_algorithm
+from genpol.algorithms import is_off_policy, learner, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
 from genpol.checkpoint import list_checkpoints
@@ -52,7 +52,6 @@ from genpol.storage.replay import OfflineReplay
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
-OFFLINE_RL_UPDATERS = ("consistency_ac",)  # learners whose offline phase is their own gradient step
 
 
 def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
@@ -80,7 +79,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
 
-    offline_rl = cfg.updater.name in OFFLINE_RL_UPDATERS
+    offline_rl = learner(cfg.updater.name).offline_phase == "own_loss"
     offline, algorithm = None, None
     if offline_rl or (is_off_policy(cfg.updater.name) and cfg.updater.offline_ratio > 0):
         from genpol.runners.offpolicy import dataset_transitions

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from genpol import distributed
+from genpol import collectives
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.runners.base import EnvRunner
 from genpol.runners.pipelined import collect_pipelined
@@ -61,7 +61,7 @@ class OnPolicyRunner(EnvRunner):
 
     def iterate(self) -> dict[str, float]:
         start = time.perf_counter()
-        self.global_step += distributed.sum_int(self.collect())  # all ranks' env steps under torchrun
+        self.global_step += collectives.sum_int(self.collect())  # all ranks' env steps under torchrun
         collect_time = time.perf_counter() - start
         self.algorithm.set_progress(self.global_step / self.total_steps)
         stats = self.update()

@@ -26,18 +26,27 @@ group's noise ``[n, A]`` has a multiple of 16 elements: torch fills normals in b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
-from genpol.envs.core import concat_steps
-from genpol.algorithms.onpolicy import Pending
-
-if TYPE_CHECKING:
-    from genpol.runners.onpolicy import OnPolicyRunner
+from genpol.algorithms.onpolicy import OnPolicyAlgorithm, Pending
+from genpol.envs.core import VectorEnv, concat_steps
 
 
-def collect_pipelined(runner: OnPolicyRunner) -> int:
+class Collector(Protocol):
+    """What collection needs of its loop (``OnPolicyRunner`` has it): the env, the learner, the
+    current observations, and the episode bookkeeping. A Protocol, so that this module, which the
+    loop imports, never imports the loop."""
+
+    env: VectorEnv
+    algorithm: OnPolicyAlgorithm
+    obs: torch.Tensor
+
+    def track_episodes(self, info: dict[str, Any]) -> None: ...
+
+
+def collect_pipelined(runner: Collector) -> int:
     """Fill ``runner.algorithm``'s rollout group by group (see the module docstring), then compute
     its advantages; returns the env steps taken."""
     env, algorithm = runner.env, runner.algorithm

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from omegaconf import OmegaConf
 
-from genpol import distributed
+from genpol import collectives, distributed
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import load_latest, remove_temporary
@@ -99,7 +99,7 @@ def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
     """Create the run directory, check a resumed config, set threads and the seed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if distributed.is_main():  # ranks > 0 run with their own seed and write nothing
+    if collectives.is_main():  # ranks > 0 run with their own seed and write nothing
         check_resume_config(run_dir, cfg)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
@@ -169,7 +169,7 @@ class RankCheckpointer(Checkpointer):
 def phase_callbacks(phase: Phase) -> PhaseCallbacks:
     """The phase's callbacks; under torchrun, ranks > 0 get only a ``RankCheckpointer`` (rank 0 does
     all I/O)."""
-    if not distributed.is_main():
+    if not collectives.is_main():
         checkpointer = RankCheckpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
                                         phase.keep_checkpoints)
         return PhaseCallbacks([checkpointer], checkpointer, None)
@@ -198,7 +198,7 @@ def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Call
     if latest is not None:
         log.info("resuming %s from %s", phase.label, latest[0])
         runner.load(latest[1], latest[2])
-    if distributed.world_size() > 1:
+    if collectives.world_size() > 1:
         distributed.prepare_runner(runner)
     try:
         runner.run()

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from genpol import distributed
+from genpol import collectives
 from genpol.heads.base import PolicyHead
 from genpol.storage import Batch, RolloutStorage
 from genpol.updaters.compiled import CompiledAdamStep
@@ -126,13 +126,13 @@ class MinibatchUpdater:
         Under torchrun the gradients and the diagnostics are averaged over ranks in one all-reduce
         before the KL check and the clip, so every rank stops, clips and steps alike."""
         total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
-        synchronized = distributed.world_size() > 1
+        synchronized = collectives.world_size() > 1
         if not synchronized and self._kl_too_large(named):
             return None
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if synchronized:
-            named = distributed.average_gradients(self.actor_params + self.critic_params, named)
+            named = collectives.average_gradients(self.actor_params + self.critic_params, named)
             if self._kl_too_large(named):
                 return None
         if self.max_grad_norm is not None:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from genpol import distributed
+from genpol import collectives
 from genpol.heads.base import PolicyHead
 from genpol.storage import RolloutStorage
 from genpol.updaters.losses import estimated_kl, normalize_advantages
@@ -174,9 +174,9 @@ class TRPOUpdater:
         """The natural-gradient step with line search on one batch; returns diagnostics.
 
         ``obs [N, D]``, ``record`` (tensors with leading dim N) and ``advantages [N]``."""
-        synchronized = distributed.world_size() > 1  # torchrun: every sum below is over all ranks' data
+        synchronized = collectives.world_size() > 1  # torchrun: every sum below is over all ranks' data
         if self.normalize_advantage:  # over the whole rollout (all ranks' rollouts), before chunking
-            normalize = distributed.normalize_advantages if synchronized else normalize_advantages
+            normalize = collectives.normalize_advantages if synchronized else normalize_advantages
             advantages = normalize(advantages)
         params = self.actor_params
         total = obs.shape[0]
@@ -209,7 +209,7 @@ class TRPOUpdater:
                     surrogate, kl = surrogate + float(chunk_surrogate), kl + float(chunk_kl)
                     log_ratios.append(log_ratio)
             if synchronized:  # every rank takes the same line-search decision
-                surrogate, kl = distributed.average_floats(surrogate, kl)
+                surrogate, kl = collectives.average_floats(surrogate, kl)
             return surrogate, kl, torch.cat(log_ratios)
 
         # Per-chunk work sits in functions so that each chunk's graph is freed on return, before
@@ -238,7 +238,7 @@ class TRPOUpdater:
                 old_surrogate += chunk_surrogate
         start = None
         if synchronized:  # one all-reduce: the gradient, the surrogate and CG's random start
-            flat = distributed.average_tensor(torch.cat([gradient, gradient.new_tensor([old_surrogate]),
+            flat = collectives.average_tensor(torch.cat([gradient, gradient.new_tensor([old_surrogate]),
                                                          1e-4 * torch.randn_like(gradient)]))
             size = gradient.numel()
             gradient, old_surrogate, start = flat[:size], float(flat[size]), flat[size + 1:]
@@ -251,7 +251,7 @@ class TRPOUpdater:
                 for index in range(len(chunks)):
                     product += chunk_fisher_product(index, vector)
             if synchronized:
-                product = distributed.average_tensor(product)
+                product = collectives.average_tensor(product)
             return product + self.cg_damping * vector
 
         direction = conjugate_gradient(fisher_vector_product, gradient, self.cg_iterations, start=start)
@@ -273,7 +273,7 @@ class TRPOUpdater:
                 new_surrogate, new_kl, log_ratio = evaluate_batch()
         approx_kl, ratio_deviation = float(estimated_kl(log_ratio)), float((log_ratio.exp() - 1).abs().mean())
         if synchronized:
-            approx_kl, ratio_deviation = distributed.average_floats(approx_kl, ratio_deviation)
+            approx_kl, ratio_deviation = collectives.average_floats(approx_kl, ratio_deviation)
         return {
             "approx_kl": approx_kl,
             "ratio_deviation": ratio_deviation,
@@ -294,8 +294,8 @@ class TRPOUpdater:
                 value_loss = (batch.returns - self.critic(batch.obs)).square().mean()
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 value_loss.backward()
-                if distributed.world_size() > 1:
-                    distributed.average_gradients(list(self.critic.parameters()))
+                if collectives.world_size() > 1:
+                    collectives.average_gradients(list(self.critic.parameters()))
                 self.critic_optimizer.step()
                 value_losses.append(value_loss.detach())
         stats["value"] = float(torch.stack(value_losses).mean())

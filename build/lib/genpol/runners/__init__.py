@@ -1,1 +1,0 @@
-"""Training loops and pipelines."""

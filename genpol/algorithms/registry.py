@@ -1,0 +1,150 @@
+"""The learner table: every place that asks "which learner is this?" reads it.
+
+One row per learner of the ``learner`` config group (``updater=`` is its old name): the config
+schema Hydra checks the group against, the builder, the loop it runs in, what
+``pipeline=offline_to_online``'s offline phase does with it, whether torchrun can spread it over
+processes, and the head capabilities it needs. Validation (``genpol.configure``), the pipelines and
+the torchrun checks read these fields; none of them names a learner.
+
+``register_learner`` adds a row; a learner's module calls it at import.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import torch
+
+from genpol.algorithms.base import Algorithm
+from genpol.algorithms.expo import EXPO
+from genpol.algorithms.onpolicy import OnPolicyAlgorithm
+from genpol.algorithms.qgradient import QGradientActor, make_qgradient
+from genpol.algorithms.sac import SAC, make_sac
+from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
+from genpol.config.updater import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
+from genpol.envs import VectorEnv
+from genpol.errors import ConfigError
+from genpol.heads.base import Capability, PolicyHead
+from genpol.nets import ValueNetwork
+from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
+from genpol.updaters.minibatch import MinibatchUpdater
+from genpol.updaters.schedules import AdaptiveLR
+from genpol.updaters.trpo import TRPOUpdater
+
+# cfg (a TrainConfig), the head, the env, the offline replay or None -> the learner
+Builder = Callable[[Any, PolicyHead, VectorEnv, Any], Algorithm]
+
+
+@dataclass(frozen=True)
+class Learner:
+    """One row of the table."""
+
+    name: str
+    """The value of ``learner.name`` (and the group option's file name)."""
+    schema: type
+    """The config dataclass of its ``learner`` group option."""
+    build: Builder
+    """``build(cfg, head, env, offline)``: the algorithm (``offline``: the offline replay or None)."""
+    off_policy: bool
+    """True: the off-policy loop (act, store, update from replay); False: rollouts and on-policy updates."""
+    offline_phase: Literal["behaviour_cloning", "own_loss"]
+    """What ``pipeline=offline_to_online`` does before the online phase: behaviour-clone the head, or
+    train with the learner's own loss on the dataset (offline RL, as Consistency-AC)."""
+    torchrun: bool
+    """Whether one run can span processes under torchrun (data-parallel gradients)."""
+    needs: frozenset[Capability]
+    """The head capabilities it uses; validation names any the chosen head lacks."""
+
+
+LEARNERS: dict[str, Learner] = {}
+
+
+def register_learner(learner: Learner) -> Learner:
+    """Add ``learner`` to the table (a name registered twice with another row is refused)."""
+    known = LEARNERS.get(learner.name)
+    if known is not None and known != learner:
+        raise ValueError(f"learner '{learner.name}' is registered already (by {known.build.__module__})")
+    LEARNERS[learner.name] = learner
+    return learner
+
+
+def learner(name: str, module: str | None = None) -> Learner:
+    """The row of ``name``, importing ``module`` first when given (a learner of the user's own
+    registers itself at import). ``ConfigError`` names the known learners."""
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - whatever the user's module raises, named in one line
+            raise ConfigError(f"learner.module: cannot import '{module}' ({type(error).__name__}: {error}); "
+                              "is it on PYTHONPATH?") from error
+    if name not in LEARNERS:
+        close = difflib.get_close_matches(name, list(LEARNERS), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown learner '{name}'; known: {sorted(LEARNERS)}.{hint}")
+    return LEARNERS[name]
+
+
+def on_policy_names() -> tuple[str, ...]:
+    return tuple(name for name, row in LEARNERS.items() if not row.off_policy)
+
+
+def make_critic(policy_cfg: Any, obs_dim: int) -> ValueNetwork:
+    return ValueNetwork(obs_dim, policy_cfg.critic_hidden_sizes, policy_cfg.critic_activation)
+
+
+def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) -> MinibatchUpdater | TRPOUpdater:
+    """PPO / SPO / ASPO (minibatch epochs on their loss) or TRPO, from the learner's config."""
+    if updater_cfg.name == "trpo":
+        return TRPOUpdater(
+            head, critic, target_kl=updater_cfg.target_kl, cg_iterations=updater_cfg.cg_iterations,
+            cg_damping=updater_cfg.cg_damping, line_search_shrink=updater_cfg.line_search_shrink,
+            line_search_max_iter=updater_cfg.line_search_max_iter, critic_lr=updater_cfg.critic_lr,
+            critic_epochs=updater_cfg.critic_epochs, critic_minibatch_size=updater_cfg.critic_minibatch_size,
+            normalize_advantage=updater_cfg.normalize_advantage, adam_eps=updater_cfg.adam_eps,
+            chunk_size=updater_cfg.chunk_size,
+        )
+    common = dict(ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
+                  clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage)
+    losses = {
+        "ppo": lambda: PPOClipLoss(clip_range=updater_cfg.clip_range, **common),
+        "spo": lambda: SPOLoss(clip_range=updater_cfg.clip_range, **common),
+        "aspo": lambda: ASPOLoss(clip_range=updater_cfg.clip_range, spo_clip_range=updater_cfg.spo_clip_range,
+                                 **common),
+    }
+    adaptive = (AdaptiveLR(updater_cfg.lr, updater_cfg.desired_kl)
+                if updater_cfg.lr_schedule == "adaptive" else None)
+    return MinibatchUpdater(
+        head, critic, losses[updater_cfg.name](), lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr,
+        epochs=updater_cfg.epochs, minibatch_size=updater_cfg.minibatch_size,
+        max_grad_norm=updater_cfg.max_grad_norm, target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
+        adaptive_lr=adaptive, compile=updater_cfg.compile,
+    )
+
+
+def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = None) -> OnPolicyAlgorithm:
+    """PPO, SPO, ASPO or TRPO: a value critic, the learner's update, and a rollout."""
+    critic = make_critic(cfg.policy, env.obs_dim).to(torch.device(cfg.device))
+    updater = make_updater(cfg.updater, head, critic)
+    return OnPolicyAlgorithm(
+        head, critic, updater, name=cfg.updater.name, rollout_steps=cfg.updater.rollout_steps,
+        num_envs=env.num_envs, obs_dim=env.obs_dim, gamma=cfg.updater.gamma, gae_lambda=cfg.updater.gae_lambda,
+        seed=cfg.seed, lr_schedule=cfg.updater.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
+    )
+
+
+def build_expo(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = None) -> EXPO:
+    return make_sac(cfg, head, env, offline, algorithm_class=EXPO)
+
+
+for _name, _schema in (("ppo", PPOConfig), ("spo", SPOConfig), ("aspo", ASPOConfig), ("trpo", TRPOConfig)):
+    register_learner(Learner(_name, _schema, build_on_policy, off_policy=False, offline_phase="behaviour_cloning",
+                             torchrun=True, needs=OnPolicyAlgorithm.needs))
+register_learner(Learner("sac", SACConfig, make_sac, off_policy=True, offline_phase="behaviour_cloning",
+                         torchrun=False, needs=SAC.needs))
+register_learner(Learner("expo", ExpoConfig, build_expo, off_policy=True, offline_phase="behaviour_cloning",
+                         torchrun=False, needs=EXPO.needs))
+register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_policy=True,
+                         offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs))

@@ -1,0 +1,38 @@
+"""genpol's error types, in one module that imports nothing of genpol.
+
+Every layer raises these, and the entry points turn them into one line and an exit code
+(``genpol.train``'s docstring lists the codes). They live at the bottom of the layers so that any
+module can raise them without importing the layer that catches them. ``genpol.envs`` keeps its
+own ``EnvError``: the simulator layer imports nothing of genpol.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config value out of its range, or two groups that cannot work together; the message names
+    the full key."""
+
+
+class CheckpointError(RuntimeError):
+    """A missing, truncated or corrupted checkpoint; the message names the file."""
+
+
+class DatasetError(ValueError):
+    """A missing, malformed or mismatched dataset; the message names the file and the key."""
+
+
+class HeadCapabilityError(TypeError):
+    """A head was asked for something its family does not define (e.g. an exact KL)."""
+
+
+class RunDirBusyError(RuntimeError):
+    """Another live process holds the run directory."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """Training stopped on a signal after writing a checkpoint; the same command resumes it."""
+
+
+class NonFiniteError(RuntimeError):
+    """A NaN or inf appeared; the message says where, when, and which checkpoint is the last good one."""
