@@ -110,13 +110,12 @@ def test_cluster_launchers(tmp_path):
     """launcher=slurm composes (submitit's SLURM launcher), and launcher=submitit_local runs a sweep
     as separate processes through the same job packaging."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    from genpol.api import CONFIG_DIR
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
 
     from genpol.configure import register_configs
 
     register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_module("genpol.configs", version_base="1.3"):
         cfg = compose("config", overrides=["launcher=slurm", "run_dir=/tmp/x"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.cpus_per_task == 4
     run_cli("-m", "genpol.train", "--multirun", "launcher=submitit_local", "env=multigoal", "seed=0,1",

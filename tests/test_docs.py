@@ -30,3 +30,20 @@ def test_every_relative_link_in_the_readme_exists():
     assert len(relative) >= 10
     missing = [link for link in relative if not (REPO / link).exists()]
     assert not missing, missing
+
+
+def test_the_readmes_python_example_runs_as_a_script(tmp_path):
+    """Pasted into a file and run, the README's example trains (env workers by spawn: the guard),
+    evaluates and predicts; the budget is cut to a tiny one and nothing else is changed."""
+    block = re.search(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    tiny = ('total_steps=512, run_dir="runs/hopper", overrides=["+experiment=ppo_hopper", "env.num_envs=4", '
+            '"updater.rollout_steps=64", "updater.minibatch_size=64", "updater.epochs=1", "updater.compile=false", '
+            '"pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"]')
+    script = block.replace('total_steps=200_000, run_dir="runs/hopper", overrides=["+experiment=ppo_hopper"]', tiny)
+    script = script.replace("episodes=5", "episodes=1")
+    assert script != block and "episodes=1" in script, "the README example changed: update this test's budget"
+    (tmp_path / "example.py").write_text(script)
+    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    float(result.stdout.strip().splitlines()[-1])  # the evaluation's return was printed
