@@ -62,7 +62,7 @@ def build(experiment: str, args: argparse.Namespace, offline_path: str) -> tuple
     from genpol.build import make_env, make_head
     from genpol.configure import validate
     from genpol.runners.offpolicy import load_offline_transitions
-    from genpol.runners.online import off_policy_env_settings
+    from genpol.pipelines.online import off_policy_env_settings
 
     overrides = [f"+experiment={experiment}", "env=hopper", f"dataset.path={offline_path}", "run_dir=/tmp/unused",
                  "updater.learning_starts=1000", *critic_overrides(args)]

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from genpol.heads.latent import LatentDecoderHead
-from genpol.runners.gorl_distill import DecoderTraining
+from genpol.pipelines.gorl.distill import DecoderTraining
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OBS_DIM, ACT_DIM, SAMPLES = 5, 3, 4096

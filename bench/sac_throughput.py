@@ -147,7 +147,7 @@ class GenpolLearner:
         from genpol.build import env_stack, make_env, make_head
         from genpol.configure import validate
         from genpol.runners.offpolicy import OffPolicyRunner, load_offline_transitions
-        from genpol.runners.online import off_policy_env_settings
+        from genpol.pipelines.online import off_policy_env_settings
 
         self.threads, self.steps = threads, steps
         torch.set_num_threads(threads)

@@ -23,7 +23,7 @@ Layers, lowest first; a module imports its own layer and those below, never one 
 6     ``configure`` (validation that needs the learner table), ``distributed`` (torchrun's launch
       and per-rank state)
 7     loops: ``runners`` (on-policy, off-policy, offline RL, behaviour cloning)
-8     pipelines: ``runners.online``, ``runners.offline_to_online``, ``runners.gorl*``
+8     ``pipelines``: online, offline-to-online, GoRL's stages (``pipelines.gorl``)
 9     entry points: ``train``, ``evaluate``, ``api``, ``report``, and the dataset generators
 ====  ==========================================================================================
 """

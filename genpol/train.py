@@ -42,12 +42,9 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     Started by torchrun with several processes, it joins their process group for the run (each
     rank with its own seed, see ``genpol.distributed``) and leaves it at the end.
     """
-    from genpol.runners.gorl import train_gorl
+    from genpol.pipelines import PIPELINES
     from genpol.runners.guards import hold_run_dir, stop_on_signals
-    from genpol.runners.offline_to_online import train_offline_to_online
-    from genpol.runners.online import train_online
 
-    pipelines = {"online": train_online, "offline_to_online": train_offline_to_online, "gorl": train_gorl}
     joined = distributed.launched_by_torchrun() and collectives.world_size() == 1
     if joined:
         cfg = distributed.init_from_torchrun(cfg)
@@ -56,7 +53,7 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     try:
         # under torchrun rank 0 alone holds the directory (the others write nothing there)
         with hold_run_dir(run_dir) if collectives.is_main() else contextlib.nullcontext(), stop_on_signals():
-            summary = pipelines[cfg.pipeline.name](cfg, run_dir)
+            summary = PIPELINES[cfg.pipeline.name](cfg, run_dir)
         finished = True
         return summary
     except TrainingInterrupted:  # a signal stops every rank at the same iteration

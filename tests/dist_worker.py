@@ -93,7 +93,7 @@ def train(run_dir: str, overrides: list[str]) -> dict[str, Any]:
     """``genpol.train``'s pipeline under this rank's config; the final networks and statistics."""
     from hydra import compose, initialize_config_dir
 
-    import genpol.runners.online as online
+    import genpol.pipelines.online as online
     from genpol.configure import register_configs, validate
     from genpol.train import run_training
 

@@ -14,8 +14,8 @@ import torch
 from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
 from genpol.config import ConfigError
 from genpol.heads.latent import LatentDecoderHead
-from genpol.runners.gorl import stage_budgets
-from genpol.runners.gorl_distill import DecoderTraining
+from genpol.pipelines.gorl.stages import stage_budgets
+from genpol.pipelines.gorl.distill import DecoderTraining
 
 from conftest import REPO, assert_trees_equal
 
@@ -215,7 +215,7 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
     from genpol.api import compose_config
     from genpol.build import make_env, make_head
     from genpol.configure import validate
-    from genpol.runners.gorl import stage_updater
+    from genpol.pipelines.gorl.stages import stage_updater
     from genpol.runners.onpolicy import OnPolicyRunner
 
     args = [a for a in ARGS if not a.startswith(("updater.minibatch_size", "updater.epochs"))]

@@ -14,7 +14,7 @@ from genpol.config import ConfigError
 from genpol.heads import head_from_spec
 from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.latent_ddim import DDIMSchedule
-from genpol.runners.gorl_distill import DecoderTraining
+from genpol.pipelines.gorl.distill import DecoderTraining
 
 from conftest import assert_trees_equal
 from test_gorl import ARGS, kill_mid_stage_1_and_resume

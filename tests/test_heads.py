@@ -58,7 +58,7 @@ def _trained_decoder(head):
 def _distilled_decoder(head):
     """A decoder fitted briefly by GoRL's own distillation: an untrained DDIM epsilon network decodes
     to |a| of ~10-100, which tanh saturates to exactly +-1, and sampling checks need distinct actions."""
-    from genpol.runners.gorl_distill import DecoderTraining
+    from genpol.pipelines.gorl.distill import DecoderTraining
 
     generator = torch.Generator().manual_seed(0)
     obs = torch.randn(512, OBS_DIM, generator=generator)

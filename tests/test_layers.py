@@ -10,7 +10,7 @@ The order (DESIGN.md "Layers"), lowest first. A module may import its own layer 
     5  algorithms (and their learner table), building envs and heads, callbacks
     6  validation against the learner table, launch and per-rank state of torchrun runs
     7  loops (genpol.runners)
-    8  pipelines (online, offline-to-online, GoRL's stages)
+    8  pipelines (genpol.pipelines: online, offline-to-online, GoRL's stages)
     9  entry points: the CLI modules, the API, reports, dataset generation
 
 An import inside a function is the same dependency as one at the top, only later, so both count;
@@ -38,8 +38,7 @@ LAYERS: dict[str, int] = {
     "genpol.algorithms": 5, "genpol.build": 5, "genpol.callbacks": 5,
     "genpol.configure": 6, "genpol.distributed": 6,
     "genpol.runners": 7,
-    "genpol.runners.online": 8, "genpol.runners.offline_to_online": 8, "genpol.runners.gorl": 8,
-    "genpol.runners.gorl_callbacks": 8, "genpol.runners.gorl_distill": 8,
+    "genpol.pipelines": 8,
     "genpol.train": 9, "genpol.evaluate": 9, "genpol.api": 9, "genpol.report": 9, "genpol.multigoal_analysis": 9,
     "genpol.data.collect": 9, "genpol.data.maze_dataset": 9, "genpol.data.maze_planner": 9,
 }

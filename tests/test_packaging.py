@@ -31,7 +31,11 @@ def test_the_package_list_names_every_package_folder():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(path.parent.relative_to(REPO).parts) for path in (REPO / "genpol").rglob("__init__.py")}
     folders |= {"genpol.envs", "genpol.configs", "hydra_plugins.genpol_launchers"}
+    folders |= {f"genpol.configs.{group.name}" for group in (REPO / "configs").iterdir() if any(group.glob("*.yaml"))}
     assert folders == listed, f"add to / remove from pyproject's packages: {sorted(folders ^ listed)}"
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    groups = {name for name in listed if name.startswith("genpol.configs")}
+    assert set(data) == groups, f"package-data must list the yaml of {sorted(groups ^ set(data))}"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ record holds z, ``log_ratio`` is the encoder's exact Gaussian ratio, and the KL 
 encoder's, in closed form. PPO, SPO, ASPO and TRPO therefore see a plain Gaussian policy in z-space.
 
 The decoder is frozen inside the head (its parameters have ``requires_grad=False``, so no updater
-optimizes them); the GoRL pipeline (``genpol.runners.gorl``) retrains it between stages by
+optimizes them); the GoRL pipeline (``genpol.pipelines.gorl.stages``) retrains it between stages by
 conditional flow matching from the fixed prior N(0, I) onto the current policy's pre-tanh actions.
 With ``zero_init_decoder`` every decoder weight is 0, so v = 0 and g(s, z) = z exactly: stage 0 is
 Gaussian PPO with tanh-squashed actions.

@@ -49,8 +49,8 @@ from genpol.checkpoint import CheckpointError, list_checkpoints, load_latest, lo
 from genpol.config import ConfigError, TrainConfig
 from genpol.heads.latent import LatentDecoderHead
 from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
-from genpol.runners.gorl_callbacks import BestEvaluation, StageTensorBoard
-from genpol.runners.gorl_distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
+from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
+from genpol.pipelines.gorl.distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
 from genpol.runners.onpolicy import OnPolicyRunner
 from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_name, run_phase
 

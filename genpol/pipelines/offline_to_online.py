@@ -46,7 +46,7 @@ from genpol.heads.chunking import imitation_horizon
 from genpol.policy import evaluate_episodes, make_policy_spec
 from genpol.runners.bc import BCRunner
 from genpol.runners.offline_rl import OfflineRLRunner
-from genpol.runners.online import off_policy_env_settings, run_online
+from genpol.pipelines.online import off_policy_env_settings, run_online
 from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase
 from genpol.storage.replay import OfflineReplay
 
