@@ -1,7 +1,8 @@
 """Q-gradient actors: Consistency-AC (Ding & Jin 2024, ALGORITHMS.md 8.3-8.4) and, with the same
 learner, Diffusion-QL (9b) for any head with reparameterized sampling and batched candidates.
 
-One gradient step, on SAC's replay, twin critics and Polyak targets (``genpol.algorithms.sac``):
+One gradient step, on the off-policy learners' replay, critics and Polyak targets
+(``genpol.algorithms.offpolicy``):
 
 1. critic: y = r + gamma (1 - done) min_i Q_target,i(s', a'), a' drawn by the **EMA actor**;
 2. actor: L = bc_coef L_BC(s, a_data) + eta L_Q, L_Q = -Q_i(s, a_theta) / mean|Q_j|.detach() for a
@@ -35,19 +36,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from genpol.envs import VectorEnv
-from genpol.algorithms.sac import SAC
-from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.algorithms.offpolicy import OffPolicyAlgorithm
 from genpol.algorithms.softmax_q import SoftmaxQPolicy
+from genpol.envs import VectorEnv
+from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.qgradient_losses import q_gradient_actor_loss
-from genpol.updaters.sac_losses import critic_loss, td_target
+from genpol.updaters.sac_losses import td_target
 
 
-class QGradientActor(SAC):
+class QGradientActor(OffPolicyAlgorithm):
     """Consistency-AC / Diffusion-QL. ``cfg`` is a ``QGradientConfig``; see its field docstrings.
 
-    Args: as ``SAC``, plus ``total_steps`` (env steps of the run, the clock of the epsilon schedule).
+    Args: as ``OffPolicyAlgorithm``, plus ``total_steps`` (env steps of the run, the clock of the epsilon schedule).
     """
 
     name = "consistency_ac"
@@ -89,16 +90,12 @@ class QGradientActor(SAC):
         return actions
 
     # ------------------------------------------------------------------ learning
-    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(loss, q [E, B], target [B])``: TD target from the EMA actor's next actions, no entropy."""
-        with torch.no_grad():
-            next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs))
-            if subset_heads is not None:
-                next_q = next_q.index_select(0, subset_heads)
-            target = td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
-        q = self.critic(batch.obs, batch.actions)
-        return critic_loss(q, target, self.cfg.critic_reduction), q, target
+    def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
+        """``y [B]`` from the EMA actor's next actions and the target critics' (subset-)minimum, no entropy."""
+        next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs))
+        if subset_heads is not None:
+            next_q = next_q.index_select(0, subset_heads)
+        return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
 
     def actor_loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """bc_coef L_BC + eta L_Q on ``batch`` with the current critics (which get no gradient)."""
@@ -140,18 +137,14 @@ class QGradientActor(SAC):
         return named
 
     def networks(self) -> dict[str, nn.Module | torch.Tensor]:
-        named = {**super().networks(), "ema_head": self.ema_head}
-        named.pop("log_alpha")  # no temperature: SAC's log(0) = -inf is not a learned tensor here
-        return named
+        return {**super().networks(), "ema_head": self.ema_head}
 
     def state_dict(self) -> dict[str, Any]:
-        state = {**super().state_dict(), "ema_head": self.ema_head.state_dict(),
-                 "pair_rng": self.pair_generator.get_state(), "offline_steps": self.offline_steps}
-        del state["log_alpha"]  # the unused temperature (-inf) would fail the checkpoint's finite check
-        return state
+        return {**super().state_dict(), "ema_head": self.ema_head.state_dict(),
+                "pair_rng": self.pair_generator.get_state(), "offline_steps": self.offline_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict({**state, "log_alpha": self.log_alpha.detach().clone()})
+        super().load_state_dict(state)
         self.ema_head.load_state_dict(state["ema_head"])
         self.pair_generator.set_state(state["pair_rng"])
         self.offline_steps = int(state.get("offline_steps", 0))  # saved before the offline phase existed: none

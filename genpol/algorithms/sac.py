@@ -15,8 +15,9 @@ cuts it into ``utd`` minibatches with one critic step (and one Polyak update) ea
 actor step and one temperature step on the last minibatch, the temperature from the actor step's
 entropy.
 
-The algorithm owns the critics, their targets, the temperature, three Adam optimizers, the replay
-buffer (and the offline store it mixes in) and the generators of exploration and of the subset-min.
+The replay, the critics and their targets, the actor's and critics' optimizers, the generators and
+the critic step are every off-policy learner's (``genpol.algorithms.offpolicy``); SAC adds the
+temperature with its optimizer, the soft TD target, the actor step and the two batchings.
 
 ``updater.compile`` compiles the three forward computations of a step (the actor's sample, the critic
 loss with its TD target, the actor loss) with ``torch.compile``; their backward graphs are compiled
@@ -27,23 +28,20 @@ drawn outside, so compiled and eager runs differ by float rounding only.
 
 from __future__ import annotations
 
-import copy
-import functools
 import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from genpol.algorithms.offpolicy import OffPolicyAlgorithm, compile_step
 from genpol.envs import VectorEnv
-from genpol.algorithms.base import Algorithm
 from genpol.heads.base import Capability, PolicyHead
-from genpol.qensemble import QEnsemble, polyak_update
-from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
-from genpol.updaters.sac_losses import actor_loss, critic_loss, sac_diagnostics, td_target, temperature_loss
+from genpol.storage.replay import OfflineReplay, ReplayBatch
+from genpol.updaters.sac_losses import actor_loss, sac_diagnostics, td_target, temperature_loss
 
 
-class SAC(Algorithm):
+class SAC(OffPolicyAlgorithm):
     """SAC / RLPD. ``cfg`` is a ``SACConfig`` (the ``updater`` group); see its field docstrings.
 
     Args:
@@ -58,99 +56,28 @@ class SAC(Algorithm):
 
     name = "sac"
     needs = frozenset({Capability.REPARAMETERIZED, Capability.LOG_PROB})
-    on_policy = False
 
     def __init__(self, head: PolicyHead, cfg: Any, *, num_envs: int, obs_dim: int, act_dim: int, capacity: int,
                  device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
-        super().__init__(head)
-        self.cfg = cfg
-        self.num_envs, self.act_dim = num_envs, act_dim
-        self.device = device
-        self.critic = QEnsemble(obs_dim, act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
-                                activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
-                                init=cfg.critic_init).to(device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.num_min_qs = cfg.num_min_qs or cfg.num_qs
+        super().__init__(head, cfg, num_envs=num_envs, obs_dim=obs_dim, act_dim=act_dim, capacity=capacity,
+                         device=device, seed=seed, offline=offline)
         self.target_entropy = cfg.target_entropy_scale * act_dim
         self.learn_temperature = cfg.ent_coef == "auto"
         initial = cfg.init_temperature if self.learn_temperature else float(cfg.ent_coef)
         # log(0) for a fixed ent_coef 0 is -inf: exp gives alpha 0 exactly, as intended
         self.log_alpha = torch.tensor([math.log(initial) if initial > 0 else -math.inf], device=device,
                                       requires_grad=self.learn_temperature)
-        self.actor_params = [p for p in head.parameters() if p.requires_grad]
-        self.critic_params = list(self.critic.parameters())
-        # fused: one kernel per optimizer step instead of ~10 foreach passes over the parameters
         fused = device.type in ("cpu", "cuda")
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.lr, fused=fused)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr, fused=fused)
         self.alpha_optimizer = (torch.optim.Adam([self.log_alpha], lr=cfg.lr, fused=fused)
                                 if self.learn_temperature else None)
-        if offline is not None and cfg.offline_ratio == 0:
-            offline = None
-        self.replay = ReplayBuffer(capacity, obs_dim, act_dim, device=device, seed=seed)
-        self.sampler = MixedSampler(self.replay, offline, cfg.offline_ratio)
-        self.explore_generator = torch.Generator().manual_seed(seed + 2)
-        self.subset_generator = torch.Generator().manual_seed(seed + 3)
-        self.critic_steps = 0
-        self.actor_steps = 0
-        self.env_steps = 0  # transitions stored, the clock of learning_starts
-        self._sample, self._critic_loss, self._actor_loss = (
-            head.rsample_log_prob, self._critic_loss_eager, self._actor_loss_eager)
+        self._sample, self._actor_loss = head.rsample_log_prob, self._actor_loss_eager
         if cfg.compile:
-            compiled = functools.partial(torch.compile, fullgraph=True, dynamic=False,
-                                         options={"fallback_random": True})
-            self._sample, self._critic_loss, self._actor_loss = (
-                compiled(head.rsample_log_prob), compiled(self._critic_loss_eager), compiled(self._actor_loss_eager))
-        self._checked_position = 0  # replay rows before this were checked for NaN and inf
-
-    # ------------------------------------------------------------------ acting and storing
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Uniform random actions in [-1, 1] until ``learning_starts`` env steps, then the head's."""
-        if self.env_steps < self.cfg.learning_starts:
-            uniform = torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator)
-            return (2 * uniform - 1).to(obs.device)
-        return self.head.act(obs, deterministic=False)
-
-    def process_env_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                         terminated: torch.Tensor, info: dict[str, Any]) -> None:
-        """Store N transitions; ``info["final_obs"] [N, D]`` is the true next observation (it equals the
-        next observation except where an episode ended and the env reset)."""
-        self.replay.add(obs, actions, rewards, info["final_obs"], terminated)
-        self.env_steps += obs.shape[0]
-
-    def ready(self) -> bool:
-        """Learning starts once more than ``learning_starts`` transitions are stored (SB3's rule)
-        and the buffer holds a batch."""
-        return self.env_steps > self.cfg.learning_starts and len(self.replay) >= 1
+            self._sample, self._actor_loss = compile_step(head.rsample_log_prob), compile_step(self._actor_loss_eager)
 
     # ------------------------------------------------------------------ learning
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
-
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        optimizer.step()
-
-    def _subset_heads(self) -> torch.Tensor | None:
-        """The target heads whose minimum forms the next TD target, drawn as ``subset_min`` draws them
-        (None: all heads, no draw). Drawn here, not inside a compiled loss: graphs take no generators."""
-        if self.num_min_qs == self.cfg.num_qs:
-            return None
-        heads = torch.randperm(self.cfg.num_qs, generator=self.subset_generator, device="cpu")[:self.num_min_qs]
-        return heads.to(self.device)
-
-    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(loss, q [E, B], target [B])`` of one critic step; the TD target without gradients."""
-        with torch.no_grad():
-            target = self._td_target(batch, alpha, subset_heads)
-        q = self.critic(batch.obs, batch.actions)
-        return critic_loss(q, target, self.cfg.critic_reduction), q, target
 
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
         """``y [B]``: the target critics' (subset-)minimum at ``a' ~ pi(s')`` with the soft backup.
@@ -165,15 +92,6 @@ class SAC(Algorithm):
     def _actor_loss_eager(self, obs: torch.Tensor, actions_pi: torch.Tensor, log_prob: torch.Tensor,
                           alpha: torch.Tensor) -> torch.Tensor:
         return actor_loss(log_prob, self.critic(obs, actions_pi), alpha, self.cfg.actor_q_reduction)
-
-    def critic_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One TD step of every critic on ``batch``, then the Polyak update when it is due."""
-        loss, q, target = self._critic_loss(batch, alpha, self._subset_heads())
-        self._step(self.critic_optimizer, loss, self.critic_params)
-        self.critic_steps += 1
-        if self.critic_steps % self.cfg.target_update_interval == 0:
-            polyak_update(self.critic_target, self.critic, self.cfg.tau)
-        return {"value": loss.detach(), "q": q.detach(), "target": target}
 
     def actor_step(self, actions_pi: torch.Tensor, log_prob: torch.Tensor, obs: torch.Tensor,
                    alpha: torch.Tensor) -> torch.Tensor:
@@ -239,50 +157,21 @@ class SAC(Algorithm):
         return named
 
     def networks(self) -> dict[str, nn.Module | torch.Tensor]:
-        return {"head": self.head, "critic": self.critic, "critic_target": self.critic_target,
-                "log_alpha": self.log_alpha}
-
-    def recent_data(self) -> dict[str, torch.Tensor]:
-        """The replay rows written since the last call (all rows once it has wrapped around)."""
-        start, end = self._checked_position, self.replay.position
-        self._checked_position = end
-        rows = (torch.arange(start, end) if start < end else
-                torch.cat([torch.arange(start, len(self.replay)), torch.arange(0, end)]))
-        return {"observations": self.replay.obs[rows], "next observations": self.replay.next_obs[rows],
-                "rewards": self.replay.rewards[rows]}
+        return {**super().networks(), "log_alpha": self.log_alpha}
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        state = {
-            "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "explore_rng": self.explore_generator.get_state(), "subset_rng": self.subset_generator.get_state(),
-            "critic_steps": self.critic_steps, "actor_steps": self.actor_steps, "env_steps": self.env_steps,
-            "replay": self.sampler.state_dict() if self.cfg.save_replay else None,
-        }
+        state = {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}
         if self.alpha_optimizer is not None:
             state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        super().load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         if self.alpha_optimizer is not None:
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.explore_generator.set_state(state["explore_rng"])
-        self.subset_generator.set_state(state["subset_rng"])
-        self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
-        self.env_steps = int(state["env_steps"])
-        if state["replay"] is not None:
-            self.sampler.load_state_dict(state["replay"])
-        else:  # saved without its replay: refill learning_starts transitions before learning again
-            self.env_steps = 0
 
 
 def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None,

@@ -14,7 +14,7 @@ import torch
 
 from genpol import envs
 from genpol.envs import VectorEnv
-from genpol.algorithms.sac import SAC
+from genpol.algorithms.offpolicy import OffPolicyAlgorithm
 from genpol.callbacks.base import Callback
 from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
@@ -27,9 +27,9 @@ class OffPolicyRunner(EnvRunner):
     """``EnvRunner`` whose iteration is ``iteration_steps`` env steps (rounded up to whole vector
     steps), each followed by the algorithm's gradient steps once it is ready."""
 
-    algorithm: SAC
+    algorithm: OffPolicyAlgorithm
 
-    def __init__(self, env: VectorEnv, algorithm: SAC, total_steps: int, seed: int = 0,
+    def __init__(self, env: VectorEnv, algorithm: OffPolicyAlgorithm, total_steps: int, seed: int = 0,
                  callbacks: Sequence[Callback] = (), iteration_steps: int = 1000):
         super().__init__(env, algorithm, total_steps, seed, callbacks)
         self.vector_steps = max(1, -(-iteration_steps // env.num_envs))

@@ -1,0 +1,184 @@
+"""What every off-policy learner is made of, and what the off-policy loop calls.
+
+The loop (``genpol.runners.offpolicy``) needs ``act``, ``process_env_step``, ``ready``, ``update``,
+the replay and the gradient-step count, and the checkpoint's ``state_dict``. The learners (SAC and
+RLPD, EXPO on SAC, the Q-gradient actors) share more than that interface, so it lives here once:
+
+* a replay buffer with the offline store it mixes into each batch (``MixedSampler``);
+* a Q-ensemble, its Polyak-averaged target, and the critic's Adam;
+* the actor's Adam over the head's trainable parameters;
+* acting with uniform random actions until ``learning_starts``, the head's samples after;
+* one TD step of the critics (``critic_step``), whose target ``_td_target`` each learner defines
+  (SAC's soft backup, EXPO's on-the-fly choice, the Q-gradient actors' EMA actor);
+* the generators of exploration and of the subset-min, and the step counters;
+* the checkpoint of all of the above (the replay only with ``save_replay``).
+
+``cfg`` is the learner's config group (a ``SACConfig`` or a subclass of it).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from genpol.algorithms.base import Algorithm
+from genpol.heads.base import PolicyHead
+from genpol.qensemble import QEnsemble, polyak_update
+from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
+from genpol.updaters.sac_losses import critic_loss
+
+
+def compile_step(function: Any) -> Any:
+    """``torch.compile`` for a step's forward computation (its backward is compiled with it). The
+    noise comes from torch's generator in the eager order (inductor's ``fallback_random``), so
+    compiled and eager runs differ by float rounding only."""
+    return torch.compile(function, fullgraph=True, dynamic=False, options={"fallback_random": True})
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Base of the off-policy learners (see the module docstring).
+
+    Args:
+        head: the policy head (its capabilities are checked against the subclass's ``needs``).
+        cfg: the learner's config group.
+        num_envs, obs_dim, act_dim: the env's sizes.
+        capacity: replay capacity in transitions.
+        device: where the networks and the replay live.
+        seed: seed of the replay's, exploration's and subset-min's generators.
+        offline: the offline transitions mixed into each batch (``cfg.offline_ratio`` > 0), or None.
+    """
+
+    on_policy = False
+
+    def __init__(self, head: PolicyHead, cfg: Any, *, num_envs: int, obs_dim: int, act_dim: int, capacity: int,
+                 device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
+        super().__init__(head)
+        self.cfg = cfg
+        self.num_envs, self.act_dim = num_envs, act_dim
+        self.device = device
+        self.critic = QEnsemble(obs_dim, act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
+                                activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
+                                init=cfg.critic_init).to(device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.num_min_qs = cfg.num_min_qs or cfg.num_qs
+        self.actor_params = [p for p in head.parameters() if p.requires_grad]
+        self.critic_params = list(self.critic.parameters())
+        # fused: one kernel per optimizer step instead of ~10 foreach passes over the parameters
+        fused = device.type in ("cpu", "cuda")
+        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.lr, fused=fused)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr, fused=fused)
+        if offline is not None and cfg.offline_ratio == 0:
+            offline = None
+        self.replay = ReplayBuffer(capacity, obs_dim, act_dim, device=device, seed=seed)
+        self.sampler = MixedSampler(self.replay, offline, cfg.offline_ratio)
+        self.explore_generator = torch.Generator().manual_seed(seed + 2)
+        self.subset_generator = torch.Generator().manual_seed(seed + 3)
+        self.critic_steps = 0
+        self.actor_steps = 0
+        self.env_steps = 0  # transitions stored, the clock of learning_starts
+        self._critic_loss = compile_step(self._critic_loss_eager) if cfg.compile else self._critic_loss_eager
+        self._checked_position = 0  # replay rows before this were checked for NaN and inf
+
+    # ------------------------------------------------------------------ acting and storing
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Uniform random actions in [-1, 1] until ``learning_starts`` env steps, then the head's."""
+        if self.env_steps < self.cfg.learning_starts:
+            uniform = torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator)
+            return (2 * uniform - 1).to(obs.device)
+        return self.head.act(obs, deterministic=False)
+
+    def process_env_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                         terminated: torch.Tensor, info: dict[str, Any]) -> None:
+        """Store N transitions; ``info["final_obs"] [N, D]`` is the true next observation (it equals the
+        next observation except where an episode ended and the env reset)."""
+        self.replay.add(obs, actions, rewards, info["final_obs"], terminated)
+        self.env_steps += obs.shape[0]
+
+    def ready(self) -> bool:
+        """Learning starts once more than ``learning_starts`` transitions are stored (SB3's rule)
+        and the buffer holds a batch."""
+        return self.env_steps > self.cfg.learning_starts and len(self.replay) >= 1
+
+    @abc.abstractmethod
+    def update(self) -> dict[str, torch.Tensor]:
+        """The gradient steps of one vector-env step; returns the last step's diagnostics."""
+
+    # ------------------------------------------------------------------ the critic step
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        optimizer.step()
+
+    def _subset_heads(self) -> torch.Tensor | None:
+        """The target heads whose minimum forms the next TD target, drawn as ``subset_min`` draws them
+        (None: all heads, no draw). Drawn here, not inside a compiled loss: graphs take no generators."""
+        if self.num_min_qs == self.cfg.num_qs:
+            return None
+        heads = torch.randperm(self.cfg.num_qs, generator=self.subset_generator, device="cpu")[:self.num_min_qs]
+        return heads.to(self.device)
+
+    @abc.abstractmethod
+    def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
+        """``y [B]``, the TD target of ``batch`` (no gradients are taken through it). ``alpha``: the
+        entropy temperature of a soft backup (zero where the learner has none)."""
+
+    def _critic_loss_eager(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, q [E, B], target [B])`` of one critic step; the TD target without gradients."""
+        with torch.no_grad():
+            target = self._td_target(batch, alpha, subset_heads)
+        q = self.critic(batch.obs, batch.actions)
+        return critic_loss(q, target, self.cfg.critic_reduction), q, target
+
+    def critic_step(self, batch: ReplayBatch, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One TD step of every critic on ``batch``, then the Polyak update when it is due."""
+        loss, q, target = self._critic_loss(batch, alpha, self._subset_heads())
+        self._step(self.critic_optimizer, loss, self.critic_params)
+        self.critic_steps += 1
+        if self.critic_steps % self.cfg.target_update_interval == 0:
+            polyak_update(self.critic_target, self.critic, self.cfg.tau)
+        return {"value": loss.detach(), "q": q.detach(), "target": target}
+
+    # ------------------------------------------------------------------ guards and checkpoints
+    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        return {"head": self.head, "critic": self.critic, "critic_target": self.critic_target}
+
+    def recent_data(self) -> dict[str, torch.Tensor]:
+        """The replay rows written since the last call (all rows once it has wrapped around)."""
+        start, end = self._checked_position, self.replay.position
+        self._checked_position = end
+        rows = (torch.arange(start, end) if start < end else
+                torch.cat([torch.arange(start, len(self.replay)), torch.arange(0, end)]))
+        return {"observations": self.replay.obs[rows], "next observations": self.replay.next_obs[rows],
+                "rewards": self.replay.rewards[rows]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "critic": self.critic.state_dict(), "critic_target": self.critic_target.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "explore_rng": self.explore_generator.get_state(), "subset_rng": self.subset_generator.get_state(),
+            "critic_steps": self.critic_steps, "actor_steps": self.actor_steps, "env_steps": self.env_steps,
+            "replay": self.sampler.state_dict() if self.cfg.save_replay else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.explore_generator.set_state(state["explore_rng"])
+        self.subset_generator.set_state(state["subset_rng"])
+        self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
+        self.env_steps = int(state["env_steps"])
+        if state["replay"] is not None:
+            self.sampler.load_state_dict(state["replay"])
+        else:  # saved without its replay: refill learning_starts transitions before learning again
+            self.env_steps = 0
