@@ -61,7 +61,7 @@ def training_rate(backend: str, num_envs: int, device: str, iterations: int) -> 
 
     overrides = ["+experiment=ppo_fast", *GROUPS[backend], f"env.num_envs={num_envs}", f"device={device}"]
     if device != "cpu":
-        overrides += ["updater.rollout_steps=32", f"updater.minibatch_size={num_envs * 8}"]
+        overrides += ["learner.rollout_steps=32", f"learner.minibatch_size={num_envs * 8}"]
     sps, detail = genpol_run(overrides, iterations)
     return {"sps": sps, **detail}
 

@@ -60,7 +60,7 @@ def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str
     train(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
                     f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
                     f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}", f"pipeline.eval_episodes={episodes}",
-                    f"total_steps={online_steps}", "updater.iteration_steps=1000", "pipeline.eval_every=1"])
+                    f"total_steps={online_steps}", "learner.iteration_steps=1000", "pipeline.eval_every=1"])
     pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     offline_rows = rows(run_dir / "pretrain" / "progress.jsonl")

@@ -48,14 +48,14 @@ def chain_memory(dataset: Path) -> dict:
 
     out = {}
     for name, overrides in (("dppo", ["+experiment=dppo_hopper", f"dataset.path={dataset}"]),
-                            ("gaussian", ["env=hopper", "env.num_envs=16", "updater.rollout_steps=64"])):
+                            ("gaussian", ["env=hopper", "env.num_envs=16", "learner.rollout_steps=64"])):
         cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
         env = make_env(cfg.env, gamma=0.99, seed=0, stack=env_stack(cfg.policy), num_envs=2)
         head = make_head(cfg.policy, env.obs_dim, env.act_dim)
         with torch.no_grad():
             _, record = head.sample(env.reset())
         per_sample = sum(value[0].numel() * value.element_size() for value in record.values())
-        rollout = cfg.env.num_envs * cfg.updater.rollout_steps
+        rollout = cfg.env.num_envs * cfg.learner.rollout_steps
         out[name] = {"record_bytes_per_sample": per_sample, "rollout_samples": rollout,
                      "record_bytes_per_rollout": per_sample * rollout, "record_keys": {k: list(v.shape[1:]) for k, v in record.items()}}
         env.close()
@@ -66,8 +66,8 @@ def throughput(dataset: Path, iterations: int) -> dict:
     from throughput import genpol_run
 
     dppo_sps, dppo = genpol_run(["+experiment=dppo_hopper", f"dataset.path={dataset}"], iterations)
-    gauss_sps, gauss = genpol_run(["env=hopper", "env.num_envs=16", "updater.rollout_steps=64",
-                                   "updater.minibatch_size=256", "updater.epochs=5"], iterations * 4)
+    gauss_sps, gauss = genpol_run(["env=hopper", "env.num_envs=16", "learner.rollout_steps=64",
+                                   "learner.minibatch_size=256", "learner.epochs=5"], iterations * 4)
     return {"dppo": {"sps": dppo_sps, **dppo}, "gaussian_ppo": {"sps": gauss_sps, **gauss},
             "dppo_fraction_of_gaussian": dppo_sps / gauss_sps}
 

@@ -4,7 +4,7 @@ Every option runs ``+experiment=dppo_hopper`` (20k BC steps on the medium datase
 same seed and budget; only the option's overrides differ:
 
 * ``ddpm K=20 K'=10``: the experiment as it is (compiled sampling, eager update);
-* ``ddpm K=20 K'=10, compiled update``: ``updater.compile=true`` (the same math, float rounding apart);
+* ``ddpm K=20 K'=10, compiled update``: ``learner.compile=true`` (the same math, float rounding apart);
 * ``ddim 5 K'=5, compiled update``: ``policy=diffusion_ddim`` (DDIM in 5 steps, all fine-tuned);
 * ``ddpm K=20 K'=5``: DDPM sampling, only the last 5 of 20 steps fine-tuned (half the update's work).
 
@@ -31,8 +31,8 @@ RESULTS = ROOT / "bench" / "results"
 DDIM = ["policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]"]
 OPTIONS = {  # name -> (run directory slug, overrides)
     "ddpm K=20 K'=10": ("ddpm20-ft10", []),
-    "ddpm K=20 K'=10, compiled update": ("ddpm20-ft10-compiled", ["updater.compile=true"]),
-    "ddim 5 K'=5, compiled update": ("ddim5-ft5-compiled", [*DDIM, "updater.compile=true"]),
+    "ddpm K=20 K'=10, compiled update": ("ddpm20-ft10-compiled", ["learner.compile=true"]),
+    "ddim 5 K'=5, compiled update": ("ddim5-ft5-compiled", [*DDIM, "learner.compile=true"]),
     "ddpm K=20 K'=5": ("ddpm20-ft5", ["policy.ft_denoising_steps=5"]),
 }
 

@@ -7,7 +7,7 @@ and in what is compiled:
 * ``gaussian``: the diagonal Gaussian head (64-64 tanh), one action per env step;
 * ``dppo ddpm K=20 K'=10``: the experiment's head (denoiser 3 x 256 Mish, chunks of 4 actions, DDPM 20
   steps of which the last 10 are fine-tuned), compiled sampling, eager update (bench/results/dppo.json's row);
-* ``... compiled update``: the same with ``updater.compile=true`` (the whole minibatch step one graph);
+* ``... compiled update``: the same with ``learner.compile=true`` (the whole minibatch step one graph);
 * ``dppo ddpm K=20 K'=5``: DDPM sampling as above, only the last 5 steps fine-tuned (half the update);
 * ``dppo ddim 5 K'=5``: DDIM in 5 steps, all 5 fine-tuned (DPPO's Furniture setting; ``policy=diffusion_ddim``);
 * ``dppo ddim 5 K'=5, eager update``;
@@ -45,22 +45,22 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DATASET = "unused.hdf5"  # the experiment asks for a dataset; throughput skips BC and never reads it
 
-LOOP = ["env=hopper", "env.num_envs=16", "env.normalize_obs=false", "updater.rollout_steps=64",
-        "updater.minibatch_size=256", "updater.epochs=5", "policy.critic_hidden_sizes=[256,256,256]",
+LOOP = ["env=hopper", "env.num_envs=16", "env.normalize_obs=false", "learner.rollout_steps=64",
+        "learner.minibatch_size=256", "learner.epochs=5", "policy.critic_hidden_sizes=[256,256,256]",
         "policy.critic_activation=mish"]
 DPPO = ["+experiment=dppo_hopper", f"dataset.path={DATASET}", "pipeline.compile_sampling=true"]
 DDIM = [*DPPO, "policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]"]
 OWN_CRITIC = ["policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]  # the Gaussian's default
 ROWS = {  # name -> (overrides, the Gaussian row it is compared with)
     "gaussian": ([*LOOP, "policy=gaussian"], None),
-    "gaussian, compiled update": ([*LOOP, "policy=gaussian", "updater.compile=true"], None),
+    "gaussian, compiled update": ([*LOOP, "policy=gaussian", "learner.compile=true"], None),
     "gaussian, own critic": ([*LOOP, "policy=gaussian", *OWN_CRITIC], None),
-    "gaussian, own critic, compiled update": ([*LOOP, "policy=gaussian", *OWN_CRITIC, "updater.compile=true"], None),
+    "gaussian, own critic, compiled update": ([*LOOP, "policy=gaussian", *OWN_CRITIC, "learner.compile=true"], None),
     "dppo ddpm K=20 K'=10": ([*DPPO, *LOOP], "gaussian"),
-    "dppo ddpm K=20 K'=10, compiled update": ([*DPPO, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
+    "dppo ddpm K=20 K'=10, compiled update": ([*DPPO, *LOOP, "learner.compile=true"], "gaussian, compiled update"),
     "dppo ddpm K=20 K'=5": ([*DPPO, *LOOP, "policy.ft_denoising_steps=5"], "gaussian"),
     "dppo ddim 5 K'=5": ([*DDIM, *LOOP], "gaussian"),
-    "dppo ddim 5 K'=5, compiled update": ([*DDIM, *LOOP, "updater.compile=true"], "gaussian, compiled update"),
+    "dppo ddim 5 K'=5, compiled update": ([*DDIM, *LOOP, "learner.compile=true"], "gaussian, compiled update"),
     # both loops with the update on two torch threads (update_threads=2; acting stays on one): the second
     # core idles during the update of this one-process loop
     "gaussian, 2 update threads": ([*LOOP, "policy=gaussian", "update_threads=2"], None),
@@ -85,7 +85,7 @@ class Row:
 
         cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
         torch.manual_seed(0)
-        self.env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
+        self.env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
         mish, linear = nets.ACTIVATIONS["mish"], nets.OneDNNLinear
         if torch_layers:
             nets.ACTIVATIONS["mish"], nets.OneDNNLinear = torch.nn.Mish, torch.nn.Linear
@@ -94,7 +94,7 @@ class Row:
             self.algorithm = make_algorithm(cfg, head, self.env)
         finally:
             nets.ACTIVATIONS["mish"], nets.OneDNNLinear = mish, linear
-        self.runner = OnPolicyRunner(self.env, self.algorithm, total_steps=cfg.updater.rollout_steps * cfg.env.num_envs,
+        self.runner = OnPolicyRunner(self.env, self.algorithm, total_steps=cfg.learner.rollout_steps * cfg.env.num_envs,
                                      update_threads=cfg.update_threads)
         start = time.perf_counter()
         self.runner.run()  # warm-up iteration: compiles what is compiled

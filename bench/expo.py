@@ -52,8 +52,8 @@ MARKS = (10_000, 25_000, 50_000, 100_000)
 
 def critic_overrides(args: argparse.Namespace) -> list[str]:
     """The critic setting both learners share."""
-    return [f"updater.num_qs={args.num_qs}", f"updater.utd={args.utd}",
-            f"updater.critic_hidden_sizes=[{','.join(str(w) for w in args.critic_hidden)}]"]
+    return [f"learner.num_qs={args.num_qs}", f"learner.utd={args.utd}",
+            f"learner.critic_hidden_sizes=[{','.join(str(w) for w in args.critic_hidden)}]"]
 
 
 def build(experiment: str, args: argparse.Namespace, offline_path: str) -> tuple[Any, Any]:
@@ -65,12 +65,12 @@ def build(experiment: str, args: argparse.Namespace, offline_path: str) -> tuple
     from genpol.pipelines.online import off_policy_env_settings
 
     overrides = [f"+experiment={experiment}", "env=hopper", f"dataset.path={offline_path}", "run_dir=/tmp/unused",
-                 "updater.learning_starts=1000", *critic_overrides(args)]
+                 "learner.learning_starts=1000", *critic_overrides(args)]
     if experiment == "rlpd":
-        overrides.append("updater.compile=false")  # both eager: the comparison is of the algorithms
+        overrides.append("learner.compile=false")  # both eager: the comparison is of the algorithms
     cfg = validate(compose_config(overrides))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, stack=off_policy_env_settings(cfg))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, stack=off_policy_env_settings(cfg))
     head = make_head(cfg.policy, env.obs_dim, env.act_dim)
     offline, _, _ = load_offline_transitions(cfg, env)
     return make_algorithm(cfg, head, env, offline), env
@@ -225,17 +225,17 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
             for seed in args.seeds:
                 run_dir = root / f"{prefix}{task}-{experiment}-{seed}"
                 iteration = 1000
-                sizes = [f"updater.batch_size={args.batch_size}", f"updater.learning_starts={args.learning_starts}"]
+                sizes = [f"learner.batch_size={args.batch_size}", f"learner.learning_starts={args.learning_starts}"]
                 if experiment == "expo":
-                    sizes += [f"updater.num_samples={args.num_samples}", f"updater.n_edit={args.num_samples}"]
+                    sizes += [f"learner.num_samples={args.num_samples}", f"learner.n_edit={args.num_samples}"]
                 train(env_group, overrides=[f"+experiment={experiment}", *env_overrides, f"dataset.path={dataset}",
                                            *critic_overrides(args), *sizes, *pipeline,
-                                           f"updater.iteration_steps={iteration}",
+                                           f"learner.iteration_steps={iteration}",
                                            f"pipeline.eval_every={max(1, args.eval_every // iteration)}",
                                            "pipeline.eval_episodes=10", "pipeline.video=false",
                                            "logger.progress_bar=false"],
                       policy="diffusion_expo" if experiment == "expo" else "tanh_gaussian",
-                      updater="expo" if experiment == "expo" else "sac", total_steps=steps, seed=seed,
+                      learner="expo" if experiment == "expo" else "sac", total_steps=steps, seed=seed,
                       run_dir=run_dir)
                 results["runs"][run_dir.name] = {"steps": steps, **run_record(run_dir, steps),
                                                  "command": results["command"]}

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 RESULTS = ROOT / "bench" / "results"
 
-LOOP = ["env=halfcheetah", "env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512",
-        "updater.epochs=10", "updater.compile=true", "pipeline.compile_sampling=true"]
+LOOP = ["env=halfcheetah", "env.num_envs=32", "learner.rollout_steps=64", "learner.minibatch_size=512",
+        "learner.epochs=10", "learner.compile=true", "pipeline.compile_sampling=true"]
 SAME_CRITIC = ["policy.critic_hidden_sizes=[256,256]", "policy.critic_activation=silu"]
 ROWS = {
     "gaussian": [*LOOP, "policy=gaussian", *SAME_CRITIC],

@@ -40,7 +40,7 @@ def hopper_overrides(args: argparse.Namespace) -> list[str]:
 
 def multigoal_overrides(args: argparse.Namespace) -> list[str]:
     return ["+experiment=gorl", "env=multigoal", f"total_steps={args.multigoal_steps}", "env.num_envs=16",
-            "updater.rollout_steps=128", "updater.minibatch_size=256", "updater.epochs=10", "updater.lr=3e-4",
+            "learner.rollout_steps=128", "learner.minibatch_size=256", "learner.epochs=10", "learner.lr=3e-4",
             f"pipeline.collect_steps={args.multigoal_steps // 4}", "pipeline.eval_every=5",
             "pipeline.eval_episodes=20", "pipeline.video=false", "logger.progress_bar=false"]
 

@@ -54,7 +54,7 @@ print('env workers with cuda tensors: ok')"
 rlpd_cuda() ( set -e
 python3 -m genpol.data.collect --policy random --env gym:Hopper-v5 --steps 2000 --num-envs 4 --d4rl /tmp/hopper_random.hdf5 >/dev/null
 python3 -m genpol.train +experiment=rlpd env=hopper device=cuda dataset.path=/tmp/hopper_random.hdf5 total_steps=5300 \
-    updater.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
+    learner.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
     logger.progress_bar=false run_dir=/tmp/rlpd_cuda >/dev/null
 python3 -c "
 import json
@@ -71,7 +71,7 @@ expo_cuda() ( set -e
 test -f /tmp/hopper_random.hdf5 || python3 -m genpol.data.collect --policy random --env gym:Hopper-v5 --steps 2000 \
     --num-envs 4 --d4rl /tmp/hopper_random.hdf5 >/dev/null
 python3 -m genpol.train +experiment=expo env=hopper device=cuda dataset.path=/tmp/hopper_random.hdf5 total_steps=5300 \
-    updater.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
+    learner.iteration_steps=100 pipeline.video=false pipeline.eval_every=0 pipeline.eval_episodes=1 \
     logger.progress_bar=false run_dir=/tmp/expo_cuda >/dev/null
 python3 -c "
 import json
@@ -90,7 +90,7 @@ if [ -n "${OUT:-}" ]; then cp bench/results/backends_cuda.json "$OUT/" 2>/dev/nu
 # two ranks on one device) a 1-process torchrun on CUDA, and the 2-process gloo run on the CPU.
 torchrun_cuda() ( set -e
 ngpu=$(python3 -c "import torch; print(torch.cuda.device_count())")
-tiny="env=hopper env.num_envs=8 updater.rollout_steps=64 updater.epochs=2 pipeline.video=false \
+tiny="env=hopper env.num_envs=8 learner.rollout_steps=64 learner.epochs=2 pipeline.video=false \
     pipeline.eval_episodes=1 logger.progress_bar=false logger.tensorboard=false"
 compare() { python3 -c "
 import glob, sys, torch
@@ -115,7 +115,7 @@ check torchrun-cuda torchrun_cuda
 # stages, the hand-offs and the summary work on CUDA and what the wall time per stage is. Not yet run.
 gorl_playground() ( set -e
 python3 -m genpol.train +experiment=gorl env=playground env.id=HopperStand device=cuda env.num_envs=2048 \
-    total_steps=6000000 updater.rollout_steps=32 updater.minibatch_size=8192 pipeline.collect_steps=983040 \
+    total_steps=6000000 learner.rollout_steps=32 learner.minibatch_size=8192 pipeline.collect_steps=983040 \
     pipeline.decoder_batch_size=8192 pipeline.eval_every=5 pipeline.eval_episodes=64 pipeline.video=false \
     logger.progress_bar=false run_dir=/tmp/gorl_playground >/dev/null
 python3 -c "

@@ -45,14 +45,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 COMMON = ["pipeline.video=false", "pipeline.eval_episodes=5", "pipeline.eval_every=0", "logger.progress_bar=false",
           "pipeline.checkpoint_every=50"]
-SPO_SETTING = ["env.num_envs=8", "updater.rollout_steps=256", "updater.minibatch_size=512", "updater.epochs=10",
-               "updater.lr=3e-4", "updater.lr_schedule=linear", "updater.clip_range=0.2", "updater.clip_range_vf=0.2",
-               "updater.compile=true", "policy.hidden_sizes=[256,256,128,128,64,64]", "policy.activation=tanh",
+SPO_SETTING = ["env.num_envs=8", "learner.rollout_steps=256", "learner.minibatch_size=512", "learner.epochs=10",
+               "learner.lr=3e-4", "learner.lr_schedule=linear", "learner.clip_range=0.2", "learner.clip_range_vf=0.2",
+               "learner.compile=true", "policy.hidden_sizes=[256,256,128,128,64,64]", "policy.activation=tanh",
                "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
 
 # RLPD's recipe sized for a 2-core CPU: UTD 20 -> 2 and batch 256 -> 128 (10 LayerNorm critics,
 # subset-min 2, RLPD's batching, entropy and actor settings kept); both jobs use exactly these settings
-RLPD_CPU = ["+experiment=rlpd", "env=hopper", "updater.utd=2", "updater.batch_size=128",
+RLPD_CPU = ["+experiment=rlpd", "env=hopper", "learner.utd=2", "learner.batch_size=128",
             "dataset.path=data/hopper_medium-v5.hdf5"]
 # evaluation every 5 iterations of 1000 env steps, for the learning curve (off-policy suites)
 SUITE_COMMON = {
@@ -62,10 +62,10 @@ SUITE_COMMON = {
 }
 
 # experiment=default from 2026-11-30 06:00 to 19:30: lr 5e-4 decaying linearly (now KL-adaptive, see "stability")
-DEFAULT = ["+experiment=default", "pipeline.eval_every=0", "updater.lr_schedule=linear"]
+DEFAULT = ["+experiment=default", "pipeline.eval_every=0", "learner.lr_schedule=linear"]
 # experiment=default until 2026-11-30 06:00 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
-OLD_DEFAULT = [*DEFAULT, "updater.lr_schedule=constant"]
-FLOW_ROLLOUT = ["env.num_envs=32", "updater.rollout_steps=64", "updater.minibatch_size=512", "updater.compile=true",
+OLD_DEFAULT = [*DEFAULT, "learner.lr_schedule=constant"]
+FLOW_ROLLOUT = ["env.num_envs=32", "learner.rollout_steps=64", "learner.minibatch_size=512", "learner.compile=true",
                 "pipeline.compile_sampling=true"]
 # Jobs with the same name are the same run (shared across suites): keep their overrides identical.
 SUITES: dict[str, dict[str, list[str]]] = {
@@ -74,46 +74,46 @@ SUITES: dict[str, dict[str, list[str]]] = {
         # experiment=default: lr 5e-4 decaying linearly, no orthogonal init (median 6088)
         "halfcheetah-ppo": DEFAULT,
         # the previous default: constant lr 1e-4 with orthogonal init (median 5483)
-        "halfcheetah-ppo-lr1e-4": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=true"],
+        "halfcheetah-ppo-lr1e-4": [*OLD_DEFAULT, "learner.lr=1e-4", "policy.orthogonal_init=true"],
         # the same minibatches and epochs over longer per-env windows (8 envs x 256 steps)
-        "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "updater.rollout_steps=256",
+        "hopper-ppo-8x256": ["+experiment=ppo_mujoco", "env=hopper", "env.num_envs=8", "learner.rollout_steps=256",
                              "policy.log_std_init=-2"],
         # the same with an initial std of 1 instead of the zoo's e^-2 (Hopper: better; HalfCheetah: far worse)
         "hopper-ppo-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
-        "halfcheetah-ppo-std1": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=true",
+        "halfcheetah-ppo-std1": [*OLD_DEFAULT, "learner.lr=1e-4", "policy.orthogonal_init=true",
                                  "policy.log_std_init=0"],
         # lr 3e-4 instead of ppo_mujoco's 1e-4: at 300k steps (1 seed) 3777 vs 3227 (2e-4: 3572)
-        "halfcheetah-ppo-lr3e-4": [*OLD_DEFAULT, "updater.lr=3e-4", "policy.orthogonal_init=true"],
+        "halfcheetah-ppo-lr3e-4": [*OLD_DEFAULT, "learner.lr=3e-4", "policy.orthogonal_init=true"],
         # without orthogonal init, as the zoo's HalfCheetah entry: at 300k steps (1 seed) 3724 vs 3227
-        "halfcheetah-ppo-noortho": [*OLD_DEFAULT, "updater.lr=1e-4", "policy.orthogonal_init=false"],
+        "halfcheetah-ppo-noortho": [*OLD_DEFAULT, "learner.lr=1e-4", "policy.orthogonal_init=false"],
         # ... and other peak lrs of the linear decay that the new default uses (5e-4)
-        **{f"halfcheetah-ppo-noortho-lin{lr}": [*DEFAULT, f"updater.lr={lr}"] for lr in ("3e-4", "1e-3", "2e-3")},
+        **{f"halfcheetah-ppo-noortho-lin{lr}": [*DEFAULT, f"learner.lr={lr}"] for lr in ("3e-4", "1e-3", "2e-3")},
         # the new default with 20 epochs, or minibatches of 256
-        "halfcheetah-ppo-noortho-lin5e-4-ep20": [*DEFAULT, "updater.epochs=20"],
-        "halfcheetah-ppo-noortho-lin5e-4-mb256": [*DEFAULT, "updater.minibatch_size=256"],
+        "halfcheetah-ppo-noortho-lin5e-4-ep20": [*DEFAULT, "learner.epochs=20"],
+        "halfcheetah-ppo-noortho-lin5e-4-mb256": [*DEFAULT, "learner.minibatch_size=256"],
         # the new default with PPO's usual clip 0.2, or 64 envs (4096-step rollouts); seed 0 only, both below it
-        "halfcheetah-ppo-clip0.2": [*DEFAULT, "updater.clip_range=0.2"],
+        "halfcheetah-ppo-clip0.2": [*DEFAULT, "learner.clip_range=0.2"],
         "halfcheetah-ppo-64envs": [*DEFAULT, "env.num_envs=64"],
     },
     "updaters": {
         "hopper-ppo": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=-2"],
-        "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "updater=spo", "policy.log_std_init=-2"],
+        "hopper-spo": ["+experiment=ppo_mujoco", "env=hopper", "learner=spo", "policy.log_std_init=-2"],
         "hopper-trpo": ["+experiment=trpo_mujoco", "env=hopper"],
         # sb3-contrib's TRPO rollout (2 envs x 1024 steps, 64-64 tanh), as in bench/trpo_vs_sb3.py
-        "hopper-trpo-sb3rollout": ["env=hopper", "updater=trpo", "env.num_envs=2", "updater.rollout_steps=1024",
-                                   "updater.cg_iterations=25", "updater.critic_epochs=20",
-                                   "updater.critic_minibatch_size=128"],
+        "hopper-trpo-sb3rollout": ["env=hopper", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
+                                   "learner.cg_iterations=25", "learner.critic_epochs=20",
+                                   "learner.critic_minibatch_size=128"],
     },
     "flows": {
         "halfcheetah-gaussian": ["+experiment=ppo_fast", "env=halfcheetah"],
         "halfcheetah-fpo": ["env=halfcheetah", "policy=fpo", *FLOW_ROLLOUT],
         "halfcheetah-policyflow": ["env=halfcheetah", "+experiment=policyflow", *FLOW_ROLLOUT],
-        "halfcheetah-fpo++": ["env=halfcheetah", "policy=fpo", "policy.ratio_mode=per_sample", "updater=aspo",
+        "halfcheetah-fpo++": ["env=halfcheetah", "policy=fpo", "policy.ratio_mode=per_sample", "learner=aspo",
                               *FLOW_ROLLOUT],
         # FPO's own trust region (clip 0.05): the recommended +experiment=fpo, and FPO++ with ASPO at 0.05
         "halfcheetah-fpo-clip0.05": ["env=halfcheetah", "+experiment=fpo"],
         "halfcheetah-fpo++-clip0.05": ["env=halfcheetah", "+experiment=fpo", "policy.ratio_mode=per_sample",
-                                       "updater=aspo", "updater.clip_range=0.05", "updater.spo_clip_range=0.05"],
+                                       "learner=aspo", "learner.clip_range=0.05", "learner.spo_clip_range=0.05"],
         "hopper-gaussian": ["+experiment=ppo_fast", "env=hopper"],
         "hopper-fpo-clip0.05": ["env=hopper", "+experiment=fpo"],
         "hopper-policyflow": ["env=hopper", "+experiment=policyflow", *FLOW_ROLLOUT],
@@ -121,18 +121,18 @@ SUITES: dict[str, dict[str, list[str]]] = {
     # genpol with rl-baselines3-zoo's tuned HalfCheetah PPO hyperparameters (the ANCHORS.md peer's)
     "zoo": {
         "halfcheetah-ppo-zoo-settings": [
-            "env=halfcheetah", "env.num_envs=1", "updater.rollout_steps=512", "updater.minibatch_size=64",
-            "updater.epochs=20", "updater.lr=2.0633e-05", "updater.gamma=0.98", "updater.gae_lambda=0.92",
-            "updater.clip_range=0.1", "updater.ent_coef=0.000401762", "updater.max_grad_norm=0.8",
-            "updater.vf_coef=0.58096", "updater.compile=true", "policy.log_std_init=-2", "policy.orthogonal_init=false",
+            "env=halfcheetah", "env.num_envs=1", "learner.rollout_steps=512", "learner.minibatch_size=64",
+            "learner.epochs=20", "learner.lr=2.0633e-05", "learner.gamma=0.98", "learner.gae_lambda=0.92",
+            "learner.clip_range=0.1", "learner.ent_coef=0.000401762", "learner.max_grad_norm=0.8",
+            "learner.vf_coef=0.58096", "learner.compile=true", "policy.log_std_init=-2", "policy.orthogonal_init=false",
             "policy.activation=relu", "policy.hidden_sizes=[256,256]", "policy.critic_activation=relu",
             "policy.critic_hidden_sizes=[256,256]"],
     },
     # SPO's MuJoCo setting (its mujoco/main.py): 8 envs x 256 steps, 4 minibatches, 10 epochs, lr 3e-4
     # decaying linearly, eps 0.2 with value clipping, tanh networks, and the deep 7-layer actor
     "spo_deep": {
-        "hopper-ppo-7layer": ["env=hopper", "updater=ppo", *SPO_SETTING],
-        "hopper-spo-7layer": ["env=hopper", "updater=spo", *SPO_SETTING],
+        "hopper-ppo-7layer": ["env=hopper", "learner=ppo", *SPO_SETTING],
+        "hopper-spo-7layer": ["env=hopper", "learner=spo", *SPO_SETTING],
     },
 }
 
@@ -152,23 +152,23 @@ SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
 # (two at once, each spinning 2 OpenMP threads, ran at ~1000 env-steps/s each).
 STABILITY_COMMON = [item for item in COMMON if not item.startswith("pipeline.eval_every")] + [
     "pipeline.eval_every=25", "env.workers=1"]
-ADAPTIVE_KL = ["updater.lr_schedule=adaptive", "updater.desired_kl=0.01"]
+ADAPTIVE_KL = ["learner.lr_schedule=adaptive", "learner.desired_kl=0.01"]
 SUITES["stability"] = {
     # experiment=default since 2026-11-30 19:30: lr 5e-4 scaled by rsl_rl's KL rule toward 0.02
-    "halfcheetah-default-adaptivekl0.02": ["+experiment=default", "updater.lr_schedule=adaptive",
-                                           "updater.desired_kl=0.02"],
+    "halfcheetah-default-adaptivekl0.02": ["+experiment=default", "learner.lr_schedule=adaptive",
+                                           "learner.desired_kl=0.02"],
     # the candidates it was picked from (seed 0): the linear decay it replaced, KL 0.01, and KL 0.01 at clip 0.2
-    "halfcheetah-default-linear": ["+experiment=default", "updater.lr_schedule=linear"],
+    "halfcheetah-default-linear": ["+experiment=default", "learner.lr_schedule=linear"],
     "halfcheetah-default-adaptivekl": ["+experiment=default", *ADAPTIVE_KL],
-    "halfcheetah-default-adaptivekl-clip0.2": ["+experiment=default", *ADAPTIVE_KL, "updater.clip_range=0.2"],
+    "halfcheetah-default-adaptivekl-clip0.2": ["+experiment=default", *ADAPTIVE_KL, "learner.clip_range=0.2"],
     "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],
     "walker2d-ppo_mujoco": ["+experiment=ppo_mujoco", "env=walker2d"],
     # experiment=default as shipped since 2026-12-01 (the same with update_threads=2: another rounding path)
     "halfcheetah-default": ["+experiment=default"],
     # candidates for a faster-learning default (seed 0 first): a larger KL target, or twice the
     # iterations per env step (16 envs x 64 steps, 4 minibatches of 256)
-    "halfcheetah-default-kl0.03": ["+experiment=default", "updater.desired_kl=0.03"],
-    "halfcheetah-default-16envs": ["+experiment=default", "env.num_envs=16", "updater.minibatch_size=256"],
+    "halfcheetah-default-kl0.03": ["+experiment=default", "learner.desired_kl=0.03"],
+    "halfcheetah-default-16envs": ["+experiment=default", "env.num_envs=16", "learner.minibatch_size=256"],
     # experiment=default with 128-128 networks, the fastest to 5000 (bench/time_to_return.py)
     "halfcheetah-default_fast": ["+experiment=default_fast"],
 }
@@ -190,14 +190,14 @@ SUITES["stability"]["walker2d-ppo_mujoco-eval20-2threads"] = [*SUITES["stability
 # that the bundle composes to exactly this job's config)
 HOPPER_STD1 = [*SUITES["stability"]["hopper-ppo_mujoco-std1-eval20"]]
 SUITES["stability"].update({
-    "hopper-std1-linear": [*HOPPER_STD1, "updater.lr_schedule=linear"],
-    "hopper-std1-lr3e-4-linear": [*HOPPER_STD1, "updater.lr=3e-4", "updater.lr_schedule=linear"],
-    "hopper-std1-adaptivekl0.01": [*HOPPER_STD1, "updater.lr=3e-4", *ADAPTIVE_KL],
-    "hopper-std1-zoogamma": [*HOPPER_STD1, "updater.gamma=0.999", "updater.gae_lambda=0.99"],
+    "hopper-std1-linear": [*HOPPER_STD1, "learner.lr_schedule=linear"],
+    "hopper-std1-lr3e-4-linear": [*HOPPER_STD1, "learner.lr=3e-4", "learner.lr_schedule=linear"],
+    "hopper-std1-adaptivekl0.01": [*HOPPER_STD1, "learner.lr=3e-4", *ADAPTIVE_KL],
+    "hopper-std1-zoogamma": [*HOPPER_STD1, "learner.gamma=0.999", "learner.gae_lambda=0.99"],
 })
 SUITE_COMMON["stability"] = STABILITY_COMMON
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
-                  "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "updater.offline_ratio=0"]}
+                  "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "learner.offline_ratio=0"]}
 
 
 def job_dir(job: str, steps: int, seed: int) -> Path:

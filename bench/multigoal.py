@@ -25,12 +25,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-COMMON = ["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=20"]
+COMMON = ["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=20"]
 HEADS = {
-    "gaussian": ("gaussian", ["updater.minibatch_size=256"]),
-    "fpo": ("fpo", ["updater.minibatch_size=256"]),
-    "fpo++": ("fpo", ["updater.minibatch_size=256", "policy.ratio_mode=per_sample", "updater=aspo"]),
-    "fpo++ +brownian": ("fpo", ["updater.minibatch_size=256", "policy.ratio_mode=per_sample", "updater=aspo",
+    "gaussian": ("gaussian", ["learner.minibatch_size=256"]),
+    "fpo": ("fpo", ["learner.minibatch_size=256"]),
+    "fpo++": ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo"]),
+    "fpo++ +brownian": ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo",
                                 "policy.brownian_coef=0.1"]),
     "policyflow": ("policyflow", ["+experiment=policyflow"]),
     "policyflow +brownian": ("policyflow", ["+experiment=policyflow", "policy.brownian_coef=0.05"]),

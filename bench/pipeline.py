@@ -97,9 +97,9 @@ def build(groups: int, threads: int) -> tuple[Any, Timers]:
     cfg = validate(compose_config(["run_dir=/tmp/unused", "+experiment=ppo_fast_envpool", f"env.step_groups={groups}",
                                    f"env.kwargs.num_threads={threads}"]))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device="cpu", stack=env_stack(cfg.policy))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device="cpu", stack=env_stack(cfg.policy))
     algorithm = make_algorithm(cfg, make_head(cfg.policy, env.obs_dim, env.act_dim), env)
-    runner = OnPolicyRunner(env, algorithm, total_steps=cfg.updater.rollout_steps * NUM_ENVS)
+    runner = OnPolicyRunner(env, algorithm, total_steps=cfg.learner.rollout_steps * NUM_ENVS)
     runner.run()  # one rollout and update: compilation and warm-up
     timers = Timers()
     for pool in innermost(env)._pools:

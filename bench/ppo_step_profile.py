@@ -1,6 +1,6 @@
 """Where a PPO minibatch step's time goes at stable-baselines3's default settings (HalfCheetah-v5, 8 envs
 x 2048 steps, minibatch 64, 10 epochs, 64-64 tanh networks, no normalization), with genpol's compiled
-minibatch step (``updater.compile=true``).
+minibatch step (``learner.compile=true``).
 
 At these settings an update is 2560 minibatch steps of 64 samples, so the per-step overhead decides
 the rate, not arithmetic (issue 17's "SB3's defaults >= 5x SB3" target). This script times one update,
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 SB3_DEFAULTS = ["env=halfcheetah", "env.num_envs=8", "env.normalize_obs=false", "env.normalize_reward=false",
-                "updater.compile=true"]
+                "learner.compile=true"]
 
 
 def build(overrides: list[str]):
@@ -39,10 +39,10 @@ def build(overrides: list[str]):
 
     cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     algorithm = make_algorithm(cfg, head, env)
-    runner = OnPolicyRunner(env, algorithm, total_steps=cfg.updater.rollout_steps * cfg.env.num_envs)
+    runner = OnPolicyRunner(env, algorithm, total_steps=cfg.learner.rollout_steps * cfg.env.num_envs)
     return cfg, env, algorithm, runner
 
 
@@ -50,8 +50,8 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg, env, algorithm, runner = build(SB3_DEFAULTS)
     runner.run()  # warm-up iteration: compiles the step
-    samples = cfg.updater.rollout_steps * cfg.env.num_envs
-    steps_per_update = cfg.updater.epochs * (samples // cfg.updater.minibatch_size)
+    samples = cfg.learner.rollout_steps * cfg.env.num_envs
+    steps_per_update = cfg.learner.epochs * (samples // cfg.learner.minibatch_size)
 
     start = time.perf_counter()
     runner.collect()
@@ -90,7 +90,7 @@ def main() -> None:
         "collection, s per rollout": collect_s,
         "update, s per rollout": update_s,
     }
-    print(f"\nPPO at SB3's defaults (compiled), {steps_per_update} minibatch steps of {cfg.updater.minibatch_size}"
+    print(f"\nPPO at SB3's defaults (compiled), {steps_per_update} minibatch steps of {cfg.learner.minibatch_size}"
           f" per update, {samples} samples per rollout, 1 torch thread\n")
     print("| what | value |\n|---|---|")
     for name, value in rows.items():

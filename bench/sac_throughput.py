@@ -4,9 +4,9 @@ the compute floor, on HalfCheetah-v5; then the cost of RLPD's 10-critic ensemble
 SAC rows (1 env, 256-256 networks, batch 256, one gradient step per env step, ``learning_starts`` 1000):
 
 * ``SB3``: ``SAC("MlpPolicy", env, learning_starts=1000)``, SB3's defaults otherwise, 1 and 2 torch threads;
-* ``genpol``: ``+experiment=sac env=halfcheetah updater.learning_starts=1000`` through the real learner
-  (``make_algorithm``) and loop (``OffPolicyRunner.iterate``): eager (``updater.compile=false``) at 1
-  and 2 threads, compiled (``updater.compile=true``, what the experiment sets) at 1 and 2 threads, and
+* ``genpol``: ``+experiment=sac env=halfcheetah learner.learning_starts=1000`` through the real learner
+  (``make_algorithm``) and loop (``OffPolicyRunner.iterate``): eager (``learner.compile=false``) at 1
+  and 2 threads, compiled (``learner.compile=true``, what the experiment sets) at 1 and 2 threads, and
   eager with the critics' previous GEMMs (``QEnsemble(impl="batched")``: MKL ``baddbmm``) at 1 thread;
   each also timed on ``update()`` alone, what the floor rows compare with;
 * ``genpol, actor GEMMs in MKL``: the eager 1-thread row with the actor's 256 x 256 layer back in MKL
@@ -153,10 +153,10 @@ class GenpolLearner:
         torch.set_num_threads(threads)
         dataset = [f"dataset.path={offline_path}"] if offline_path else []
         cfg = validate(compose_config(["run_dir=/tmp/unused", "env=halfcheetah", *overrides, *dataset,
-                                       f"updater.iteration_steps={min(steps, chunk)}"]))
+                                       f"learner.iteration_steps={min(steps, chunk)}"]))
         torch.manual_seed(0)
         stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
-        env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=stack)
+        env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device=cfg.device, stack=stack)
         head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
         if mkl_actor:
             route_linears_through_mkl(head)
@@ -165,12 +165,12 @@ class GenpolLearner:
         if critic_impl is not None:
             self.algorithm.critic.impl = self.algorithm.critic_target.impl = critic_impl
         self.cfg = cfg
-        self.settings = {"threads": threads, "critic_impl": self.algorithm.critic.impl, "compile": cfg.updater.compile,
+        self.settings = {"threads": threads, "critic_impl": self.algorithm.critic.impl, "compile": cfg.learner.compile,
                          "mkl_actor": mkl_actor, "overrides": overrides}
         self.runner = OffPolicyRunner(env, self.algorithm, total_steps=10**9, seed=0, iteration_steps=min(steps, chunk))
         self.runner.obs = env.reset(seed=0)
         start = time.perf_counter()
-        self.runner.vector_steps = cfg.updater.learning_starts + warmup_steps  # compiled rows compile here
+        self.runner.vector_steps = cfg.learner.learning_starts + warmup_steps  # compiled rows compile here
         self.runner.iterate()
         self.runner.vector_steps = min(steps, chunk)
         self.warmup_s = time.perf_counter() - start
@@ -196,9 +196,9 @@ class GenpolLearner:
     def critic_step_segment(self) -> dict[str, float]:
         """One RLPD round's critic steps alone: ``utd`` calls of ``SAC.critic_step`` on the minibatches
         of one mixed draw, as ``rlpd_round`` makes them."""
-        algorithm, utd = self.algorithm, self.cfg.updater.utd
+        algorithm, utd = self.algorithm, self.cfg.learner.utd
 
-        minibatches = algorithm.sampler.sample(self.cfg.updater.batch_size * utd).chunk(utd)
+        minibatches = algorithm.sampler.sample(self.cfg.learner.batch_size * utd).chunk(utd)
         alpha = algorithm.alpha
 
         def unit() -> tuple[int, int]:
@@ -491,7 +491,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=100, help="env steps per timed SAC segment")
     parser.add_argument("--rlpd-steps", type=int, default=4, help="env steps per timed RLPD segment")
-    parser.add_argument("--no-compile", action="store_true", help="leave out the updater.compile=true rows")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the learner.compile=true rows")
     parser.add_argument("--two-threads", choices=("auto", "on", "off"), default="auto",
                         help="2-thread rows: auto leaves them out when a probe finds the second core busy")
     args = parser.parse_args()
@@ -500,9 +500,9 @@ def main() -> None:
     torch._dynamo.config.fail_on_recompile_limit_hit = True  # never time a silent eager fallback
     started = time.perf_counter()
     load_before = load_average()
-    # eager rows say so: the experiments themselves set updater.compile=true
-    sac = ["+experiment=sac", f"updater.learning_starts={LEARNING_STARTS}", "updater.compile=false"]
-    rlpd = ["+experiment=rlpd", f"updater.learning_starts={LEARNING_STARTS}", "updater.compile=false"]
+    # eager rows say so: the experiments themselves set learner.compile=true
+    sac = ["+experiment=sac", f"learner.learning_starts={LEARNING_STARTS}", "learner.compile=false"]
+    rlpd = ["+experiment=rlpd", f"learner.learning_starts={LEARNING_STARTS}", "learner.compile=false"]
     offline_dir = tempfile.TemporaryDirectory()
     offline_path = write_offline_file(offline_dir.name)
 
@@ -516,7 +516,7 @@ def main() -> None:
         build_s[name] = time.perf_counter() - start
         print(f"built {name} in {build_s[name]:.1f} s", flush=True)
 
-    steps, compiled = args.steps, [] if args.no_compile else ["updater.compile=true"]
+    steps, compiled = args.steps, [] if args.no_compile else ["learner.compile=true"]
     one_thread: dict[str, Callable[[], Any]] = {
         "SB3 SAC, 1 thread": lambda: Sb3Learner(1, steps),
         "genpol SAC eager, 1 thread": lambda: GenpolLearner(sac, 1, steps),

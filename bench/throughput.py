@@ -9,7 +9,7 @@ script and ratios are what to quote):
   process and split over 2 processes (``env.workers=2``, ``genpol.envs.subproc``);
 * SB3 PPO with its default hyperparameters (8 envs, n_steps 2048, batch 64, 10 epochs, 64-64 tanh);
 * genpol PPO with the same settings (and, like SB3's defaults, no normalization wrappers);
-* the same with ``updater.compile=true`` (the minibatch step as one compiled function), in one
+* the same with ``learner.compile=true`` (the minibatch step as one compiled function), in one
   process and with 2 env workers;
 * genpol's fast configuration (``+experiment=ppo_fast``: 32 envs x 64 steps in 2 env processes,
   minibatch 512, 64-64 networks, compiled steps, normalization on), the same in one env process,
@@ -91,10 +91,10 @@ def genpol_run(overrides: list[str], iterations: int) -> tuple[float, dict]:
 
     cfg = validate(compose_config(["run_dir=/tmp/unused", *overrides]))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device=cfg.device, stack=env_stack(cfg.policy))
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     algorithm = make_algorithm(cfg, head, env)
-    per_iteration = cfg.updater.rollout_steps * cfg.env.num_envs
+    per_iteration = cfg.learner.rollout_steps * cfg.env.num_envs
     runner = OnPolicyRunner(env, algorithm, total_steps=per_iteration, update_threads=cfg.update_threads)
     runner.run()  # warm-up iteration
     collect = update = 0.0
@@ -127,9 +127,9 @@ def main() -> None:
     rows["SB3 PPO, defaults, 8 envs"] = {"sps": sb3_default(args.iterations)}
     sps, detail = genpol_run(sb3_settings, args.iterations)
     rows["genpol PPO, SB3 defaults, 8 envs"] = {"sps": sps, **detail}
-    sps, detail = genpol_run([*sb3_settings, "updater.compile=true"], args.iterations)
+    sps, detail = genpol_run([*sb3_settings, "learner.compile=true"], args.iterations)
     rows["genpol PPO, SB3 defaults, compiled"] = {"sps": sps, **detail}
-    sps, detail = genpol_run([*sb3_settings, "updater.compile=true", "env.workers=2"], args.iterations)
+    sps, detail = genpol_run([*sb3_settings, "learner.compile=true", "env.workers=2"], args.iterations)
     rows["genpol PPO, SB3 defaults, compiled, 2 env workers"] = {"sps": sps, **detail}
     # The machine's speed drifts by up to 2x over minutes, so each fraction of the raw rate divides by
     # the raw rate measured right before and right after that row (their mean), not by one from minutes away.

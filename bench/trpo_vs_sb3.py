@@ -57,10 +57,10 @@ def sb3_trpo(steps: int, seed: int) -> dict:
 def genpol_trpo(steps: int, seed: int) -> dict:
     from genpol.api import train
 
-    summary = train(env="hopper", updater="trpo", total_steps=steps, seed=seed,
+    summary = train(env="hopper", learner="trpo", total_steps=steps, seed=seed,
                     run_dir=ROOT / "bench" / "runs" / "trpo_vs_sb3" / f"genpol-s{seed}",
-                    overrides=["env.num_envs=2", "updater.rollout_steps=1024", "updater.cg_iterations=25",
-                               "updater.critic_epochs=20", "updater.critic_minibatch_size=128",
+                    overrides=["env.num_envs=2", "learner.rollout_steps=1024", "learner.cg_iterations=25",
+                               "learner.critic_epochs=20", "learner.critic_minibatch_size=128",
                                "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=5"])
     return {"final_return": summary["eval_return_mean"], "sps": summary["sps"], "wall_time_s": summary["train_time_s"]}
 

@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
+from genpol.config.aliases import rename_overrides
 from genpol.config.base import claim_new_dir
 from genpol.configure import register_configs, validate
 from genpol.policy import TrainedPolicy
@@ -34,7 +36,7 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
     extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
              ] if config_dirs else []
     with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
-        return compose(config_name=config_name, overrides=[*extra, *overrides])
+        return compose(config_name=config_name, overrides=[*extra, *rename_overrides(overrides)])
 
 
 def _env_overrides(env: str) -> list[str]:
@@ -49,35 +51,43 @@ def _env_overrides(env: str) -> list[str]:
 def train(
     env: str = "halfcheetah",
     policy: str = "gaussian",
-    updater: str = "ppo",
+    learner: str = "ppo",
     *,
     total_steps: int | None = None,
     seed: int = 0,
     run_dir: str | Path | None = None,
     overrides: Sequence[str] = (),
+    config_dirs: Sequence[str | Path] = (),
+    updater: str | None = None,
 ) -> dict[str, Any]:
     """Train one run and return its summary (the contents of ``summary.json``).
 
     Args:
         env: an env group (``"halfcheetah"``, ``"multigoal"``) or an id (``"gym:Pendulum-v1"``).
         policy: a policy group (``"gaussian"``).
-        updater: an updater group (``"ppo"``).
+        learner: a learner group (``"ppo"``, ``"sac"``; ``genpol.algorithms.registry``).
         total_steps: env steps (default: the config's).
         seed: the run's seed.
         run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
             existing run resumes.
-        overrides: further Hydra overrides, e.g. ``["updater.lr=1e-3", "env.num_envs=16"]``.
+        overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``.
+        config_dirs: folders of your own config groups (see ``compose_config``).
+        updater: the old name of ``learner`` (accepted with a warning).
     """
     from genpol.train import run_training
 
     if run_dir is None:
         run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
     run_dir = Path(run_dir)
-    items = [*_env_overrides(env), f"policy={policy}", f"updater={updater}", f"seed={seed}",
+    if updater is not None:
+        warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
+                      stacklevel=2)
+        learner = updater
+    items = [*_env_overrides(env), f"policy={policy}", f"learner={learner}", f"seed={seed}",
              f"run_dir={run_dir}", *overrides]
     if total_steps is not None:
         items.append(f"total_steps={total_steps}")
-    return run_training(validate(compose_config(items)), run_dir)
+    return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, checkpoint: str | None = None,

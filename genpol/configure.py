@@ -36,7 +36,7 @@ def register_configs() -> None:
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="evaluate_schema", node=EvaluateConfig)
     learner_schemas = {name: row.schema for name, row in LEARNERS.items()}
-    for group, schemas in (("policy", POLICY_SCHEMAS), ("updater", learner_schemas),
+    for group, schemas in (("policy", POLICY_SCHEMAS), ("learner", learner_schemas),
                            ("pipeline", PIPELINE_SCHEMAS)):
         for name, schema in schemas.items():
             store.store(group=group, name=f"schema_{name}", node=schema)
@@ -56,22 +56,22 @@ def validate(cfg: DictConfig) -> Any:
 def check_groups(config: TrainConfig) -> None:
     """The checks that need two groups at once (policy with pipeline or learner); ``ConfigError``
     names the keys. May set ``policy.clip_final`` from the learner's clip range (one source of truth)."""
-    row = learner(config.updater.name)
+    row = learner(config.learner.name)
     if getattr(config.pipeline, "name", None) == "offline_to_online":
         require(config.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                  config.dataset.path)
     offline_phase = getattr(config.pipeline, "name", None) == "offline_to_online"
-    if getattr(config.updater, "offline_lr_decay", False) and not offline_phase:
-        raise ConfigError("updater.offline_lr_decay decays the learning rate over the offline phase of "
+    if getattr(config.learner, "offline_lr_decay", False) and not offline_phase:
+        raise ConfigError("learner.offline_lr_decay decays the learning rate over the offline phase of "
                           f"pipeline=offline_to_online; pipeline={config.pipeline.name} has none")
     if getattr(config.env, "step_groups", 0) and row.off_policy:
         raise ConfigError(f"env.step_groups={config.env.step_groups} pipelines on-policy collection only; "
-                          f"updater={config.updater.name} steps one action at a time, so set env.step_groups=0")
+                          f"learner={config.learner.name} steps one action at a time, so set env.step_groups=0")
     if getattr(config.pipeline, "name", None) == "gorl":
         require(getattr(config.policy, "family", None) == "gorl", "policy", "gorl for pipeline=gorl (its stages "
                 "retrain the latent-decoder head's decoder)", getattr(config.policy, "family", None))
-        require(not row.off_policy, "updater", f"an on-policy learner ({', '.join(on_policy_names())}) for "
-                "pipeline=gorl: the encoder is a latent Gaussian policy", config.updater.name)
+        require(not row.off_policy, "learner", f"an on-policy learner ({', '.join(on_policy_names())}) for "
+                "pipeline=gorl: the encoder is a latent Gaussian policy", config.learner.name)
     if getattr(config.policy, "family", None) == "diffusion":
         policy, pipeline = config.policy, config.pipeline
         sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
@@ -84,7 +84,7 @@ def check_groups(config: TrainConfig) -> None:
             # pretraining that copy is the random initialization, and those steps never learn
             q_gradient = row.offline_phase == "own_loss"
             if q_gradient and pipeline.name == "offline_to_online" and pipeline.pretrain_steps > 0:
-                why = f"updater={config.updater.name}'s offline phase trains by its own loss, not by behaviour cloning"
+                why = f"learner={config.learner.name}'s offline phase trains by its own loss, not by behaviour cloning"
             elif pipeline.name == "offline_to_online":
                 why = "pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"
             else:
@@ -96,17 +96,17 @@ def check_groups(config: TrainConfig) -> None:
                 f"would stay at their random initialization. Set policy.ft_denoising_steps={sampled}"
                 + ("." if q_gradient else ", or pretrain with pipeline=offline_to_online.")
             )
-        updater_clip = getattr(config.updater, "clip_range", None)
+        updater_clip = getattr(config.learner, "clip_range", None)
         if updater_clip is None:  # TRPO: a KL trust region, no clip for a schedule to shape
             for key in ("clip_base", "clip_final"):
                 require(getattr(policy, key) is None, f"policy.{key}",
-                         f"null with updater={config.updater.name} (it has no clip range)", getattr(policy, key))
+                         f"null with learner={config.learner.name} (it has no clip range)", getattr(policy, key))
         else:
             # one source of truth for the last step's clip: the updater's clip_range
             if policy.clip_final is not None and abs(policy.clip_final - updater_clip) > 1e-12:
                 raise ConfigError(
-                    f"policy.clip_final={policy.clip_final} and updater.clip_range={updater_clip} both set "
-                    "the last denoising step's clip; set updater.clip_range only (and policy.clip_base "
+                    f"policy.clip_final={policy.clip_final} and learner.clip_range={updater_clip} both set "
+                    "the last denoising step's clip; set learner.clip_range only (and policy.clip_base "
                     "for a schedule that starts lower at the noisiest step)"
                 )
             if policy.clip_base is not None:
@@ -114,22 +114,22 @@ def check_groups(config: TrainConfig) -> None:
 
 
 def check_learner(cfg: Any) -> None:
-    """Raise ``ConfigError`` when ``cfg.policy``'s head lacks a capability ``cfg.updater`` needs, or
+    """Raise ``ConfigError`` when ``cfg.policy``'s head lacks a capability ``cfg.learner`` needs, or
     pretraining needs (imitation), naming head, learner and the missing capabilities; or when an
     off-policy learner meets a head that acts in chunks."""
-    row = learner(cfg.updater.name)
+    row = learner(cfg.learner.name)
     try:
         head = head_class(cfg.policy.family)
     except ValueError as error:
         raise ConfigError(f"policy.family: {error}") from None
     try:
-        check_capabilities(head, f"updater={cfg.updater.name}", row.needs)
+        check_capabilities(head, f"learner={cfg.learner.name}", row.needs)
         if cfg.pipeline.name == "offline_to_online":
             check_capabilities(head, "pipeline=offline_to_online (behaviour cloning)", {Capability.IMITATION})
     except HeadCapabilityError as error:
-        raise ConfigError(f"policy={cfg.policy.family} with updater={cfg.updater.name}: {error}") from None
+        raise ConfigError(f"policy={cfg.policy.family} with learner={cfg.learner.name}: {error}") from None
     chunk = (getattr(cfg.policy, "act_steps", 1), getattr(cfg.policy, "horizon_steps", 1))
     if chunk != (1, 1) and row.off_policy:
-        raise ConfigError(f"updater={cfg.updater.name} learns from one-step transitions (its critics value single "
+        raise ConfigError(f"learner={cfg.learner.name} learns from one-step transitions (its critics value single "
                           f"actions), but policy={cfg.policy.family} acts in chunks (policy.act_steps={chunk[0]}, "
                           f"policy.horizon_steps={chunk[1]}): set policy.act_steps=1 policy.horizon_steps=1")

@@ -26,7 +26,7 @@ What the N processes (ranks) share, and how:
   same number of ranks continues every rank where it was. All ranks read the checkpoint.
 
 Not covered (a ``ConfigError`` says so): off-policy learners (SAC/RLPD), ``pipeline=offline_to_online``
-and ``updater.compile=true``. Per-minibatch advantage normalization of PPO stays local to each rank's
+and ``learner.compile=true``. Per-minibatch advantage normalization of PPO stays local to each rank's
 minibatch (as in rsl_rl's multi-GPU PPO). The logged episode statistics are all ranks' episodes.
 """
 
@@ -65,16 +65,16 @@ def rank_seed(seed: int, rank_index: int) -> int:
 
 def check_supported(cfg: Any) -> None:
     """Refuse, naming the key, what data-parallel training does not cover yet."""
-    if not learner(cfg.updater.name).torchrun:
-        raise ConfigError(f"updater={cfg.updater.name} under torchrun: distributed training covers "
+    if not learner(cfg.learner.name).torchrun:
+        raise ConfigError(f"learner={cfg.learner.name} under torchrun: distributed training covers "
                           f"{', '.join(name for name, row in LEARNERS.items() if row.torchrun)} for now; run "
-                          f"{cfg.updater.name} in one process")
+                          f"{cfg.learner.name} in one process")
     if cfg.pipeline.name != "online":
         raise ConfigError(f"pipeline={cfg.pipeline.name} under torchrun: distributed training supports "
                           "pipeline=online only for now")
-    if getattr(cfg.updater, "compile", False):
-        raise ConfigError("updater.compile=true under torchrun: the compiled step has no place for the gradient "
-                          "all-reduce; set updater.compile=false")
+    if getattr(cfg.learner, "compile", False):
+        raise ConfigError("learner.compile=true under torchrun: the compiled step has no place for the gradient "
+                          "all-reduce; set learner.compile=false")
     if cfg.device.startswith("cuda:"):
         raise ConfigError(f"device={cfg.device} under torchrun: use device=cuda, each rank takes cuda:LOCAL_RANK")
 

@@ -41,6 +41,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from genpol.callbacks.logging import read_metrics
+from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
@@ -91,7 +92,7 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
         if not summary_path.exists():
             unfinished.append(directory)
             continue
-        config = flatten_keys(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False))
+        config = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)))
         runs.append(Run(directory, config, json.loads(summary_path.read_text())))
     return runs, unfinished
 

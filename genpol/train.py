@@ -1,4 +1,4 @@
-"""``python -m genpol.train env=<group> policy=<group> updater=<group> seed=<int> total_steps=<int> run_dir=<path>``
+"""``python -m genpol.train env=<group> policy=<group> learner=<group> seed=<int> total_steps=<int> run_dir=<path>``
 
 Any gymnasium Box env: ``env=gym env.id=Pendulum-v1``. Sweeps: ``--multirun seed=0,1,2``.
 Re-running with the same ``run_dir`` resumes from its latest checkpoint.
@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from genpol import collectives, distributed
 from genpol.config import TrainConfig
+from genpol.config.aliases import rename_overrides
 from genpol.configure import register_configs, validate
 from genpol.envs import EnvError
 from genpol.errors import (CheckpointError, ConfigError, DatasetError, NonFiniteError, RunDirBusyError,
@@ -65,7 +66,7 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
-def main(cfg: DictConfig) -> None:
+def train_from_config(cfg: DictConfig) -> None:
     try:
         config = validate(cfg)
         summary = run_training(config, HydraConfig.get().runtime.output_dir)
@@ -80,6 +81,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(0)
     if not distributed.launched_by_torchrun() or os.environ["RANK"] == "0":  # one summary per run
         print(json.dumps(summary, indent=2))
+
+
+def main() -> None:
+    """The command line (``python -m genpol.train``, ``genpol-train``): renamed keys in the
+    arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
+    sys.argv[1:] = rename_overrides(sys.argv[1:])
+    train_from_config()
 
 
 if __name__ == "__main__":

@@ -20,21 +20,21 @@ COMMON = ["env.num_envs=2", "pipeline.video=false", "logger.progress_bar=false",
           "pipeline.eval_episodes=1", "env.workers=1"]
 RUNS: dict[str, dict[str, Any]] = {
     # two PPO updates of a Gaussian head on Hopper-v5
-    "gaussian_ppo": dict(env="hopper", policy="gaussian", updater="ppo", total_steps=256,
-                         overrides=["updater.rollout_steps=64", "updater.epochs=2", "updater.minibatch_size=64",
-                                    "updater.max_grad_norm=null", *COMMON]),
+    "gaussian_ppo": dict(env="hopper", policy="gaussian", learner="ppo", total_steps=256,
+                         overrides=["learner.rollout_steps=64", "learner.epochs=2", "learner.minibatch_size=64",
+                                    "learner.max_grad_norm=null", *COMMON]),
     # two TRPO steps (conjugate gradient, line search, critic epochs)
-    "gaussian_trpo": dict(env="hopper", policy="gaussian", updater="trpo", total_steps=256,
-                          overrides=["updater.rollout_steps=64", "updater.critic_epochs=2", *COMMON]),
+    "gaussian_trpo": dict(env="hopper", policy="gaussian", learner="trpo", total_steps=256,
+                          overrides=["learner.rollout_steps=64", "learner.critic_epochs=2", *COMMON]),
     # BC pretraining of a small DPPO head on a random-policy dataset, then two PPO updates
     "dppo_offline_to_online": dict(
-        env="hopper", policy="diffusion", updater="ppo", total_steps=512,
+        env="hopper", policy="diffusion", learner="ppo", total_steps=512,
         overrides=["pipeline=offline_to_online", "policy.denoising_steps=4", "policy.ft_denoising_steps=2",
                    "policy.hidden_sizes=[32,32,32]", "policy.critic_hidden_sizes=[32,32]",
-                   "policy.clip_base=0.01", "policy.clip_final=0.01", "updater.clip_range=0.01",
+                   "policy.clip_base=0.01", "policy.clip_final=0.01", "learner.clip_range=0.01",
                    "pipeline.pretrain_steps=40", "pipeline.pretrain_log_every=20", "pipeline.ema_start=10",
-                   "pipeline.ema_every=1", "updater.rollout_steps=32", "updater.epochs=1",
-                   "updater.minibatch_size=64", "updater.max_grad_norm=null", *COMMON]),
+                   "pipeline.ema_every=1", "learner.rollout_steps=32", "learner.epochs=1",
+                   "learner.minibatch_size=64", "learner.max_grad_norm=null", *COMMON]),
 }
 
 
@@ -65,7 +65,7 @@ def final_weights(name: str, workdir: Path) -> dict[str, torch.Tensor]:
     if any(item.startswith("pipeline=offline_to_online") for item in overrides):
         overrides.append(f"dataset.path={make_dataset(workdir / 'hopper_random-v5.hdf5')}")
     run_dir = workdir / name
-    train(spec["env"], spec["policy"], spec["updater"], total_steps=spec["total_steps"], seed=0,
+    train(spec["env"], spec["policy"], spec["learner"], total_steps=spec["total_steps"], seed=0,
           run_dir=run_dir, overrides=overrides)
     checkpoint = resolve_checkpoint(run_dir)
     _, weights = load_policy_files(checkpoint)

@@ -75,11 +75,11 @@ def test_missing_pieces_are_named(tmp_path):
 TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "total_steps=2560", "pipeline.checkpoint_every=1",
               "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
 LEARNERS = {
-    "ppo": ["updater.rollout_steps=128", "updater.epochs=2"],
+    "ppo": ["learner.rollout_steps=128", "learner.epochs=2"],
     # SAC: updates from step 256 on, an iteration (and a checkpoint) every 256 env steps; the
     # replay buffer travels in the checkpoint
-    "sac": ["policy=tanh_gaussian", "updater=sac", "updater.learning_starts=256", "updater.iteration_steps=256",
-            "updater.batch_size=64", "policy.hidden_sizes=[64,64]", "updater.critic_hidden_sizes=[64,64]"],
+    "sac": ["policy=tanh_gaussian", "learner=sac", "learner.learning_starts=256", "learner.iteration_steps=256",
+            "learner.batch_size=64", "policy.hidden_sizes=[64,64]", "learner.critic_hidden_sizes=[64,64]"],
 }
 
 
@@ -139,10 +139,10 @@ def test_resuming_with_a_different_config_is_refused(tmp_path):
     run_dir.mkdir()
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=5"])))  # allowed
-    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.compile=true"])))
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.compile=true"])))
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "update_threads=2"])))
-    with pytest.raises(ConfigError, match=r"updater.lr: 0.0003 -> 0.001"):
-        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.lr=1e-3"])))
+    with pytest.raises(ConfigError, match=r"learner.lr: 0.0003 -> 0.001"):
+        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.lr=1e-3"])))
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_default(tmp_path):
@@ -158,15 +158,15 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
     run_dir.mkdir()
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    del saved["dataset"]["format"], saved["updater"]["adam_eps"]
+    del saved["dataset"]["format"], saved["learner"]["adam_eps"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
-    with pytest.raises(ConfigError, match=r"updater.adam_eps: None -> 0.001"):
-        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "updater.adam_eps=1e-3"])))
+    with pytest.raises(ConfigError, match=r"learner.adam_eps: None -> 0.001"):
+        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.adam_eps=1e-3"])))
 
 
 def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the_old_value(tmp_path):
-    """updater.adjust_target_entropy (EXPO) was added with a default that computes something new: an
+    """learner.adjust_target_entropy (EXPO) was added with a default that computes something new: an
     EXPO run saved before it existed computed the legacy value (false), so the default is a changed run
     and the error says which value continues it."""
     import yaml
@@ -177,12 +177,12 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    expo = [f"run_dir={run_dir}", "updater=expo", "policy=diffusion_expo"]
+    expo = [f"run_dir={run_dir}", "learner=expo", "policy=diffusion_expo"]
     check_resume_config(run_dir, validate(compose_config(expo)))
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    del saved["updater"]["adjust_target_entropy"]
+    del saved["learner"]["adjust_target_entropy"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
     with pytest.raises(ConfigError,
                        match=r"adjust_target_entropy: False \(saved before the field existed\) -> True"):
         check_resume_config(run_dir, validate(compose_config(expo)))
-    check_resume_config(run_dir, validate(compose_config([*expo, "updater.adjust_target_entropy=false"])))
+    check_resume_config(run_dir, validate(compose_config([*expo, "learner.adjust_target_entropy=false"])))

@@ -8,8 +8,8 @@ import torch
 
 from conftest import assert_nonblank_mp4, run_cli
 
-MULTIGOAL_TINY = ["env=multigoal", "total_steps=4096", "updater.rollout_steps=64", "updater.minibatch_size=256",
-                  "updater.epochs=2", "pipeline.eval_episodes=4", "pipeline.checkpoint_every=2"]
+MULTIGOAL_TINY = ["env=multigoal", "total_steps=4096", "learner.rollout_steps=64", "learner.minibatch_size=256",
+                  "learner.epochs=2", "pipeline.eval_episodes=4", "pipeline.checkpoint_every=2"]
 
 
 
@@ -71,7 +71,7 @@ def test_evaluate_names_a_missing_run(tmp_path):
 
 def test_any_gymnasium_id_and_a_multirun_sweep(tmp_path):
     run_cli("-m", "genpol.train", "--multirun", "env=gym", "env.id=Pendulum-v1", "seed=0,1", "total_steps=512",
-            "updater.rollout_steps=128", "env.num_envs=2", "updater.epochs=1", "pipeline.video=false",
+            "learner.rollout_steps=128", "env.num_envs=2", "learner.epochs=1", "pipeline.video=false",
             "pipeline.eval_episodes=1", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
     seeds = [json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1)]
     assert seeds == [0, 1]
@@ -81,7 +81,7 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
     from genpol.api import evaluate, load_policy, train
 
     summary = train(env="genpol:MultiGoal", total_steps=2048, run_dir=tmp_path / "api",
-                    overrides=["updater.rollout_steps=64", "updater.epochs=1", "pipeline.video=false",
+                    overrides=["learner.rollout_steps=64", "learner.epochs=1", "pipeline.video=false",
                                "logger.progress_bar=false", "pipeline.eval_episodes=2"])
     assert summary["env_steps"] == 2048 and summary["env"] == "genpol:MultiGoal"
     results = evaluate(tmp_path / "api", episodes=2)
@@ -99,7 +99,7 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
 ], ids=["dmc", "playground"])
 def test_tiny_ppo_run_on_other_backends(tmp_path, env_args):
     pytest.importorskip("mujoco_playground") if "env=playground" in env_args else None
-    run_cli("-m", "genpol.train", *env_args, "total_steps=1024", "updater.rollout_steps=128", "updater.epochs=1",
+    run_cli("-m", "genpol.train", *env_args, "total_steps=1024", "learner.rollout_steps=128", "learner.epochs=1",
             "pipeline.video=false", "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps"] >= 1024 and np.isfinite(summary["eval_return_mean"])
@@ -119,7 +119,7 @@ def test_cluster_launchers(tmp_path):
         cfg = compose("config", overrides=["launcher=slurm", "run_dir=/tmp/x"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.cpus_per_task == 4
     run_cli("-m", "genpol.train", "--multirun", "launcher=submitit_local", "env=multigoal", "seed=0,1",
-            "total_steps=512", "updater.rollout_steps=32", "updater.epochs=1", "pipeline.video=false",
+            "total_steps=512", "learner.rollout_steps=32", "learner.epochs=1", "pipeline.video=false",
             "pipeline.eval_episodes=2", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
     seeds = sorted(json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1))
     assert seeds == [0, 1]
@@ -129,8 +129,8 @@ def test_evaluating_a_checkpoint_reproduces_the_runs_own_evaluation(tmp_path):
     """The checkpoint carries everything evaluation needs: with running observation normalization,
     `genpol.evaluate` on the saved policy gives the training run's final evaluation return exactly
     (same reset seeds, same deterministic policy, frozen statistics)."""
-    run_cli("-m", "genpol.train", "env=pendulum", "env.num_envs=2", "total_steps=1024", "updater.rollout_steps=128",
-            "updater.epochs=2", "pipeline.eval_episodes=3", "pipeline.video=false", "logger.progress_bar=false",
+    run_cli("-m", "genpol.train", "env=pendulum", "env.num_envs=2", "total_steps=1024", "learner.rollout_steps=128",
+            "learner.epochs=2", "pipeline.eval_episodes=3", "pipeline.video=false", "logger.progress_bar=false",
             f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'run'}", "episodes=3", "video=false")

@@ -37,7 +37,7 @@ def test_every_config_field_has_a_docstring():
 def test_default_config_composes_and_validates():
     cfg = validate(compose_config(["run_dir=/tmp/x"]))
     assert cfg.env.full_id == "gym:HalfCheetah-v5" and cfg.policy.family == "gaussian"
-    assert cfg.updater.name == "ppo" and cfg.updater.minibatch_size == 64
+    assert cfg.learner.name == "ppo" and cfg.learner.minibatch_size == 64
 
 
 EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "configs" / "experiment").glob("*.yaml"))
@@ -51,10 +51,10 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
     assert cfg.total_steps > 0
     if experiment == "fpo":
-        assert cfg.policy.family == "fpo" and cfg.updater.clip_range == 0.05
+        assert cfg.policy.family == "fpo" and cfg.learner.clip_range == 0.05
     if experiment.startswith("consistency_ac"):  # 8.3's per-task eta: 0.1 hopper-medium, 1.0 halfcheetah/walker2d
         task = experiment.removeprefix("consistency_ac").strip("_") or "hopper"
-        assert cfg.env.id.lower().startswith(task) and cfg.updater.eta == (0.1 if task == "hopper" else 1.0)
+        assert cfg.env.id.lower().startswith(task) and cfg.learner.eta == (0.1 if task == "hopper" else 1.0)
     if experiment == "default":  # the measured make-train run: HalfCheetah at the zoo's initial std e^-2
         assert cfg.env.id == "HalfCheetah-v5" and cfg.policy.log_std_init == -2.0
     if experiment == "default_fast":  # exactly make train's run with 128-128 networks, as benchmarked
@@ -70,24 +70,24 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("updater.clip_range=1.5", r"updater.clip_range must be in \(0, 1\), got 1.5"),
+    ("learner.clip_range=1.5", r"learner.clip_range must be in \(0, 1\), got 1.5"),
     ("env.num_envs=0", r"env.num_envs must be >= 1, got 0"),
-    ("updater.lr_schedule=cosine", r"updater.lr_schedule must be constant, linear or adaptive, got 'cosine'"),
-    ("updater=trpo updater.line_search_shrink=1.5", r"updater.line_search_shrink must be in \(0, 1\)"),
+    ("learner.lr_schedule=cosine", r"learner.lr_schedule must be constant, linear or adaptive, got 'cosine'"),
+    ("learner=trpo learner.line_search_shrink=1.5", r"learner.line_search_shrink must be in \(0, 1\)"),
     ("policy.activation=sigmoid", r"policy.activation must be one of"),
     ("total_steps=-5", r"total_steps must be >= 1, got -5"),
     ("update_threads=-1", r"update_threads must be >= 0 \(0: torch_threads\), got -1"),
     ("policy=diffusion_ddim policy.ddim_eval_eta=2", r"policy.ddim_eval_eta must be in \[0, 1\], got 2"),
     ("policy=diffusion_ddim policy.clamp_gradient=tanh", r"policy.clamp_gradient must be inward, straight_through"),
     # Diffusion-QL with DPPO's chunks of 4 used to fail deep in the critic on a [B, 3] vs [B, 12] shape
-    ("policy=diffusion updater=consistency_ac policy.ft_denoising_steps=20",
-     r"updater=consistency_ac learns from one-step transitions .* policy=diffusion acts in chunks "
+    ("policy=diffusion learner=consistency_ac policy.ft_denoising_steps=20",
+     r"learner=consistency_ac learns from one-step transitions .* policy=diffusion acts in chunks "
      r"\(policy.act_steps=4, policy.horizon_steps=4\): set policy.act_steps=1 policy.horizon_steps=1"),
     # ... but a head the learner cannot train at all hears that first
-    ("policy=consistency policy.act_steps=4 policy.horizon_steps=4 updater=sac",
-     r"policy=consistency with updater=sac: .*log-prob"),
-    ("policy=consistency updater=consistency_ac updater.offline_lr_decay=true",
-     r"updater.offline_lr_decay decays the learning rate over the offline phase .* pipeline=online has none"),
+    ("policy=consistency policy.act_steps=4 policy.horizon_steps=4 learner=sac",
+     r"policy=consistency with learner=sac: .*log-prob"),
+    ("policy=consistency learner=consistency_ac learner.offline_lr_decay=true",
+     r"learner.offline_lr_decay decays the learning rate over the offline phase .* pipeline=online has none"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -95,8 +95,8 @@ def test_out_of_range_values_name_the_key(override, message):
 
 
 @pytest.mark.parametrize("override,key", [
-    ("updater.lrr=0.1", "lrr"),  # misspelt key
-    ("updater.lr=fast", "updater.lr"),  # wrong type
+    ("learner.lrr=0.1", "lrr"),  # misspelt key
+    ("learner.lr=fast", "learner.lr"),  # wrong type
     ("env.num_envs=2.5", "env.num_envs"),
     ("policy.hidden_sizes=abc", "policy.hidden_sizes"),
 ])
@@ -107,10 +107,10 @@ def test_misspelt_keys_and_wrong_types_fail_at_composition(override, key):
 
 
 def test_cli_rejects_bad_input_before_training(tmp_path):
-    result = run_cli("-m", "genpol.train", "updater.lrr=0.1", f"run_dir={tmp_path}/a", check=False)
+    result = run_cli("-m", "genpol.train", "learner.lrr=0.1", f"run_dir={tmp_path}/a", check=False)
     assert result.returncode != 0 and "lrr" in result.stderr
-    result = run_cli("-m", "genpol.train", "updater.clip_range=2", f"run_dir={tmp_path}/b", check=False)
-    assert result.returncode == 2 and "updater.clip_range must be in (0, 1), got 2.0" in result.stderr
+    result = run_cli("-m", "genpol.train", "learner.clip_range=2", f"run_dir={tmp_path}/b", check=False)
+    assert result.returncode == 2 and "learner.clip_range must be in (0, 1), got 2.0" in result.stderr
     result = run_cli("-m", "genpol.train", "env=gym", "env.id=HalfChetah-v5", f"run_dir={tmp_path}/c", check=False)
     assert result.returncode == 2 and "Did you mean gym:HalfCheetah-v5" in result.stderr
     for name in "abc":
@@ -139,8 +139,8 @@ def test_diffusion_from_scratch_must_fine_tune_every_step():
     # pretraining fills the frozen copy: K' < K is DPPO's fine-tuning setting
     validate(compose_config([*scratch, "pipeline=offline_to_online", *DPPO_FILE]))
     # ... by behaviour cloning only: Diffusion-QL's offline phase trains every step by its own loss
-    with pytest.raises(ConfigError, match=r"updater=consistency_ac's offline phase trains by its own loss"):
-        validate(compose_config([*scratch, "pipeline=offline_to_online", "updater=consistency_ac", *DPPO_FILE,
+    with pytest.raises(ConfigError, match=r"learner=consistency_ac's offline phase trains by its own loss"):
+        validate(compose_config([*scratch, "pipeline=offline_to_online", "learner=consistency_ac", *DPPO_FILE,
                                  "policy.act_steps=1", "policy.horizon_steps=1"]))
 
 
@@ -150,26 +150,26 @@ def _effective_clip(cfg) -> torch.Tensor:
     obs = torch.zeros(1, 11)
     with torch.no_grad():
         terms = head.log_ratio(obs, head.sample(obs)[1])
-    loss = PPOClipLoss(clip_range=cfg.updater.clip_range)
+    loss = PPOClipLoss(clip_range=cfg.learner.clip_range)
     return torch.as_tensor(loss.clip_for(terms.unit_clip)).expand(terms.log_ratio.shape[-1])
 
 
 def test_updater_clip_range_is_the_one_source_of_the_diffusion_clip():
-    """dppo_hopper's updater.clip_range used to be overridden by the head's own per-step clip (0.01 either
+    """dppo_hopper's learner.clip_range used to be overridden by the head's own per-step clip (0.01 either
     way, so a change of clip_range did nothing)."""
     dppo = ["run_dir=/tmp/x", "+experiment=dppo_hopper", *DPPO_FILE]
-    assert torch.allclose(_effective_clip(validate(compose_config([*dppo, "updater.clip_range=0.05"]))),
+    assert torch.allclose(_effective_clip(validate(compose_config([*dppo, "learner.clip_range=0.05"]))),
                           torch.full((10,), 0.05))
-    # a schedule: policy.clip_base at the noisiest step, rising to updater.clip_range at the last
-    schedule = _effective_clip(validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_base=0.001"])))
+    # a schedule: policy.clip_base at the noisiest step, rising to learner.clip_range at the last
+    schedule = _effective_clip(validate(compose_config([*dppo, "learner.clip_range=0.05", "policy.clip_base=0.001"])))
     assert schedule[0].item() == pytest.approx(0.001) and schedule[-1].item() == pytest.approx(0.05)
     assert (schedule.diff() > 0).all()
     # both ends set the last step's clip: only if they agree
-    validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_final=0.05"]))
-    with pytest.raises(ConfigError, match=r"policy.clip_final=0.02 and updater.clip_range=0.05 both set"):
-        validate(compose_config([*dppo, "updater.clip_range=0.05", "policy.clip_final=0.02"]))
-    with pytest.raises(ConfigError, match=r"policy.clip_base must be null with updater=trpo"):
-        validate(compose_config(["run_dir=/tmp/x", "policy=diffusion", "updater=trpo", "pipeline=offline_to_online",
+    validate(compose_config([*dppo, "learner.clip_range=0.05", "policy.clip_final=0.05"]))
+    with pytest.raises(ConfigError, match=r"policy.clip_final=0.02 and learner.clip_range=0.05 both set"):
+        validate(compose_config([*dppo, "learner.clip_range=0.05", "policy.clip_final=0.02"]))
+    with pytest.raises(ConfigError, match=r"policy.clip_base must be null with learner=trpo"):
+        validate(compose_config(["run_dir=/tmp/x", "policy=diffusion", "learner=trpo", "pipeline=offline_to_online",
                                  *DPPO_FILE, "policy.clip_base=0.001"]))
 
 
@@ -188,8 +188,22 @@ CITING = [(experiment, paper) for experiment in EXPERIMENTS for paper in PAPER_V
 def test_bundles_that_cite_a_paper_use_its_value_loss_scale(experiment, paper):
     extra = DPPO_FILE if experiment == "dppo_hopper" else []
     cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
-    assert cfg.updater.vf_coef == pytest.approx(PAPER_VF_COEF[paper])
+    assert cfg.learner.vf_coef == pytest.approx(PAPER_VF_COEF[paper])
 
 
 def test_the_dppo_bundle_is_among_the_citing_ones():
     assert ("dppo_hopper", "DPPO") in CITING
+
+
+def test_renamed_keys_are_rewritten_in_overrides_and_saved_configs():
+    """updater -> learner: every override form, nothing else touched, one warning per key."""
+    from genpol.config.aliases import rename_overrides, rename_saved
+
+    items = ["updater=sac", "updater.lr=1e-3", "+updater.extra=1", "++updater.lr=2", "~updater",
+             "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3"]
+    with pytest.warns(FutureWarning, match="'updater' is now 'learner'") as caught:
+        renamed = rename_overrides(items)
+    assert len(caught) == 1
+    assert renamed == ["learner=sac", "learner.lr=1e-3", "+learner.extra=1", "++learner.lr=2", "~learner",
+                       "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3"]
+    assert rename_saved({"updater": {"lr": 1}, "env": {}}) == {"learner": {"lr": 1}, "env": {}}

@@ -191,13 +191,13 @@ def test_bad_configuration_names_the_key():
     from genpol.config import ConfigError
     from genpol.configure import validate
 
-    base = ["env=multigoal", "policy=consistency", "updater=ppo"]
+    base = ["env=multigoal", "policy=consistency", "learner=ppo"]
     with pytest.raises(ConfigError, match="policy.ct_distance"):
         validate(compose_config([*base, "policy.ct_distance=l1"]))
     with pytest.raises(ConfigError, match="policy.tau_min_sampling"):
         validate(compose_config([*base, "policy.tau_min_sampling=0.001"]))
-    with pytest.raises(ConfigError, match="consistency head cannot be trained by updater=sac.*log-prob"):
-        validate(compose_config([*base[:2], "updater=sac"]))
+    with pytest.raises(ConfigError, match="consistency head cannot be trained by learner=sac.*log-prob"):
+        validate(compose_config([*base[:2], "learner=sac"]))
     config = validate(compose_config([*base, "pipeline=offline_to_online", "dataset.path=x.hdf5",
                                       "pipeline.pretrain_steps=1234"]))
     assert config.policy.ct_total_steps == 1234  # the CT schedule spans the pretraining run

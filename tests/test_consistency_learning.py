@@ -77,7 +77,7 @@ def test_consistency_bc_then_ppo_through_the_offline_to_online_cli(tmp_path, hop
     run_cli("-m", "genpol.train", "env=hopper", "policy=consistency", "pipeline=offline_to_online",
             f"dataset.path={hopper_dataset}", "policy.hidden_sizes=[32,32,32]", "policy.critic_hidden_sizes=[32]",
             "pipeline.pretrain_steps=200", "pipeline.pretrain_log_every=100", "pipeline.ema_start=50",
-            "total_steps=128", "env.num_envs=2", "updater.rollout_steps=32", "updater.epochs=1",
+            "total_steps=128", "env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=1",
             "pipeline.eval_episodes=2", "pipeline.video=false", "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     pretrained = summary["pretrained"]
@@ -87,7 +87,7 @@ def test_consistency_bc_then_ppo_through_the_offline_to_online_cli(tmp_path, hop
     assert spec["head"]["kwargs"]["ct_total_steps"] == 200  # the CT schedule spans the pretraining run
 
 
-SMALL = ["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
+SMALL = ["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
          "policy.hidden_sizes=[64,64,64]", "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"]
 
 
@@ -96,8 +96,8 @@ def test_ppo_through_the_stochastic_consistency_sampler_reaches_the_goals(tmp_pa
     100 stochastic episodes all at a goal). A random policy averages 2.98, a goal pays 10."""
     from genpol.api import load_policy, train
 
-    summary = train(env="multigoal", policy="consistency", updater="ppo", total_steps=40_960, run_dir=tmp_path / "run",
-                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=50", "updater.minibatch_size=256"])
+    summary = train(env="multigoal", policy="consistency", learner="ppo", total_steps=40_960, run_dir=tmp_path / "run",
+                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=50", "learner.minibatch_size=256"])
     assert summary["eval_return_mean"] > 10.0, summary
     assert summary["episodic_return_mean"] > 10.0, summary
     coverage = goal_coverage(load_policy(tmp_path / "run"), episodes=100, seed=0)
@@ -109,7 +109,7 @@ def test_every_on_policy_updater_trains_the_consistency_head(tmp_path, updater):
     """One short iteration each: the per-step ratios [B, T] and (TRPO) the exact KL go through."""
     from genpol.api import train
 
-    summary = train(env="multigoal", policy="consistency", updater=updater, total_steps=2048, run_dir=tmp_path / "run",
+    summary = train(env="multigoal", policy="consistency", learner=updater, total_steps=2048, run_dir=tmp_path / "run",
                     seed=0, overrides=[*SMALL, "pipeline.eval_episodes=4"])
     assert summary["env_steps"] >= 2048 and np.isfinite(summary["eval_return_mean"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]

@@ -33,7 +33,7 @@ from conftest import REPO, assert_nonblank_mp4, assert_trees_equal, final_checkp
 TESTS = Path(__file__).resolve().parent
 # 4 iterations of 2 envs x 32 steps, a checkpoint after each; episodes of 20 steps
 TINY = ["env.num_envs=2", "env.max_episode_steps=20", "env.render_width=64", "env.render_height=64",
-        "total_steps=256", "updater.rollout_steps=32", "updater.minibatch_size=64", "updater.epochs=2",
+        "total_steps=256", "learner.rollout_steps=32", "learner.minibatch_size=64", "learner.epochs=2",
         "policy.hidden_sizes=[32,32]", "pipeline.checkpoint_every=1", "pipeline.eval_episodes=1",
         "logger.progress_bar=false", "logger.tensorboard=false"]
 KILL_AT_ENV_STEP = 80  # in the 3rd iteration (env steps 65-96 of each env): checkpoints 64 and 128 exist

@@ -23,8 +23,8 @@ def test_the_tutorial_head_trains_evaluates_and_reloads(tmp_path, examples_on_pa
     from genpol.api import load_policy
 
     run_dir = tmp_path / "laplace"
-    run_cli("-m", "genpol.train", "env=multigoal", *HEAD, "total_steps=1024", "updater.rollout_steps=64",
-            "updater.minibatch_size=256", "updater.epochs=2", "pipeline.eval_episodes=2", "pipeline.video=false",
+    run_cli("-m", "genpol.train", "env=multigoal", *HEAD, "total_steps=1024", "learner.rollout_steps=64",
+            "learner.minibatch_size=256", "learner.epochs=2", "pipeline.eval_episodes=2", "pipeline.video=false",
             f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 1024 and summary["policy"] == "laplace_head:LaplaceHead"
@@ -58,7 +58,7 @@ def test_a_learner_the_custom_head_cannot_serve_names_head_and_capability(exampl
     from genpol.configure import validate
     from genpol.config.base import ConfigError
 
-    with pytest.raises(ConfigError, match=r"the laplace head cannot be trained by updater=sac: it lacks "
+    with pytest.raises(ConfigError, match=r"the laplace head cannot be trained by learner=sac: it lacks "
                                           r"reparameterized sampling, log-prob of its own samples"):
-        validate(compose_config(["policy=custom", "policy.family=laplace_head:LaplaceHead", "updater=sac"]))
+        validate(compose_config(["policy=custom", "policy.family=laplace_head:LaplaceHead", "learner=sac"]))
     assert "laplace_head" in sys.modules

@@ -205,7 +205,7 @@ def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
             f"dataset.path={tmp_path / 'hopper_random-v5.hdf5'}", "policy.denoising_steps=4",
             "policy.ft_denoising_steps=2", "policy.hidden_sizes=[32,32,32]", "pipeline.pretrain_steps=200",
             "pipeline.pretrain_log_every=100", "pipeline.ema_start=50", "total_steps=512", "env.num_envs=2",
-            "updater.rollout_steps=32", "updater.epochs=1", "pipeline.eval_episodes=2", "pipeline.video=false",
+            "learner.rollout_steps=32", "learner.epochs=1", "pipeline.eval_episodes=2", "pipeline.video=false",
             "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     pretrained = summary["pretrained"]

@@ -283,7 +283,7 @@ def test_the_pretrained_policy_is_evaluated_with_every_step_pretrained(tmp_path,
         "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", "pipeline.pretrain_checkpoint_every=1",
         "pipeline.compile_sampling=false",
         "pipeline.eval_episodes=1", "pipeline.video=false", "env.num_envs=2", "env.max_episode_steps=20",
-        "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "total_steps=64",
+        "learner.rollout_steps=8", "learner.minibatch_size=16", "learner.epochs=1", "total_steps=64",
         "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={tmp_path / 'run'}"]))
     run_training(cfg, tmp_path / "run")
     assert frozen_matches_trained[0], "the pretrained evaluation ran the early steps on random weights"

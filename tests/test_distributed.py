@@ -22,7 +22,7 @@ from genpol import distributed
 from genpol.checkpoint import CheckpointError, load_latest
 from genpol.config import ConfigError
 
-TINY = ["env=pendulum", "env.num_envs=2", "updater.rollout_steps=32", "updater.epochs=2", "updater.minibatch_size=32",
+TINY = ["env=pendulum", "env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=2", "learner.minibatch_size=32",
         "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false", "logger.tensorboard=false",
         "pipeline.checkpoint_every=1", "env.max_episode_steps=50"]
 
@@ -139,9 +139,9 @@ def test_what_is_not_distributed_yet_fails_at_the_start():
 
     register_configs()
     with initialize_config_dir(str(REPO / "configs"), version_base="1.3"):
-        sac = validate(compose("config", overrides=["env=pendulum", "updater=sac", "policy=tanh_gaussian"]))
-        compiled = validate(compose("config", overrides=["env=pendulum", "updater.compile=true"]))
-    with pytest.raises(ConfigError, match="updater=sac under torchrun: distributed training covers ppo, spo, aspo, trpo for now"):
+        sac = validate(compose("config", overrides=["env=pendulum", "learner=sac", "policy=tanh_gaussian"]))
+        compiled = validate(compose("config", overrides=["env=pendulum", "learner.compile=true"]))
+    with pytest.raises(ConfigError, match="learner=sac under torchrun: distributed training covers ppo, spo, aspo, trpo for now"):
         distributed.check_supported(sac)
-    with pytest.raises(ConfigError, match="updater.compile=true under torchrun"):
+    with pytest.raises(ConfigError, match="learner.compile=true under torchrun"):
         distributed.check_supported(compiled)

@@ -37,7 +37,7 @@ def test_the_readmes_python_example_runs_as_a_script(tmp_path):
     evaluates and predicts; the budget is cut to a tiny one and nothing else is changed."""
     block = re.search(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
     tiny = ('total_steps=512, run_dir="runs/hopper", overrides=["+experiment=ppo_hopper", "env.num_envs=4", '
-            '"updater.rollout_steps=64", "updater.minibatch_size=64", "updater.epochs=1", "updater.compile=false", '
+            '"learner.rollout_steps=64", "learner.minibatch_size=64", "learner.epochs=1", "learner.compile=false", '
             '"pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"]')
     script = block.replace('total_steps=200_000, run_dir="runs/hopper", overrides=["+experiment=ppo_hopper"]', tiny)
     script = script.replace("episodes=5", "episodes=1")

@@ -90,13 +90,13 @@ def test_edit_loss_matches_torch_distributions():
 
 
 def tiny_expo(head=None, **overrides) -> EXPO:
-    cfg = validate(compose_config(["updater=expo", "policy=gaussian", "run_dir=/tmp/unused",
-                                   "updater.num_qs=4", "updater.utd=2", "updater.batch_size=8",
-                                   "updater.critic_hidden_sizes=[16,16]", "updater.edit_hidden_sizes=[16]",
-                                   "updater.num_samples=3", "updater.n_edit=2", "updater.offline_ratio=0",
-                                   "updater.learning_starts=0", *[f"updater.{k}={v}" for k, v in overrides.items()]]))
+    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused",
+                                   "learner.num_qs=4", "learner.utd=2", "learner.batch_size=8",
+                                   "learner.critic_hidden_sizes=[16,16]", "learner.edit_hidden_sizes=[16]",
+                                   "learner.num_samples=3", "learner.n_edit=2", "learner.offline_ratio=0",
+                                   "learner.learning_starts=0", *[f"learner.{k}={v}" for k, v in overrides.items()]]))
     head = head or GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,))
-    algorithm = EXPO(head, cfg.updater, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=256,
+    algorithm = EXPO(head, cfg.learner, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=256,
                      device=torch.device("cpu"), seed=0)
     for _ in range(40):
         obs = torch.randn(1, OBS_DIM)
@@ -132,7 +132,7 @@ def test_the_base_and_edit_learning_rates_follow_expos_cosine_decay_and_stay_at_
         assert algorithm.edit_optimizer.param_groups[0]["lr"] == pytest.approx(lr, abs=1e-12), step
     assert algorithm.base_steps == algorithm.actor_steps == len(expected)
     assert tiny_expo(lr=3e-4, base_lr_decay_steps="null").policy_lr(10**9) == 3e-4
-    with pytest.raises(ConfigError, match="updater.base_lr_decay_steps"):
+    with pytest.raises(ConfigError, match="learner.base_lr_decay_steps"):
         tiny_expo(base_lr_decay_steps=0)
 
 
@@ -244,7 +244,7 @@ def test_a_base_without_candidates_fails_at_validation_naming_head_learner_and_c
     with pytest.raises(ConfigError) as error:
         validate(compose_config(["+experiment=expo", "policy=gaussian", "run_dir=/tmp/unused"]))
     message = str(error.value)
-    assert "policy=gaussian" in message and "updater=expo" in message and "batched candidates" in message
+    assert "policy=gaussian" in message and "learner=expo" in message and "batched candidates" in message
 
 
 def test_a_chunked_base_is_refused_with_the_keys_to_change():
@@ -254,10 +254,10 @@ def test_a_chunked_base_is_refused_with_the_keys_to_change():
         tiny_expo(head=head)
 
 
-TINY_EXPO = ["updater.learning_starts=128", "updater.num_qs=3", "updater.utd=2", "updater.iteration_steps=128",
-             "updater.batch_size=16", "updater.num_samples=3", "updater.n_edit=2", "policy.hidden_sizes=[32,32]",
-             "policy.denoising_steps=4", "policy.ft_denoising_steps=4", "updater.critic_hidden_sizes=[32,32]",
-             "updater.edit_hidden_sizes=[32]", "pipeline.eval_episodes=2", "logger.progress_bar=false"]
+TINY_EXPO = ["learner.learning_starts=128", "learner.num_qs=3", "learner.utd=2", "learner.iteration_steps=128",
+             "learner.batch_size=16", "learner.num_samples=3", "learner.n_edit=2", "policy.hidden_sizes=[32,32]",
+             "policy.denoising_steps=4", "policy.ft_denoising_steps=4", "learner.critic_hidden_sizes=[32,32]",
+             "learner.edit_hidden_sizes=[32]", "pipeline.eval_episodes=2", "logger.progress_bar=false"]
 
 
 def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(tmp_path, hopper_dataset):
@@ -266,7 +266,7 @@ def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(t
             f"dataset.path={hopper_dataset}", "total_steps=192", "pipeline.pretrain_steps=40",
             "pipeline.pretrain_log_every=20", "pipeline.video=false", *TINY_EXPO, f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["updater"] == "expo" and summary["pretrained"]["gradient_steps"] == 40
+    assert summary["learner"] == "expo" and summary["pretrained"]["gradient_steps"] == 40
     from genpol.checkpoint import load_training_state, resolve_checkpoint
 
     state = load_training_state(resolve_checkpoint(run_dir))["algorithm"]
@@ -299,8 +299,8 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, hopper_dataset):
     def start(run_dir):
         return start_training(run_dir, "+experiment=expo", "env=hopper", "env.num_envs=2",
                               f"dataset.path={hopper_dataset}", "total_steps=256", "pipeline.checkpoint_every=1",
-                              "pipeline.video=false", "updater.iteration_steps=64",
-                              *[arg for arg in TINY_EXPO if not arg.startswith("updater.iteration_steps")])
+                              "pipeline.video=false", "learner.iteration_steps=64",
+                              *[arg for arg in TINY_EXPO if not arg.startswith("learner.iteration_steps")])
 
     reference = start(tmp_path / "reference")
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
@@ -331,12 +331,12 @@ def contextual_bandit_run(iterations: int = 100):
     on 512 fresh states of the on-the-fly policy and of uniform actions, and the mean true-reward gain
     of the (mean) edit over the EMA base's samples."""
     torch.manual_seed(0)
-    cfg = validate(compose_config(["updater=expo", "policy=gaussian", "run_dir=/tmp/unused", "updater.num_qs=4",
-                                   "updater.utd=2", "updater.batch_size=64", "updater.critic_hidden_sizes=[64,64]",
-                                   "updater.edit_hidden_sizes=[64,64]", "updater.num_samples=4", "updater.n_edit=4",
-                                   "updater.offline_ratio=0", "updater.learning_starts=256", "updater.edit_scale=0.2",
-                                   "updater.lr=1e-3", "updater.base_ema_tau=0.01"]))
-    algorithm = EXPO(GaussianHead(2, 2, hidden_sizes=(64,)), cfg.updater, num_envs=8, obs_dim=2, act_dim=2,
+    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.num_qs=4",
+                                   "learner.utd=2", "learner.batch_size=64", "learner.critic_hidden_sizes=[64,64]",
+                                   "learner.edit_hidden_sizes=[64,64]", "learner.num_samples=4", "learner.n_edit=4",
+                                   "learner.offline_ratio=0", "learner.learning_starts=256", "learner.edit_scale=0.2",
+                                   "learner.lr=1e-3", "learner.base_ema_tau=0.01"]))
+    algorithm = EXPO(GaussianHead(2, 2, hidden_sizes=(64,)), cfg.learner, num_envs=8, obs_dim=2, act_dim=2,
                      capacity=4096, device=torch.device("cpu"), seed=0)
 
     def reward(obs, actions):

@@ -21,7 +21,7 @@ from genpol.runners.guards import NonFiniteError, RunDirBusyError, hold_run_dir
 from conftest import REPO
 
 # 4 iterations of 2 x 64 steps on Pendulum, a checkpoint after each
-TINY = ["env.num_envs=2", "updater.rollout_steps=64", "updater.epochs=1", "pipeline.checkpoint_every=1",
+TINY = ["env.num_envs=2", "learner.rollout_steps=64", "learner.epochs=1", "pipeline.checkpoint_every=1",
         "pipeline.eval_episodes=1", "logger.progress_bar=false", "env.max_episode_steps=64"]
 
 
@@ -127,7 +127,7 @@ def test_nan_loss_stops_training(tmp_path, monkeypatch):
 
     monkeypatch.setattr(GaussianHead, "log_ratio", poisoned)
     with pytest.raises(NonFiniteError) as error:
-        tiny_run(tmp_path, overrides=["updater.minibatch_size=64", "pipeline.video=false"])
+        tiny_run(tmp_path, overrides=["learner.minibatch_size=64", "pipeline.video=false"])
     assert "iteration 3" in str(error.value)
     assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "losses/")
     assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")][-1] == "step_000000000256"

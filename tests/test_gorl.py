@@ -95,7 +95,7 @@ def test_pipeline_gorl_refuses_another_head():
 # --------------------------------------------------------------------------- the pipeline, end to end
 # MultiGoal, 16 envs x 32 steps per iteration; stages of 512 and 1536 encoder steps (1 and 3 iterations)
 ARGS = ["env=multigoal", "env.normalize_obs=true", "policy=gorl", "pipeline=gorl", "total_steps=2048",
-        "pipeline.stage_weights=[1,3]", "updater.rollout_steps=32", "updater.minibatch_size=128", "updater.epochs=2",
+        "pipeline.stage_weights=[1,3]", "learner.rollout_steps=32", "learner.minibatch_size=128", "learner.epochs=2",
         "policy.hidden_sizes=[16,16]", "policy.decoder_hidden_sizes=[32,32]", "policy.critic_hidden_sizes=[32,32]",
         "pipeline.collect_steps=1024", "pipeline.decoder_epochs=4", "pipeline.decoder_batch_size=128",
         "pipeline.eval_every=1", "pipeline.eval_episodes=4", "pipeline.checkpoint_every=1", "pipeline.video=false",
@@ -218,10 +218,10 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
     from genpol.pipelines.gorl.stages import stage_updater
     from genpol.runners.onpolicy import OnPolicyRunner
 
-    args = [a for a in ARGS if not a.startswith(("updater.minibatch_size", "updater.epochs"))]
-    cfg = validate(compose_config([*args, f"updater={updater}", "updater.rollout_steps=16"]))
+    args = [a for a in ARGS if not a.startswith(("learner.minibatch_size", "learner.epochs"))]
+    cfg = validate(compose_config([*args, f"learner={updater}", "learner.rollout_steps=16"]))
     cfg = stage_updater(cfg, stage=1)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0)
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim)
     head.decoder.load_state_dict(head.new_decoder().state_dict())
     before = {k: v.clone() for k, v in head.state_dict().items()}
@@ -231,4 +231,4 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
     assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("decoder."))
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("encoder."))
     if updater != "trpo":
-        assert (cfg.updater.clip_range, cfg.updater.max_grad_norm) == (0.3, 1.0)
+        assert (cfg.learner.clip_range, cfg.learner.max_grad_norm) == (0.3, 1.0)

@@ -20,7 +20,7 @@ from conftest import REPO, assert_trees_equal, run_cli
 
 # 2 iterations of 16 envs x 16 steps; MultiGoal episodes end within 16 steps, so every iteration
 # logs charts/episodic_return
-TINY = ["env=multigoal", "total_steps=512", "updater.rollout_steps=16", "pipeline.video=false",
+TINY = ["env=multigoal", "total_steps=512", "learner.rollout_steps=16", "pipeline.video=false",
         "pipeline.eval_episodes=2", "logger.progress_bar=false"]
 
 
@@ -80,12 +80,12 @@ def test_the_default_run_dir_is_claimed_once_per_launch(tmp_path):
 
 @pytest.fixture(scope="module")
 def joblib_sweep(tmp_path_factory):
-    """A real joblib multirun: 2 seeds x 2 values of updater.epochs, 2 worker processes, launched
+    """A real joblib multirun: 2 seeds x 2 values of learner.epochs, 2 worker processes, launched
     from an empty directory with the default run_dir."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     cwd = tmp_path_factory.mktemp("joblib")
     run_cli("-m", "genpol.train", "--multirun", "launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1",
-            "updater.epochs=1,2", *TINY, cwd=cwd, timeout=240)
+            "learner.epochs=1,2", *TINY, cwd=cwd, timeout=240)
     sweeps = [path for path in (cwd / "runs").glob("*/*") if path.is_dir()]
     assert len(sweeps) == 1, sweeps  # one launch, one claimed sweep directory
     return sweeps[0]
@@ -100,7 +100,7 @@ def test_joblib_multirun_runs_each_job_in_its_own_directory_and_process(joblib_s
     import yaml
 
     configs = [yaml.safe_load((job / "config.yaml").read_text()) for job in jobs]
-    assert [(c["seed"], c["updater"]["epochs"]) for c in configs] == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [(c["seed"], c["learner"]["epochs"]) for c in configs] == [(0, 1), (0, 2), (1, 1), (1, 2)]
     pids = {lock_pid(job) for job in jobs}
     assert len(pids) == 2 and os.getpid() not in pids  # two loky workers, not this process
 
@@ -117,7 +117,7 @@ def test_report_table_matches_a_hand_computation(joblib_sweep, capsys):
     report = json.loads((joblib_sweep / "report" / "report.json").read_text())
     text = (joblib_sweep / "report" / "report.md").read_text()
     assert capsys.readouterr().out.strip() == text.strip()
-    assert [row["configuration"] for row in report["rows"]] == ["updater.epochs=1", "updater.epochs=2"]
+    assert [row["configuration"] for row in report["rows"]] == ["learner.epochs=1", "learner.epochs=2"]
     for row, jobs in zip(report["rows"], (["0", "2"], ["1", "3"])):
         values = [json.loads((joblib_sweep / job / "summary.json").read_text())["eval_return_mean"] for job in jobs]
         a, b = values
@@ -133,12 +133,12 @@ def test_report_table_matches_a_hand_computation(joblib_sweep, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    events = EventAccumulator(str(joblib_sweep / "report" / "tb" / "updater.epochs=2" / "seed_1"))
+    events = EventAccumulator(str(joblib_sweep / "report" / "tb" / "learner.epochs=2" / "seed_1"))
     events.Reload()
     contents = events.PluginTagToContent("hparams")
     sessions = [plugin_data_pb2.HParamsPluginData.FromString(c) for c in contents.values()]
     start = next(s.session_start_info for s in sessions if s.HasField("session_start_info"))
-    assert start.hparams["updater.epochs"].number_value == 2 and start.hparams["seed"].number_value == 1
+    assert start.hparams["learner.epochs"].number_value == 2 and start.hparams["seed"].number_value == 1
     metrics = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
     assert metrics["hparam/eval_return_mean"] == pytest.approx(report["rows"][1]["values"][1], rel=1e-6)
 
@@ -185,7 +185,7 @@ def test_report_names_a_directory_without_runs(tmp_path):
 
 # -- submitit: requeue resumes -----------------------------------------------------------------
 
-REQUEUE = ["env=multigoal", "seed=0", "total_steps=8192", "updater.rollout_steps=16", "updater.epochs=1",
+REQUEUE = ["env=multigoal", "seed=0", "total_steps=8192", "learner.rollout_steps=16", "learner.epochs=1",
            "pipeline.video=false", "pipeline.eval_episodes=2", "logger.progress_bar=false",
            "pipeline.checkpoint_every=0", "pipeline.keep_checkpoints=3"]
 
@@ -270,7 +270,7 @@ def test_ray_sweep_against_a_local_head(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_cli("-m", "genpol.train", "--multirun", "launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
-                "seed=0,1", "updater.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180)
+                "seed=0,1", "learner.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180)
         listening = _listening_addresses(head.pid)
         assert listening and all(address.endswith("127.0.0.1") for address in listening), listening
     finally:

@@ -19,17 +19,17 @@ def test_random_policy_stays_far_below_the_threshold():
 
 
 @pytest.mark.parametrize("updater,extra", [
-    ("ppo", ["updater.minibatch_size=256"]),
-    ("ppo", ["updater.minibatch_size=256", "updater.lr_schedule=adaptive"]),
-    ("spo", ["updater.minibatch_size=256"]),
-    ("aspo", ["updater.minibatch_size=256"]),
+    ("ppo", ["learner.minibatch_size=256"]),
+    ("ppo", ["learner.minibatch_size=256", "learner.lr_schedule=adaptive"]),
+    ("spo", ["learner.minibatch_size=256"]),
+    ("aspo", ["learner.minibatch_size=256"]),
     ("trpo", []),
 ], ids=["ppo", "ppo-adaptive-lr", "spo", "aspo", "trpo"])
 def test_every_updater_learns_multigoal_with_a_gaussian(tmp_path, updater, extra):
     from genpol.api import train
 
-    summary = train(env="multigoal", updater=updater, total_steps=40_960, run_dir=tmp_path / "run", seed=0,
-                    overrides=["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
+    summary = train(env="multigoal", learner=updater, total_steps=40_960, run_dir=tmp_path / "run", seed=0,
+                    overrides=["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
                                "pipeline.eval_episodes=50", *extra])
     assert summary["eval_return_mean"] > THRESHOLD, summary
     assert summary["episodic_return_mean"] > THRESHOLD, summary
@@ -37,15 +37,15 @@ def test_every_updater_learns_multigoal_with_a_gaussian(tmp_path, updater, extra
 
 
 @pytest.mark.parametrize("policy,extra", [
-    ("fpo", ["updater.minibatch_size=256"]),
-    ("fpo", ["updater.minibatch_size=256", "policy.ratio_mode=per_sample", "updater=aspo"]),
+    ("fpo", ["learner.minibatch_size=256"]),
+    ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo"]),
     ("policyflow", ["+experiment=policyflow"]),
 ], ids=["fpo", "fpo++-aspo", "policyflow"])
 def test_flow_heads_learn_multigoal(tmp_path, policy, extra):
     from genpol.api import train
 
     summary = train(env="multigoal", policy=policy, total_steps=40_960, run_dir=tmp_path / "run", seed=0,
-                    overrides=["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
+                    overrides=["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
                                "pipeline.eval_episodes=50", *extra])
     assert summary["eval_return_mean"] > THRESHOLD, summary
 
@@ -54,7 +54,7 @@ def test_flow_heads_learn_multigoal(tmp_path, policy, extra):
     ("policyflow", ["+experiment=policyflow", "policy.brownian_coef=0.05"], THRESHOLD),
     # FPO++ keeps its modes only with a spread that costs return (8-11 over seeds 0-3): ask for twice
     # the random policy's 2.98 rather than the goal-reaching threshold
-    ("fpo", ["updater.minibatch_size=256", "policy.ratio_mode=per_sample", "updater=aspo", "policy.brownian_coef=0.1"],
+    ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo", "policy.brownian_coef=0.1"],
      6.0),
 ], ids=["policyflow", "fpo++-brownian"])
 def test_flow_heads_reach_at_least_three_goals(tmp_path, policy, extra, min_return):
@@ -66,7 +66,7 @@ def test_flow_heads_reach_at_least_three_goals(tmp_path, policy, extra, min_retu
     from genpol.multigoal_analysis import goal_coverage
 
     train(env="multigoal", policy=policy, total_steps=61_440, run_dir=tmp_path / "run", seed=0,
-          overrides=["updater.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
+          overrides=["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false",
                      "pipeline.eval_episodes=10", *extra])
     coverage = goal_coverage(load_policy(tmp_path / "run"), episodes=100, seed=0)
     assert coverage.goals_covered(0.02) >= 3, coverage.goal_counts

@@ -152,7 +152,7 @@ def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys, monk
 
 def test_pointmaze_training_reports_success_in_summary_and_video(tmp_path):
     run_cli("-m", "genpol.train", "env=pointmaze_medium", "env.num_envs=2", "env.max_episode_steps=64",
-            "total_steps=256", "updater.rollout_steps=128", "updater.epochs=1", "pipeline.eval_episodes=2",
+            "total_steps=256", "learner.rollout_steps=128", "learner.epochs=1", "pipeline.eval_episodes=2",
             "logger.progress_bar=false", f"pipeline.video_dir={tmp_path / 'videos'}", f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["eval_success_rate"] in (0.0, 0.5, 1.0) and summary["success_rate"] is not None

@@ -75,7 +75,7 @@ def test_compiled_step_matches_eager(one_thread):
 
 
 def test_the_compiled_on_policy_step_trains_onednn_layers_as_eager_adam_does(one_thread):
-    """``CompiledAdamStep`` (updater.compile=true on-policy) traces torch.func.grad: there an
+    """``CompiledAdamStep`` (learner.compile=true on-policy) traces torch.func.grad: there an
     autograd.Function lost the oneDNN layers' parameter gradients (zeros) and failed to trace a layer
     whose input is data. The step runs them as F.linear; after three steps it matches eager Adam."""
     import copy

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = ["total_steps=512", "env.num_envs=2", "updater.rollout_steps=128", "updater.minibatch_size=64",
-        "updater.epochs=1", "logger.progress_bar=false", "pipeline.eval_episodes=1", "pipeline.video=false"]
+TINY = ["total_steps=512", "env.num_envs=2", "learner.rollout_steps=128", "learner.minibatch_size=64",
+        "learner.epochs=1", "logger.progress_bar=false", "pipeline.eval_episodes=1", "pipeline.video=false"]
 
 
 def test_the_package_list_names_every_package_folder():
@@ -65,7 +65,7 @@ def installed(tmp_path_factory) -> dict[str, Path]:
         (user / folder / "__init__.py").write_text(f"raise RuntimeError('the user\\'s {folder} was imported')\n")
     (user / "configs" / "experiment").mkdir()
     (user / "configs" / "experiment" / "my_pendulum.yaml").write_text(
-        "# @package _global_\nenv:\n  id: Pendulum-v1\nupdater:\n  lr: 0.0007\n")
+        "# @package _global_\nenv:\n  id: Pendulum-v1\nlearner:\n  lr: 0.0007\n")
     return {"python": python, "bin": venv / "bin", "user": user}
 
 
@@ -100,7 +100,7 @@ def test_the_api_composes_the_users_config_folder_on_top_of_genpols(installed):
     python, user = installed["python"], installed["user"]
     code = ("from genpol.api import compose_config, train\n"
             "cfg = compose_config(['+experiment=my_pendulum', 'env=gym'], config_dirs=['configs'])\n"
-            "print(cfg.env.id, cfg.updater.lr)\n"
+            "print(cfg.env.id, cfg.learner.lr)\n"
             f"summary = train(env='gym:Pendulum-v1', run_dir='runs/api', overrides={TINY!r})\n"
             "print(summary['env_steps'])\n")
     lines = run([python, "-c", code], user).stdout.split("\n")

@@ -67,9 +67,9 @@ def _runner(step_groups: int, normalize: bool) -> OnPolicyRunner:
     cfg = validate(compose_config([
         "run_dir=/tmp/unused", "env=envpool", "env.id=HalfCheetah-v5", "env.num_envs=16",
         f"env.step_groups={step_groups}", "env.max_episode_steps=5", f"env.normalize_obs={flag}",
-        f"env.normalize_reward={flag}", "updater.rollout_steps=8", "updater.minibatch_size=64", "updater.epochs=1"]))
+        f"env.normalize_reward={flag}", "learner.rollout_steps=8", "learner.minibatch_size=64", "learner.epochs=1"]))
     torch.manual_seed(0)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=0, device="cpu", stack=env_stack(cfg.policy))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0, device="cpu", stack=env_stack(cfg.policy))
     head = make_head(cfg.policy, env.obs_dim, env.act_dim)
     return OnPolicyRunner(env, make_algorithm(cfg, head, env), total_steps=10**6)
 
@@ -125,7 +125,7 @@ def test_config_checks_name_the_key():
                                  "env.step_groups=4"]))
     with pytest.raises(ConfigError, match="env.step_groups.*envpool"):
         validate(compose_config(["run_dir=/tmp/unused", "env=halfcheetah", "env.step_groups=2"]))
-    with pytest.raises(ConfigError, match="env.step_groups=2 pipelines on-policy collection only; updater=sac"):
+    with pytest.raises(ConfigError, match="env.step_groups=2 pipelines on-policy collection only; learner=sac"):
         validate(compose_config(["run_dir=/tmp/unused", "env=envpool", "env.id=Hopper-v5", "env.num_envs=2",
                                  "env.step_groups=2", "+experiment=sac"]))
 
@@ -133,7 +133,7 @@ def test_config_checks_name_the_key():
 def test_ppo_fast_envpool_trains_from_the_command_line_and_resumes(tmp_path):
     run_dir = tmp_path / "run"
     overrides = ["+experiment=ppo_fast_envpool", "env.num_envs=4", "env.max_episode_steps=20",
-                 "updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "updater.compile=false",
+                 "learner.rollout_steps=8", "learner.minibatch_size=16", "learner.epochs=1", "learner.compile=false",
                  "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false",
                  "logger.tensorboard=false", f"run_dir={run_dir}"]
     run_cli("-m", "genpol.train", *overrides, "total_steps=64")

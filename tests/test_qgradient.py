@@ -109,10 +109,10 @@ def test_config_refuses_what_this_learner_cannot_do():
     from genpol.config import ConfigError
     from genpol.configure import validate
 
-    with pytest.raises(ConfigError, match="updater.ent_coef"):
-        validate(compose_config(["env=multigoal", "policy=consistency", "updater=consistency_ac", "updater.ent_coef=auto"]))
-    with pytest.raises(ConfigError, match="gaussian head cannot be trained by updater=consistency_ac.*reparameterized"):
-        validate(compose_config(["env=multigoal", "policy=gaussian", "updater=consistency_ac"]))
+    with pytest.raises(ConfigError, match="learner.ent_coef"):
+        validate(compose_config(["env=multigoal", "policy=consistency", "learner=consistency_ac", "learner.ent_coef=auto"]))
+    with pytest.raises(ConfigError, match="gaussian head cannot be trained by learner=consistency_ac.*reparameterized"):
+        validate(compose_config(["env=multigoal", "policy=gaussian", "learner=consistency_ac"]))
 
 
 def test_consistency_ac_learns_multigoal_online(tmp_path):
@@ -122,11 +122,11 @@ def test_consistency_ac_learns_multigoal_online(tmp_path):
     the Q-loss alone is test_q_loss_only_from_scratch_learns_multigoal."""
     from genpol.api import train
 
-    train(env="multigoal", policy="consistency", updater="consistency_ac", total_steps=3000, run_dir=tmp_path / "run",
+    train(env="multigoal", policy="consistency", learner="consistency_ac", total_steps=3000, run_dir=tmp_path / "run",
           seed=0, overrides=["pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=4",
-                             "policy.hidden_sizes=[64,64,64]", "updater.critic_hidden_sizes=[64,64]",
-                             "updater.learning_starts=200", "updater.iteration_steps=500", "updater.batch_size=128",
-                             "updater.act_candidates=10", "env.num_envs=4"])
+                             "policy.hidden_sizes=[64,64,64]", "learner.critic_hidden_sizes=[64,64]",
+                             "learner.learning_starts=200", "learner.iteration_steps=500", "learner.batch_size=128",
+                             "learner.act_candidates=10", "env.num_envs=4"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     assert rows[-1]["charts/episodic_return"] > 8.0, [row.get("charts/episodic_return") for row in rows]
     assert np.isfinite(rows[-1]["losses/q_loss"]) and "losses/bc_loss" in rows[-1]
@@ -141,11 +141,11 @@ def test_q_loss_only_from_scratch_learns_multigoal(tmp_path):
     action gets no gradient back (zero) or drifts outward (straight-through)."""
     from genpol.api import train
 
-    train(env="multigoal", policy="consistency", updater="consistency_ac", total_steps=1500, run_dir=tmp_path / "run",
+    train(env="multigoal", policy="consistency", learner="consistency_ac", total_steps=1500, run_dir=tmp_path / "run",
           seed=0, overrides=["pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=2",
-                             "policy.hidden_sizes=[32,32,32]", "updater.critic_hidden_sizes=[32,32]",
-                             "updater.bc_coef=0", "updater.lr=1e-3", "updater.learning_starts=100",
-                             "updater.iteration_steps=500", "updater.batch_size=64", "updater.act_candidates=10",
+                             "policy.hidden_sizes=[32,32,32]", "learner.critic_hidden_sizes=[32,32]",
+                             "learner.bc_coef=0", "learner.lr=1e-3", "learner.learning_starts=100",
+                             "learner.iteration_steps=500", "learner.batch_size=64", "learner.act_candidates=10",
                              "env.num_envs=4"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     returns = [row["charts/episodic_return"] for row in rows]

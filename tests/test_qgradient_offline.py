@@ -1,4 +1,4 @@
-"""Offline Consistency-AC (``pipeline=offline_to_online`` with ``updater=consistency_ac``): the offline
+"""Offline Consistency-AC (``pipeline=offline_to_online`` with ``learner=consistency_ac``): the offline
 phase's gradient step against an independent computation, its exact resume, and one run through both
 phases in which the offline learner (critics, EMA actor) goes on online."""
 
@@ -186,13 +186,13 @@ def test_consistency_ac_offline_then_online_in_one_run(tmp_path, hopper_dataset)
     from genpol.checkpoint import load_latest
 
     run_dir = tmp_path / "run"
-    summary = train(env="hopper", policy="consistency", updater="consistency_ac", total_steps=200, run_dir=run_dir,
+    summary = train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=200, run_dir=run_dir,
                     overrides=["pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
-                               "policy.hidden_sizes=[32,32,32]", "updater.critic_hidden_sizes=[32,32]",
+                               "policy.hidden_sizes=[32,32,32]", "learner.critic_hidden_sizes=[32,32]",
                                "pipeline.pretrain_steps=60", "pipeline.pretrain_log_every=20",
                                "pipeline.pretrain_eval_every=2", "pipeline.pretrain_batch_size=32",
-                               "pipeline.eval_episodes=2", "env.num_envs=1", "updater.learning_starts=50",
-                               "updater.iteration_steps=100", "updater.batch_size=32", "updater.act_candidates=5",
+                               "pipeline.eval_episodes=2", "env.num_envs=1", "learner.learning_starts=50",
+                               "learner.iteration_steps=100", "learner.batch_size=32", "learner.act_candidates=5",
                                "pipeline.video=false", "logger.progress_bar=false"])
     pretrained = summary["pretrained"]
     assert pretrained["learner"] == "offline consistency_ac" and pretrained["gradient_steps"] == 60

@@ -14,8 +14,8 @@ from genpol.configure import validate
 
 from conftest import assert_nonblank_mp4, run_cli
 
-TINY_SAC = ["updater.learning_starts=64", "updater.iteration_steps=128", "updater.batch_size=32",
-            "policy.hidden_sizes=[32,32]", "updater.critic_hidden_sizes=[32,32]", "pipeline.eval_episodes=2",
+TINY_SAC = ["learner.learning_starts=64", "learner.iteration_steps=128", "learner.batch_size=32",
+            "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]", "pipeline.eval_episodes=2",
             "logger.progress_bar=false", "env.num_envs=2"]
 
 
@@ -24,13 +24,13 @@ TINY_SAC = ["updater.learning_starts=64", "updater.iteration_steps=128", "update
                                             ("gaussian", "log-prob of its own samples")])
 def test_an_impossible_head_and_learner_fails_at_validation_naming_both(policy, missing):
     with pytest.raises(ConfigError) as error:
-        validate(compose_config([f"policy={policy}", "updater=sac", "run_dir=/tmp/unused"]))
+        validate(compose_config([f"policy={policy}", "learner=sac", "run_dir=/tmp/unused"]))
     message = str(error.value)
-    assert f"policy={policy}" in message and "updater=sac" in message and missing in message
+    assert f"policy={policy}" in message and "learner=sac" in message and missing in message
 
 
 def test_the_cli_refuses_an_impossible_combination_with_exit_code_2():
-    result = run_cli("-m", "genpol.train", "policy=fpo", "updater=sac", "run_dir=/tmp/unused", check=False)
+    result = run_cli("-m", "genpol.train", "policy=fpo", "learner=sac", "run_dir=/tmp/unused", check=False)
     assert result.returncode == 2 and "lacks reparameterized sampling" in result.stderr
 
 
@@ -47,7 +47,7 @@ def test_sac_run_leaves_summary_checkpoint_tensorboard_and_video(sac_run):
 
     root, summary = sac_run
     run_dir = root / "run"
-    assert summary["env_steps"] == 512 and summary["updater"] == "sac" and summary["missing"] == {}
+    assert summary["env_steps"] == 512 and summary["learner"] == "sac" and summary["missing"] == {}
     assert summary["checkpoint"].endswith("step_000000000512")
     assert_nonblank_mp4(summary["video"])
     events = EventAccumulator(str(run_dir / "tb"))
@@ -76,9 +76,9 @@ def test_sac_checkpoint_evaluates_and_predicts(sac_run):
 
 def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_dataset):
     run_cli("-m", "genpol.train", "+experiment=rlpd", "env=hopper", f"dataset.path={hopper_dataset}",
-            "total_steps=256", "updater.learning_starts=128", "updater.num_qs=4", "updater.utd=3",
-            "updater.iteration_steps=128", "updater.batch_size=16", "policy.hidden_sizes=[32,32]",
-            "updater.critic_hidden_sizes=[32,32]", "pipeline.video=false", "pipeline.eval_episodes=1",
+            "total_steps=256", "learner.learning_starts=128", "learner.num_qs=4", "learner.utd=3",
+            "learner.iteration_steps=128", "learner.batch_size=16", "policy.hidden_sizes=[32,32]",
+            "learner.critic_hidden_sizes=[32,32]", "pipeline.video=false", "pipeline.eval_episodes=1",
             "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["offline_ratio"] == 0.5 and summary["dataset_transitions"] >= 600
@@ -95,7 +95,7 @@ def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_datase
 def test_offline_ratio_without_a_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="dataset.path"):
         train("hopper", "tanh_gaussian", "sac", total_steps=64, run_dir=tmp_path / "run",
-              overrides=[*TINY_SAC, "updater.offline_ratio=0.5"])
+              overrides=[*TINY_SAC, "learner.offline_ratio=0.5"])
 
 
 def test_on_policy_learners_refuse_a_dataset_online(tmp_path, hopper_dataset):
@@ -107,7 +107,7 @@ def test_offline_to_online_with_sac_pretrains_then_mixes_the_data(tmp_path, hopp
     summary = train("hopper", "tanh_gaussian", "sac", total_steps=256, run_dir=tmp_path / "run",
                     overrides=[*TINY_SAC, "pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
                                "pipeline.pretrain_steps=50", "pipeline.pretrain_log_every=25",
-                               "updater.offline_ratio=0.5", "pipeline.video=false"])
+                               "learner.offline_ratio=0.5", "pipeline.video=false"])
     assert summary["pretrained"]["gradient_steps"] == 50 and np.isfinite(summary["eval_return_mean"])
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
 
@@ -117,8 +117,8 @@ def test_sac_learns_pendulum(tmp_path):
     SAC with SB3's defaults (smaller networks, to fit CI) swings it up within 3000 env steps."""
     torch.manual_seed(0)
     summary = train("pendulum", "tanh_gaussian", "sac", total_steps=3000, run_dir=tmp_path / "run",
-                    overrides=["updater.learning_starts=500", "updater.iteration_steps=500",
-                               "policy.hidden_sizes=[64,64]", "updater.critic_hidden_sizes=[64,64]",
-                               "updater.lr=1e-3", "pipeline.video=false", "logger.progress_bar=false",
+                    overrides=["learner.learning_starts=500", "learner.iteration_steps=500",
+                               "policy.hidden_sizes=[64,64]", "learner.critic_hidden_sizes=[64,64]",
+                               "learner.lr=1e-3", "pipeline.video=false", "logger.progress_bar=false",
                                "env.num_envs=1"])
     assert summary["eval_return_mean"] > -500, summary["eval_return_mean"]

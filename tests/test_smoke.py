@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO / "docs" / "examples"))  # policy=custom trains the 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SMALL = ["env.num_envs=2", "env.workers=1", "env.render_width=64", "env.render_height=64", "env.max_episode_steps=40",
          "pipeline.eval_episodes=1", "logger.progress_bar=false", "logger.tensorboard=false"]
-ON_POLICY = ["updater.rollout_steps=8", "updater.minibatch_size=16", "updater.epochs=1", "total_steps=64"]
-OFF_POLICY = ["updater.learning_starts=16", "updater.iteration_steps=32", "updater.batch_size=16",
-              "updater.critic_hidden_sizes=[32,32]", "policy.hidden_sizes=[32,32]", "total_steps=64"]
+ON_POLICY = ["learner.rollout_steps=8", "learner.minibatch_size=16", "learner.epochs=1", "total_steps=64"]
+OFF_POLICY = ["learner.learning_starts=16", "learner.iteration_steps=32", "learner.batch_size=16",
+              "learner.critic_hidden_sizes=[32,32]", "policy.hidden_sizes=[32,32]", "total_steps=64"]
 SMALL_DIFFUSION = ["policy.denoising_steps=4", "policy.ft_denoising_steps=4", "policy.hidden_sizes=[32,32,32]",
                    "policy.critic_hidden_sizes=[32,32]"]
 OFFLINE = ["pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10"]
@@ -40,7 +40,7 @@ CASES = {
     # CartpoleBalance with 4 envs for training and evaluation, as test_playground.py: one MJX
     # compilation shared in this process (the group's CheetahRun costs minutes of compilation on CPU)
     "env-playground": ["env=playground", "env.id=CartpoleBalance", *ON_POLICY, "env.num_envs=4",
-                       "pipeline.eval_episodes=4", "updater.rollout_steps=4", "total_steps=16"],
+                       "pipeline.eval_episodes=4", "learner.rollout_steps=4", "total_steps=16"],
     # policy heads (on Pendulum, with an on-policy updater; tanh_gaussian also with SAC below)
     "policy-diffusion": ["env=pendulum", "policy=diffusion", *SMALL_DIFFUSION, *ON_POLICY, "total_steps=128"],
     # DDIM in 5 of K = 20 steps, all fine-tuned: valid from scratch (no frozen early steps)
@@ -54,33 +54,33 @@ CASES = {
                            "policy.critic_hidden_sizes=[32,32]", *ON_POLICY],
     "policy-gorl": ["env=pendulum", "policy=gorl", *ON_POLICY],
     # bundles, as shipped but for their budgets (and compilation off where it only costs time here)
-    "experiment-default": ["+experiment=default", *ON_POLICY, "updater.compile=false"],
-    "experiment-default_fast": ["+experiment=default_fast", *ON_POLICY, "updater.compile=false"],
-    "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "updater.compile=false"],
-    "experiment-ppo_hopper": ["+experiment=ppo_hopper", *ON_POLICY, "updater.compile=false"],
+    "experiment-default": ["+experiment=default", *ON_POLICY, "learner.compile=false"],
+    "experiment-default_fast": ["+experiment=default_fast", *ON_POLICY, "learner.compile=false"],
+    "experiment-ppo_mujoco": ["+experiment=ppo_mujoco", *ON_POLICY, "learner.compile=false"],
+    "experiment-ppo_hopper": ["+experiment=ppo_hopper", *ON_POLICY, "learner.compile=false"],
     "experiment-ppo_fast": ["+experiment=ppo_fast", *ON_POLICY],
     "experiment-ppo_fast_envpool": ["+experiment=ppo_fast_envpool", *ON_POLICY],
-    "experiment-trpo_mujoco": ["+experiment=trpo_mujoco", "updater.rollout_steps=8", "total_steps=64"],
+    "experiment-trpo_mujoco": ["+experiment=trpo_mujoco", "learner.rollout_steps=8", "total_steps=64"],
     "experiment-fpo": ["+experiment=fpo", *ON_POLICY],
     "experiment-policyflow": ["+experiment=policyflow", *ON_POLICY, "pipeline.compile_sampling=false"],
     # GoRL: two stages on MultiGoal (collection and a decoder fit between them), the video of the final policy
     "experiment-gorl": ["+experiment=gorl", "env=multigoal", *ON_POLICY, "pipeline.stage_weights=[1,1]",
                         "pipeline.collect_steps=64", "pipeline.decoder_epochs=2", "pipeline.decoder_batch_size=16"],
     "experiment-sac": ["+experiment=sac", "env=hopper", *OFF_POLICY],
-    "experiment-expo": ["+experiment=expo", "env=hopper", *OFF_POLICY, "updater.num_qs=3", "updater.utd=2",
-                        "updater.num_samples=3", "updater.n_edit=2", "policy.denoising_steps=3",
+    "experiment-expo": ["+experiment=expo", "env=hopper", *OFF_POLICY, "learner.num_qs=3", "learner.utd=2",
+                        "learner.num_samples=3", "learner.n_edit=2", "policy.denoising_steps=3",
                         "policy.ft_denoising_steps=3", "DATASET"],
     "policy-diffusion_expo": ["env=pendulum", "policy=diffusion_expo", *SMALL_DIFFUSION, *ON_POLICY],
-    "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "updater.num_qs=3", "updater.utd=2",
+    "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "learner.num_qs=3", "learner.utd=2",
                         "DATASET"],
     "experiment-consistency_ac": ["+experiment=consistency_ac", "policy.hidden_sizes=[32,32,32]", "DATASET",
-                                  "updater.critic_hidden_sizes=[32,32]", "updater.learning_starts=16", "updater.batch_size=16",
-                                  "updater.iteration_steps=32", "updater.act_candidates=4", "total_steps=64", *OFFLINE],
+                                  "learner.critic_hidden_sizes=[32,32]", "learner.learning_starts=16", "learner.batch_size=16",
+                                  "learner.iteration_steps=32", "learner.act_candidates=4", "total_steps=64", *OFFLINE],
     # 8.3's per-task bundles: consistency_ac with another env and eta, each on its own task's data
     **{f"experiment-consistency_ac_{task}": [f"+experiment=consistency_ac_{task}", "policy.hidden_sizes=[32,32,32]",
-                                             f"DATASET:{name}", "updater.critic_hidden_sizes=[32,32]",
-                                             "updater.learning_starts=16", "updater.batch_size=16",
-                                             "updater.iteration_steps=32", "updater.act_candidates=4", "total_steps=64",
+                                             f"DATASET:{name}", "learner.critic_hidden_sizes=[32,32]",
+                                             "learner.learning_starts=16", "learner.batch_size=16",
+                                             "learner.iteration_steps=32", "learner.act_candidates=4", "total_steps=64",
                                              *OFFLINE]
        for task, name in (("halfcheetah", "HalfCheetah"), ("walker2d", "Walker2d"))},
     # action chunks: consistency BC on chunks of 4, then PPO acting 4 steps per decision

@@ -139,8 +139,8 @@ def test_the_learner_acts_and_evaluates_with_its_online_head_and_target_critics(
     assert learner(1).acting_head().family == "consistency"  # one candidate: the head's own sample
 
 
-TINY_CAC = ["updater.learning_starts=64", "updater.batch_size=16", "updater.iteration_steps=64",
-            "updater.act_candidates=6", "updater.critic_hidden_sizes=[32,32]", "policy.hidden_sizes=[32,32]",
+TINY_CAC = ["learner.learning_starts=64", "learner.batch_size=16", "learner.iteration_steps=64",
+            "learner.act_candidates=6", "learner.critic_hidden_sizes=[32,32]", "policy.hidden_sizes=[32,32]",
             "pipeline.eval_episodes=2", "logger.progress_bar=false", "pipeline.video=false"]
 
 
@@ -149,7 +149,7 @@ def test_offline_to_online_cli_evaluation_is_reproduced_from_the_checkpoint(tmp_
     run_cli("-m", "genpol.train", "+experiment=consistency_ac", f"dataset.path={hopper_dataset}", "total_steps=128",
             "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", *TINY_CAC, f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["updater"] == "consistency_ac" and summary["pretrained"]["gradient_steps"] == 20
+    assert summary["learner"] == "consistency_ac" and summary["pretrained"]["gradient_steps"] == 20
     result = run_cli("-m", "genpol.evaluate", f"run_dir={run_dir}", "episodes=2", "video=false")
     evaluation = json.loads(result.stdout[result.stdout.index("{"):])
     # policy/ rebuilds the softmax-Q policy (online head, target critics): the same deterministic return

@@ -106,7 +106,7 @@ def test_errors_name_the_culprit():
 def test_training_with_workers_gives_the_same_parameters(tmp_path):
     """The runner cannot tell: PPO on Pendulum with 2 env workers ends with the same weights as
     with one process, bit for bit."""
-    overrides = ["env.num_envs=4", "updater.rollout_steps=32", "updater.minibatch_size=64", "updater.epochs=2",
+    overrides = ["env.num_envs=4", "learner.rollout_steps=32", "learner.minibatch_size=64", "learner.epochs=2",
                  "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"]
 
     def final_weights(name, workers):

@@ -8,7 +8,7 @@ from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.api import train
 from genpol.checkpoint import list_checkpoints, load_policy_files
 
-TINY = ["env.num_envs=2", "updater.rollout_steps=32", "updater.epochs=1", "updater.minibatch_size=32",
+TINY = ["env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=1", "learner.minibatch_size=32",
         "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"]
 
 

@@ -22,12 +22,12 @@ def is_off_policy(updater_name: str) -> bool:
 
 
 def make_algorithm(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = None) -> Algorithm:
-    """The learner of ``cfg.updater`` for ``head`` on ``env`` (``cfg`` is a ``TrainConfig``).
+    """The learner of ``cfg.learner`` for ``head`` on ``env`` (``cfg`` is a ``TrainConfig``).
 
     ``offline`` is the offline transition store off-policy learners mix into their batches (None:
     online data only). Raises ``HeadCapabilityError`` when the head lacks what the learner needs.
     """
-    return learner(cfg.updater.name).build(cfg, head, env, offline)
+    return learner(cfg.learner.name).build(cfg, head, env, offline)
 
 
 def learner_needs(updater_name: str) -> frozenset:

@@ -43,7 +43,7 @@ from genpol.updaters.schedules import cosine_lr, set_lr
 
 
 class EXPO(SAC):
-    """EXPO. ``cfg`` is an ``ExpoConfig`` (the ``updater`` group); the other arguments are ``SAC``'s.
+    """EXPO. ``cfg`` is an ``ExpoConfig`` (the ``learner`` group); the other arguments are ``SAC``'s.
     The head is the base policy; it must act one action per step (no action chunks)."""
 
     name = "expo"
@@ -54,7 +54,7 @@ class EXPO(SAC):
         if isinstance(head, ChunkedActions) and (head.act_steps != 1 or head.horizon_steps != 1):
             from genpol.errors import ConfigError
 
-            raise ConfigError(f"updater=expo edits and values single actions: the {head.family} base policy must "
+            raise ConfigError(f"learner=expo edits and values single actions: the {head.family} base policy must "
                               f"act one step at a time (policy.act_steps=1, policy.horizon_steps=1), got "
                               f"act_steps={head.act_steps}, horizon_steps={head.horizon_steps}")
         super().__init__(head, cfg, num_envs=num_envs, obs_dim=obs_dim, act_dim=act_dim, capacity=capacity,

@@ -152,11 +152,11 @@ class QGradientActor(OffPolicyAlgorithm):
 
 def make_qgradient(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> QGradientActor:
     """Consistency-AC from a ``TrainConfig``."""
-    if cfg.updater.offline_ratio > 0 and offline is None:
+    if cfg.learner.offline_ratio > 0 and offline is None:
         from genpol.errors import ConfigError
 
-        raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
+        raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
                           "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-    return QGradientActor(head, cfg.updater, total_steps=cfg.total_steps, num_envs=env.num_envs, obs_dim=env.obs_dim,
-                          act_dim=env.act_dim, capacity=cfg.updater.buffer_size, device=torch.device(cfg.device),
+    return QGradientActor(head, cfg.learner, total_steps=cfg.total_steps, num_envs=env.num_envs, obs_dim=env.obs_dim,
+                          act_dim=env.act_dim, capacity=cfg.learner.buffer_size, device=torch.device(cfg.device),
                           seed=cfg.seed, offline=offline)

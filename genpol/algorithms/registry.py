@@ -1,6 +1,6 @@
 """The learner table: every place that asks "which learner is this?" reads it.
 
-One row per learner of the ``learner`` config group (``updater=`` is its old name): the config
+One row per learner of the ``learner`` config group (``learner=`` is its old name): the config
 schema Hydra checks the group against, the builder, the loop it runs in, what
 ``pipeline=offline_to_online``'s offline phase does with it, whether torchrun can spread it over
 processes, and the head capabilities it needs. Validation (``genpol.configure``), the pipelines and
@@ -24,7 +24,7 @@ from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.algorithms.qgradient import QGradientActor, make_qgradient
 from genpol.algorithms.sac import SAC, make_sac
 from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
-from genpol.config.updater import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
+from genpol.config.onpolicy import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
 from genpol.envs import VectorEnv
 from genpol.errors import ConfigError
 from genpol.heads.base import Capability, PolicyHead
@@ -127,11 +127,11 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
 def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = None) -> OnPolicyAlgorithm:
     """PPO, SPO, ASPO or TRPO: a value critic, the learner's update, and a rollout."""
     critic = make_critic(cfg.policy, env.obs_dim).to(torch.device(cfg.device))
-    updater = make_updater(cfg.updater, head, critic)
+    updater = make_updater(cfg.learner, head, critic)
     return OnPolicyAlgorithm(
-        head, critic, updater, name=cfg.updater.name, rollout_steps=cfg.updater.rollout_steps,
-        num_envs=env.num_envs, obs_dim=env.obs_dim, gamma=cfg.updater.gamma, gae_lambda=cfg.updater.gae_lambda,
-        seed=cfg.seed, lr_schedule=cfg.updater.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
+        head, critic, updater, name=cfg.learner.name, rollout_steps=cfg.learner.rollout_steps,
+        num_envs=env.num_envs, obs_dim=env.obs_dim, gamma=cfg.learner.gamma, gae_lambda=cfg.learner.gae_lambda,
+        seed=cfg.seed, lr_schedule=cfg.learner.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
     )
 
 

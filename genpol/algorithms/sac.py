@@ -19,7 +19,7 @@ The replay, the critics and their targets, the actor's and critics' optimizers, 
 the critic step are every off-policy learner's (``genpol.algorithms.offpolicy``); SAC adds the
 temperature with its optimizer, the soft TD target, the actor step and the two batchings.
 
-``updater.compile`` compiles the three forward computations of a step (the actor's sample, the critic
+``learner.compile`` compiles the three forward computations of a step (the actor's sample, the critic
 loss with its TD target, the actor loss) with ``torch.compile``; their backward graphs are compiled
 with them, and the optimizers and the Polyak update run as in eager. The actor's noise comes from
 torch's generator in the eager order (inductor's ``fallback_random``) and the subset-min heads are
@@ -42,7 +42,7 @@ from genpol.updaters.sac_losses import actor_loss, sac_diagnostics, td_target, t
 
 
 class SAC(OffPolicyAlgorithm):
-    """SAC / RLPD. ``cfg`` is a ``SACConfig`` (the ``updater`` group); see its field docstrings.
+    """SAC / RLPD. ``cfg`` is a ``SACConfig`` (the ``learner`` group); see its field docstrings.
 
     Args:
         head: a head with reparameterized sampling and the log-prob of its samples (tanh-Gaussian).
@@ -177,11 +177,11 @@ class SAC(OffPolicyAlgorithm):
 def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None,
              algorithm_class: type[SAC] = SAC) -> SAC:
     """SAC (or ``algorithm_class``, a learner built on it such as EXPO) from a ``TrainConfig``; the
-    replay holds ``updater.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
-    if cfg.updater.offline_ratio > 0 and offline is None:
+    replay holds ``learner.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
+    if cfg.learner.offline_ratio > 0 and offline is None:
         from genpol.errors import ConfigError
 
-        raise ConfigError(f"updater.offline_ratio={cfg.updater.offline_ratio} mixes offline data into every "
+        raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
                           "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-    return algorithm_class(head, cfg.updater, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
-               capacity=cfg.updater.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline)
+    return algorithm_class(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
+               capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline)

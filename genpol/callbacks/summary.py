@@ -83,7 +83,7 @@ class Summary(Callback):
         try:
             curve = plot_learning_curve(self.metrics_path, self.run_dir / "learning_curve.png",
                                         f"{runner.env.env_id} - {self.extra.get('policy', '')}/"
-                                        f"{self.extra.get('updater', '')}")
+                                        f"{self.extra.get('learner', '')}")
         except Exception as error:  # noqa: BLE001 - a plot is not worth the summary
             missing["learning_curve"] = failure_hint(error)
             log.warning("the learning curve failed: %s", missing["learning_curve"])

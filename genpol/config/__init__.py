@@ -1,7 +1,7 @@
 """Structured configs: the schema of every Hydra group, one docstring per field.
 
-Hydra checks names and types against these dataclasses while composing, so ``updater.lrr=1`` or
-``updater.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
+Hydra checks names and types against these dataclasses while composing, so ``learner.lrr=1`` or
+``learner.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
 ``__post_init__``, which runs when ``genpol.configure.validate`` turns the composed config into these
 objects. This package is the schema only: it imports no learner, and the checks that need the
 learner table (a head with a learner, a pipeline with a learner) run in ``genpol.configure``.
@@ -22,7 +22,7 @@ from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
 from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig,
                                   FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
-from genpol.config.updater import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
+from genpol.config.onpolicy import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "GoRLPipelineConfig", "DiffusionPolicyConfig",
@@ -41,8 +41,9 @@ class TrainConfig:
     """Simulator and wrappers (group ``env``)."""
     policy: Any = MISSING
     """Policy head and critic (group ``policy``)."""
-    updater: Any = MISSING
-    """Learner (group ``updater``): on-policy ppo, spo, aspo, trpo; off-policy sac (RLPD: +experiment=rlpd)."""
+    learner: Any = MISSING
+    """Learner (group ``learner``; ``updater`` before 2026-12-02): on-policy ppo, spo, aspo, trpo;
+    off-policy sac (RLPD: +experiment=rlpd), expo, consistency_ac (``genpol.algorithms.registry``)."""
     pipeline: Any = MISSING
     """Training pipeline (group ``pipeline``)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)

@@ -37,7 +37,7 @@ def claim_new_dir(path: str) -> str:
 
 
 def flatten_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested dict (a config as a container) as ``{"updater.lr": 3e-4, ...}``."""
+    """A nested dict (a config as a container) as ``{"learner.lr": 3e-4, ...}``."""
     if isinstance(tree, dict):
         flat: dict[str, Any] = {}
         for key, value in tree.items():

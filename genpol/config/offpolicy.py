@@ -1,4 +1,4 @@
-"""Schema of the off-policy ``updater`` group: SAC, and RLPD as a configuration of it."""
+"""Schema of the off-policy ``learner`` group: SAC, and RLPD as a configuration of it."""
 
 from __future__ import annotations
 
@@ -77,43 +77,43 @@ class SACConfig:
     """Compile the critic and actor steps with torch.compile."""
 
     def __post_init__(self) -> None:
-        require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
-        require(0.0 < self.tau <= 1.0, "updater.tau", "in (0, 1]", self.tau)
-        require(self.lr > 0, "updater.lr", "> 0", self.lr)
-        require(self.batch_size >= 1, "updater.batch_size", ">= 1", self.batch_size)
-        require(self.buffer_size >= self.batch_size, "updater.buffer_size", f">= batch_size ({self.batch_size})",
+        require(0.0 < self.gamma <= 1.0, "learner.gamma", "in (0, 1]", self.gamma)
+        require(0.0 < self.tau <= 1.0, "learner.tau", "in (0, 1]", self.tau)
+        require(self.lr > 0, "learner.lr", "> 0", self.lr)
+        require(self.batch_size >= 1, "learner.batch_size", ">= 1", self.batch_size)
+        require(self.buffer_size >= self.batch_size, "learner.buffer_size", f">= batch_size ({self.batch_size})",
                 self.buffer_size)
-        require(self.learning_starts >= 0, "updater.learning_starts", ">= 0", self.learning_starts)
-        require(self.utd >= 1, "updater.utd", ">= 1", self.utd)
-        require(self.batching in ("sb3", "rlpd"), "updater.batching", "sb3 or rlpd", self.batching)
-        require(self.target_update_interval >= 1, "updater.target_update_interval", ">= 1",
+        require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
+        require(self.utd >= 1, "learner.utd", ">= 1", self.utd)
+        require(self.batching in ("sb3", "rlpd"), "learner.batching", "sb3 or rlpd", self.batching)
+        require(self.target_update_interval >= 1, "learner.target_update_interval", ">= 1",
                 self.target_update_interval)
-        require(self.num_qs >= 1, "updater.num_qs", ">= 1", self.num_qs)
+        require(self.num_qs >= 1, "learner.num_qs", ">= 1", self.num_qs)
         if self.num_min_qs is not None:
-            require(1 <= self.num_min_qs <= self.num_qs, "updater.num_min_qs", f"in [1, num_qs={self.num_qs}]",
+            require(1 <= self.num_min_qs <= self.num_qs, "learner.num_min_qs", f"in [1, num_qs={self.num_qs}]",
                     self.num_min_qs)
         require(len(self.critic_hidden_sizes) >= 1 and all(w >= 1 for w in self.critic_hidden_sizes),
-                "updater.critic_hidden_sizes", "non-empty positive widths", self.critic_hidden_sizes)
-        require(self.critic_activation in ACTIVATION_NAMES, "updater.critic_activation",
+                "learner.critic_hidden_sizes", "non-empty positive widths", self.critic_hidden_sizes)
+        require(self.critic_activation in ACTIVATION_NAMES, "learner.critic_activation",
                 f"one of {ACTIVATION_NAMES}", self.critic_activation)
-        require(self.critic_init in ("torch", "xavier"), "updater.critic_init", "torch or xavier", self.critic_init)
-        require(self.critic_reduction in ("sb3", "mean"), "updater.critic_reduction", "sb3 or mean",
+        require(self.critic_init in ("torch", "xavier"), "learner.critic_init", "torch or xavier", self.critic_init)
+        require(self.critic_reduction in ("sb3", "mean"), "learner.critic_reduction", "sb3 or mean",
                 self.critic_reduction)
-        require(self.actor_q_reduction in ("min", "mean"), "updater.actor_q_reduction", "min or mean",
+        require(self.actor_q_reduction in ("min", "mean"), "learner.actor_q_reduction", "min or mean",
                 self.actor_q_reduction)
         if self.ent_coef != "auto":
             try:
                 fixed = float(self.ent_coef)
             except ValueError:
                 fixed = -1.0
-            require(fixed >= 0, "updater.ent_coef", "auto or a number >= 0", self.ent_coef)
-        require(self.init_temperature > 0, "updater.init_temperature", "> 0", self.init_temperature)
-        require(self.temperature_loss in ("log_alpha", "alpha"), "updater.temperature_loss", "log_alpha or alpha",
+            require(fixed >= 0, "learner.ent_coef", "auto or a number >= 0", self.ent_coef)
+        require(self.init_temperature > 0, "learner.init_temperature", "> 0", self.init_temperature)
+        require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
                 self.temperature_loss)
-        require(0.0 <= self.offline_ratio <= 1.0, "updater.offline_ratio", "in [0, 1]", self.offline_ratio)
+        require(0.0 <= self.offline_ratio <= 1.0, "learner.offline_ratio", "in [0, 1]", self.offline_ratio)
         if self.max_grad_norm is not None:
-            require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
-        require(self.iteration_steps >= 1, "updater.iteration_steps", ">= 1", self.iteration_steps)
+            require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        require(self.iteration_steps >= 1, "learner.iteration_steps", ">= 1", self.iteration_steps)
 
 
 @dataclass
@@ -155,19 +155,19 @@ class QGradientConfig(SACConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.eta >= 0, "updater.eta", ">= 0", self.eta)
-        require(self.bc_coef >= 0, "updater.bc_coef", ">= 0", self.bc_coef)
-        require(self.eta > 0 or self.bc_coef > 0, "updater.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
-        require(0.0 < self.actor_ema_decay < 1.0, "updater.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
-        require(self.actor_ema_every >= 1, "updater.actor_ema_every", ">= 1", self.actor_ema_every)
-        require(self.act_candidates >= 1, "updater.act_candidates", ">= 1", self.act_candidates)
+        require(self.eta >= 0, "learner.eta", ">= 0", self.eta)
+        require(self.bc_coef >= 0, "learner.bc_coef", ">= 0", self.bc_coef)
+        require(self.eta > 0 or self.bc_coef > 0, "learner.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
+        require(0.0 < self.actor_ema_decay < 1.0, "learner.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
+        require(self.actor_ema_every >= 1, "learner.actor_ema_every", ">= 1", self.actor_ema_every)
+        require(self.act_candidates >= 1, "learner.act_candidates", ">= 1", self.act_candidates)
         for key in ("explore_initial", "explore_final"):
-            require(0.0 <= getattr(self, key) <= 1.0, f"updater.{key}", "in [0, 1]", getattr(self, key))
-        require(0.0 < self.explore_fraction <= 1.0, "updater.explore_fraction", "in (0, 1]", self.explore_fraction)
-        require(self.ent_coef in ("0", "0.0"), "updater.ent_coef", "0 (a Q-gradient actor has no entropy term)",
+            require(0.0 <= getattr(self, key) <= 1.0, f"learner.{key}", "in [0, 1]", getattr(self, key))
+        require(0.0 < self.explore_fraction <= 1.0, "learner.explore_fraction", "in (0, 1]", self.explore_fraction)
+        require(self.ent_coef in ("0", "0.0"), "learner.ent_coef", "0 (a Q-gradient actor has no entropy term)",
                 self.ent_coef)
-        require(self.batching == "sb3", "updater.batching", "sb3 (one actor step per critic step)", self.batching)
-        require(not self.compile, "updater.compile", "false (not supported by this learner yet)", self.compile)
+        require(self.batching == "sb3", "learner.batching", "sb3 (one actor step per critic step)", self.batching)
+        require(not self.compile, "learner.compile", "false (not supported by this learner yet)", self.compile)
 
 
 @dataclass
@@ -234,18 +234,18 @@ class ExpoConfig(SACConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.num_samples >= 1, "updater.num_samples", ">= 1", self.num_samples)
-        require(0 <= self.n_edit <= self.num_samples, "updater.n_edit", f"in [0, num_samples={self.num_samples}]",
+        require(self.num_samples >= 1, "learner.num_samples", ">= 1", self.num_samples)
+        require(0 <= self.n_edit <= self.num_samples, "learner.n_edit", f"in [0, num_samples={self.num_samples}]",
                 self.n_edit)
-        require(self.edit_scale > 0, "updater.edit_scale", "> 0", self.edit_scale)
+        require(self.edit_scale > 0, "learner.edit_scale", "> 0", self.edit_scale)
         require(len(self.edit_hidden_sizes) >= 1 and all(w >= 1 for w in self.edit_hidden_sizes),
-                "updater.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
-        require(self.edit_activation in ACTIVATION_NAMES, "updater.edit_activation", f"one of {ACTIVATION_NAMES}",
+                "learner.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
+        require(self.edit_activation in ACTIVATION_NAMES, "learner.edit_activation", f"one of {ACTIVATION_NAMES}",
                 self.edit_activation)
-        require(0.0 < self.base_ema_tau <= 1.0, "updater.base_ema_tau", "in (0, 1]", self.base_ema_tau)
-        require(self.base_lr_decay_steps is None or self.base_lr_decay_steps >= 1, "updater.base_lr_decay_steps",
+        require(0.0 < self.base_ema_tau <= 1.0, "learner.base_ema_tau", "in (0, 1]", self.base_ema_tau)
+        require(self.base_lr_decay_steps is None or self.base_lr_decay_steps >= 1, "learner.base_lr_decay_steps",
                 ">= 1 or null", self.base_lr_decay_steps)
-        require(self.batching == "rlpd", "updater.batching", "rlpd for EXPO", self.batching)
-        require(self.actor_q_reduction == "mean", "updater.actor_q_reduction", "mean for EXPO's edit loss",
+        require(self.batching == "rlpd", "learner.batching", "rlpd for EXPO", self.batching)
+        require(self.actor_q_reduction == "mean", "learner.actor_q_reduction", "mean for EXPO's edit loss",
                 self.actor_q_reduction)
-        require(not self.compile, "updater.compile", "false for EXPO (its steps run eager)", self.compile)
+        require(not self.compile, "learner.compile", "false for EXPO (its steps run eager)", self.compile)

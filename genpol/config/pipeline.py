@@ -39,7 +39,7 @@ class OnlinePipelineConfig:
 @dataclass
 class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
     """Pretraining on ``dataset``, evaluation, then online fine-tuning, in one run. The pretraining is
-    behaviour cloning, or with ``updater=consistency_ac`` offline RL by that learner (its optimizers
+    behaviour cloning, or with ``learner=consistency_ac`` offline RL by that learner (its optimizers
     and lr, pretrain_batch_size; the BC-only pretrain_lr, pretrain_min_lr, pretrain_weight_decay and
     ema_* keys do not apply)."""
 
@@ -66,7 +66,7 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
     pretrain_checkpoint_every: int = 10
     """Pretraining checkpoints every this many logs."""
     pretrain_eval_every: int = 0
-    """Offline RL phase (updater=consistency_ac): evaluate every this many logs (0: only at the end)."""
+    """Offline RL phase (learner=consistency_ac): evaluate every this many logs (0: only at the end)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,13 +92,13 @@ class GoRLPipelineConfig(OnlinePipelineConfig):
     """Relative encoder budgets of the stages (their number is its length): stage k trains for
     total_steps * w_k / sum(w). GoRL: 60M, 60M, 30M, 30M of 180M = [2, 2, 1, 1]."""
     clip_range_first: float = 0.15
-    """updater.clip_range in stage 0 (GoRL: 0.15); PPO-family updaters only."""
+    """learner.clip_range in stage 0 (GoRL: 0.15); PPO-family updaters only."""
     clip_range_later: float = 0.3
-    """updater.clip_range in stages 1+ (GoRL: 0.3)."""
+    """learner.clip_range in stages 1+ (GoRL: 0.3)."""
     max_grad_norm_first: float = 0.5
-    """updater.max_grad_norm in stage 0 (GoRL: 0.5); PPO-family updaters only."""
+    """learner.max_grad_norm in stage 0 (GoRL: 0.5); PPO-family updaters only."""
     max_grad_norm_later: float = 1.0
-    """updater.max_grad_norm in stages 1+ (GoRL: 1.0)."""
+    """learner.max_grad_norm in stages 1+ (GoRL: 1.0)."""
     latent_l2_first: float = 5e-4
     """Encoder penalty c_z (mean(mu^2) + mean(sigma^2)) in stage 0 (GoRL: 5e-4; 0 for BallInCup)."""
     latent_l2_later: float = 1e-3

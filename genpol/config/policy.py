@@ -187,10 +187,10 @@ class DiffusionPolicyConfig(PolicyConfig):
     gamma_denoising: float = 0.99
     """Denoising discount of the per-step advantages."""
     clip_base: Optional[float] = None
-    """PPO clip at the noisiest fine-tuned step, rising exponentially to updater.clip_range at the last
-    step (DPPO Robomimic: 0.001 to 0.01). None: updater.clip_range at every step (DPPO Gym: 0.01)."""
+    """PPO clip at the noisiest fine-tuned step, rising exponentially to learner.clip_range at the last
+    step (DPPO Robomimic: 0.001 to 0.01). None: learner.clip_range at every step (DPPO Gym: 0.01)."""
     clip_final: Optional[float] = None
-    """PPO clip at the last denoising step: always updater.clip_range, the one source of truth. Left
+    """PPO clip at the last denoising step: always learner.clip_range, the one source of truth. Left
     None it is filled in from there when clip_base is set; a different value is a config error."""
     ddim_eta: float = 1.0
     """DDIM's eta while sampling stochastically."""

@@ -20,7 +20,7 @@ log-probabilities and the ratio is taken per step:
   ``base + (final - base) (e^{3u} - 1) / (e^3 - 1)``, ``u = j / (K' - 1)``; a single fine-tuned
   step (K' = 1) is the last step and gets ``clip_final``, as in DPPO's code. Without ``clip_final``
   the head hands out no per-step clip and the updater's ``clip_range`` applies to every step; a
-  config fills ``clip_final`` from ``updater.clip_range`` when ``clip_base`` is set, so the
+  config fills ``clip_final`` from ``learner.clip_range`` when ``clip_base`` is set, so the
   updater's value is the one source of the final step's clip (``TrainConfig.__post_init__``).
 
 Early steps at their pretrained weights. With K' < K the first K - K' steps run ``frozen_denoiser``,

@@ -1,10 +1,10 @@
 """Pipeline ``offline_to_online``: pretrain a head on an offline dataset, evaluate it, then fine-tune
 it online with the configured learner; both phases in one run, each on the shared run scaffold.
 An off-policy learner also mixes the dataset's transitions into its batches online when
-``updater.offline_ratio`` > 0 (RLPD's symmetric sampling).
+``learner.offline_ratio`` > 0 (RLPD's symmetric sampling).
 
 The offline phase is behaviour cloning (``BCRunner``: the head's imitation loss, AdamW, EMA) for
-every learner but the Q-gradient actors. With ``updater=consistency_ac`` it is offline RL
+every learner but the Q-gradient actors. With ``learner=consistency_ac`` it is offline RL
 (``OfflineRLRunner``): the learner's own gradient steps on dataset transitions only, i.e. offline
 Consistency-AC (CT loss + eta normalized Q-loss, twin critics, EMA actor) or Diffusion-QL, and the
 learner, critics included, goes on into online fine-tuning. It uses the updater's optimizers and
@@ -69,19 +69,19 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
     stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
                               torch.tensor(np.tile(norm.action_max, chunk)))
-    probe = make_env(cfg.env, gamma=cfg.updater.gamma, seed=None, num_envs=1, training=False,
+    probe = make_env(cfg.env, gamma=cfg.learner.gamma, seed=None, num_envs=1, training=False,
                      stack={"action_chunk": chunk})
     dataset.check_dims(*_inner_dims(probe, chunk), cfg.env.full_id)
     probe.close()
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     check_capabilities(head, "behaviour-cloning pretraining", {Capability.IMITATION})
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
 
-    offline_rl = learner(cfg.updater.name).offline_phase == "own_loss"
+    offline_rl = learner(cfg.learner.name).offline_phase == "own_loss"
     offline, algorithm = None, None
-    if offline_rl or (is_off_policy(cfg.updater.name) and cfg.updater.offline_ratio > 0):
+    if offline_rl or (is_off_policy(cfg.learner.name) and cfg.learner.offline_ratio > 0):
         from genpol.runners.offpolicy import dataset_transitions
 
         offline = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
@@ -140,9 +140,9 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
     """Phase 1 for a Q-gradient learner: ``pipeline.pretrain_steps`` of its gradient steps on the
     dataset (resumable), evaluated every ``pipeline.pretrain_eval_every`` logs and at the end."""
     pipeline = cfg.pipeline
-    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.learner.gamma, cfg.device, stack)
     evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.pretrain_eval_every, None, normalized)
-    phase = _pretrain_phase(cfg, run_dir, algorithm.acting_head(), env, f"pretrain (offline {cfg.updater.name})",
+    phase = _pretrain_phase(cfg, run_dir, algorithm.acting_head(), env, f"pretrain (offline {cfg.learner.name})",
                             evaluation)
     runner = OfflineRLRunner(algorithm, offline, pipeline.pretrain_steps, pipeline.pretrain_batch_size,
                              log_every=pipeline.pretrain_log_every, callbacks=phase_callbacks(phase).callbacks,
@@ -150,7 +150,7 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
                                                 "high": stack["obs_bounds"][1].float()})
     run_phase(runner, phase, cfg.device)
     rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
-    summary = {"learner": f"offline {cfg.updater.name}", "gradient_steps": runner.global_step,
+    summary = {"learner": f"offline {cfg.learner.name}", "gradient_steps": runner.global_step,
                "transitions": len(offline), "final_loss": rows[-1]["pretrain/policy"] if rows else None,
                "final_q_loss": rows[-1]["pretrain/q_loss"] if rows else None,
                "final_critic_loss": rows[-1]["pretrain/value"] if rows else None,
@@ -182,7 +182,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     # initialization until this copies the pretrained weights into them
     head.start_finetuning()
 
-    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, cfg.device, stack)
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.learner.gamma, cfg.device, stack)
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
     try:
         with torch.no_grad():

@@ -3,7 +3,7 @@ train with the configured learner (on-policy or off-policy), and leave checkpoin
 a curve and ``summary.json``.
 
 With ``dataset.path`` set, an off-policy learner mixes the offline transitions into every batch
-(RLPD's symmetric sampling, ``updater.offline_ratio``); on-policy learners have no use for them.
+(RLPD's symmetric sampling, ``learner.offline_ratio``); on-policy learners have no use for them.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     run_dir = prepare_run(cfg, run_dir)
     offline = None
     if cfg.dataset.path is not None:
-        if not is_off_policy(cfg.updater.name):
-            raise ConfigError(f"dataset.path is set, but updater={cfg.updater.name} learns on-policy and "
+        if not is_off_policy(cfg.learner.name):
+            raise ConfigError(f"dataset.path is set, but learner={cfg.learner.name} learns on-policy and "
                               "cannot use offline data online; use pipeline=offline_to_online to pretrain on it, "
-                              "or an off-policy updater (updater=sac) to mix it into every batch")
+                              "or an off-policy updater (learner=sac) to mix it into every batch")
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     extra: dict[str, Any] = {}
     normalized = None
@@ -51,11 +51,11 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
 def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
     """Off-policy learners store observations and rewards in a replay buffer, where running
     normalization statistics would go stale: their envs hand over raw observations and rewards."""
-    if not is_off_policy(cfg.updater.name):
+    if not is_off_policy(cfg.learner.name):
         return {}
     if cfg.env.normalize_obs or cfg.env.normalize_reward:
-        log.info("updater=%s: observations and rewards are not normalized (a replay buffer would keep "
-                 "stale statistics)", cfg.updater.name)
+        log.info("learner=%s: observations and rewards are not normalized (a replay buffer would keep "
+                 "stale statistics)", cfg.learner.name)
     return {"normalize_obs": False, "normalize_reward": False}
 
 
@@ -74,14 +74,14 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
                                    (cfg.env.render_width, cfg.env.render_height))
     pipeline = cfg.pipeline
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
-    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.updater.gamma, device, stack),
+    evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack),
                             pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score)
     phase = Phase(
         directory=run_dir, tensorboard_dir=run_dir / "tb" if cfg.logger.tensorboard else None,
         total=cfg.total_steps if cfg.logger.progress_bar else None, label=env.env_id,
         checkpoint_every=pipeline.checkpoint_every, keep_checkpoints=pipeline.keep_checkpoints,
         policy_spec=policy_spec, evaluation=evaluation,
-        summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
+        summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "learner": cfg.learner.name,
                        "seed": cfg.seed, "run_dir": str(run_dir), **(extra_summary or {})},
     )
     callbacks = phase_callbacks(phase)
@@ -92,6 +92,6 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
         from genpol.runners.offpolicy import OffPolicyRunner
 
         runner = OffPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
-                                 iteration_steps=cfg.updater.iteration_steps)
+                                 iteration_steps=cfg.learner.iteration_steps)
     run_phase(runner, phase, device, close=env.close)
     return callbacks.summary.summary if callbacks.summary is not None else {}  # None: a rank > 0

@@ -1,16 +1,16 @@
 """Offline RL: an off-policy learner's gradient steps on dataset transitions only, no env steps.
 
 The offline phase of ``pipeline=offline_to_online`` when the updater is a Q-gradient actor
-(``updater=consistency_ac``: Consistency-AC, Diffusion-QL; ALGORITHMS.md 8.3). Each gradient step
+(``learner=consistency_ac``: Consistency-AC, Diffusion-QL; ALGORITHMS.md 8.3). Each gradient step
 is the learner's own (``QGradientActor.gradient_step``) on a batch drawn uniformly from the
 dataset: a TD step of the twin critics with next actions from the EMA actor, an actor step on
 ``bc_coef`` CT loss + ``eta`` normalized Q-loss, the Polyak and EMA updates. The learner object
 (critics, targets, EMA actor, optimizers) then goes on into online fine-tuning unchanged.
 
-With ``updater.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
-``updater.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
+With ``learner.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
+``learner.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
 stepped there once per epoch of 1000 steps, here every step), computed from the learner's checkpointed
-``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``updater.lr``.
+``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``learner.lr``.
 
 As the BC runner, callbacks do the I/O every ``log_every`` gradient steps, and ``global_step`` is the
 gradient step. Evaluation (``runner.head``) acts as the online phase will: softmax-Q over the

@@ -80,7 +80,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
     return offline, {"dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
-                     "offline_ratio": cfg.updater.offline_ratio}, normalized
+                     "offline_ratio": cfg.learner.offline_ratio}, normalized
 
 
 def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tuple[np.ndarray, np.ndarray],

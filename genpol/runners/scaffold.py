@@ -23,6 +23,7 @@ from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar,
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
+from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
 
 log = logging.getLogger(__name__)
@@ -30,15 +31,15 @@ log = logging.getLogger(__name__)
 # Keys that may change when a run is resumed: they do not alter what the run computes.
 # Keys a resumed run may change: budgets, I/O, and how (not what) the updates compute. Compiled and
 # eager steps run the same math to within float rounding, so a run saved before a bundle turned
-# updater.compile on still resumes; the same holds for the update's thread count.
+# learner.compile on still resumes; the same holds for the update's thread count.
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
                      "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
-                     "updater.compile", "update_threads")
+                     "learner.compile", "update_threads")
 
 # Fields added with a default that computes something new: the value that reproduces what a run saved
 # before the field existed computed. A key missing from a saved config is compared against this value
 # instead of the default, so such a run resumes only when the old behaviour is asked for.
-LEGACY_VALUES = {"updater.adjust_target_entropy": False}
+LEGACY_VALUES = {"learner.adjust_target_entropy": False}
 
 _NO_DEFAULT = object()
 
@@ -77,7 +78,7 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     if not path.exists():
         path.write_text(OmegaConf.to_yaml(current))
         return
-    saved = flatten_keys(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    saved = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
     now = flatten_keys(current)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES)

@@ -71,7 +71,7 @@ class MinibatchUpdater:
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
                 f"updater ent_coef={loss.ent_coef} needs an entropy, but the {head.family} head "
-                "has none; set updater.ent_coef=0"
+                "has none; set learner.ent_coef=0"
             )
         self.head = head
         self.critic = critic
@@ -94,7 +94,7 @@ class MinibatchUpdater:
         self.compiled_step = None
         if compile:
             if target_kl is not None:
-                raise ValueError("updater.compile=true cannot stop early on target_kl; set target_kl=null")
+                raise ValueError("learner.compile=true cannot stop early on target_kl; set target_kl=null")
             self.compiled_step = CompiledAdamStep({"head": head, "critic": critic}, self.minibatch_loss,
                                                   self.optimizer, max_grad_norm)
 

@@ -78,14 +78,14 @@ def stage_seed(seed: int, stage: int, purpose: int) -> int:
 def stage_updater(cfg: TrainConfig, stage: int) -> TrainConfig:
     """``cfg`` with stage ``stage``'s clip range and grad-norm limit (PPO, SPO and ASPO have them;
     TRPO's trust region is its KL radius, so it keeps its config)."""
-    pipeline, updater = cfg.pipeline, cfg.updater
+    pipeline, updater = cfg.pipeline, cfg.learner
     later = stage > 0
     changes = {}
     if hasattr(updater, "clip_range"):
         changes["clip_range"] = pipeline.clip_range_later if later else pipeline.clip_range_first
     if hasattr(updater, "max_grad_norm"):
         changes["max_grad_norm"] = pipeline.max_grad_norm_later if later else pipeline.max_grad_norm_first
-    return dataclasses.replace(cfg, updater=dataclasses.replace(updater, **changes))
+    return dataclasses.replace(cfg, learner=dataclasses.replace(updater, **changes))
 
 
 def check_budgets(run_dir: Path, budgets: list[int]) -> None:
@@ -124,11 +124,11 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     budgets = stage_budgets(cfg.total_steps, list(pipeline.stage_weights))
     check_budgets(run_dir, budgets)
     stack = env_stack(cfg.policy)
-    env = make_env(cfg.env, gamma=cfg.updater.gamma, seed=cfg.seed, device=device, stack=stack)
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(device)
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
-    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.updater.gamma, device, stack)
+    make_eval_env = evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack)
     stages: list[dict[str, Any]] = []
     offset = 0  # encoder env steps of the finished stages: the x-axis of TensorBoard
     best_weights: dict[str, Any] = {}
@@ -175,7 +175,7 @@ def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, 
         directory=stage_dir, tensorboard_dir=None, total=budget if cfg.logger.progress_bar else None,
         label=f"GoRL stage {stage}", checkpoint_every=pipeline.checkpoint_every,
         keep_checkpoints=pipeline.keep_checkpoints, policy_spec=spec, evaluation=evaluation,
-        summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
+        summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "learner": cfg.learner.name,
                        "seed": cfg.seed, "stage": stage, "stage_budget": budget, "encoder_step_offset": offset},
         extra_callbacks=extra,
     )
@@ -187,8 +187,8 @@ def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, 
         raise CheckpointError(f"GoRL stage {stage} ended without its best-encoder checkpoint in {stage_dir / 'best'}: "
                               f"{runner.callbacks.failures}")
     record = {"stage": stage, "encoder_env_steps": runner.global_step, "budget": budget,
-              "clip_range": getattr(stage_cfg.updater, "clip_range", None),
-              "max_grad_norm": getattr(stage_cfg.updater, "max_grad_norm", None),
+              "clip_range": getattr(stage_cfg.learner, "clip_range", None),
+              "max_grad_norm": getattr(stage_cfg.learner, "max_grad_norm", None),
               "latent_l2_coef": head.latent_l2_coef, "best_eval_return": best.best_return,
               "best_eval_step": best.best_step, "final_eval_return": evaluation.final_return,
               "best_checkpoint": str(list_checkpoints(stage_dir / "best")[-1])}
@@ -279,7 +279,7 @@ def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDe
         log.warning("the final video failed, evaluating without it: %s", missing["video"])
         returns, video = evaluate_policy(policy, cfg, None)
     summary = {
-        "pipeline": "gorl", "env": cfg.env.full_id, "policy": cfg.policy.family, "updater": cfg.updater.name,
+        "pipeline": "gorl", "env": cfg.env.full_id, "policy": cfg.policy.family, "learner": cfg.learner.name,
         "seed": cfg.seed, "run_dir": str(run_dir),
         "encoder_env_steps": encoder_steps, "collection_env_steps": collection_steps,
         "total_env_steps": encoder_steps + collection_steps,

@@ -1,4 +1,4 @@
-"""Schemas of the ``updater`` group: PPO, SPO, ASPO and TRPO."""
+"""Schemas of the ``learner`` group: PPO, SPO, ASPO and TRPO."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from genpol.config.base import require
 
 @dataclass
 class RolloutConfig:
-    """What every on-policy updater shares: the rollout length and advantage estimation."""
+    """What every on-policy learner shares: the rollout length and advantage estimation."""
 
     name: str = MISSING
-    """Updater name; selects the updater and its loss."""
+    """Learner name; selects the learner and its loss."""
     rollout_steps: int = 2048
     """Steps collected per env between updates (the rollout is rollout_steps x num_envs)."""
     gamma: float = 0.99
@@ -24,9 +24,9 @@ class RolloutConfig:
     """GAE lambda."""
 
     def __post_init__(self) -> None:
-        require(self.rollout_steps >= 1, "updater.rollout_steps", ">= 1", self.rollout_steps)
-        require(0.0 < self.gamma <= 1.0, "updater.gamma", "in (0, 1]", self.gamma)
-        require(0.0 <= self.gae_lambda <= 1.0, "updater.gae_lambda", "in [0, 1]", self.gae_lambda)
+        require(self.rollout_steps >= 1, "learner.rollout_steps", ">= 1", self.rollout_steps)
+        require(0.0 < self.gamma <= 1.0, "learner.gamma", "in (0, 1]", self.gamma)
+        require(0.0 <= self.gae_lambda <= 1.0, "learner.gae_lambda", "in [0, 1]", self.gae_lambda)
 
 
 @dataclass
@@ -75,25 +75,25 @@ class PPOConfig(RolloutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.compile:
-            require(self.target_kl is None, "updater.target_kl", "null when updater.compile=true", self.target_kl)
-        require(self.lr > 0, "updater.lr", "> 0", self.lr)
+            require(self.target_kl is None, "learner.target_kl", "null when learner.compile=true", self.target_kl)
+        require(self.lr > 0, "learner.lr", "> 0", self.lr)
         if self.critic_lr is not None:
-            require(self.critic_lr > 0, "updater.critic_lr", "> 0 or null", self.critic_lr)
-        require(self.lr_schedule in ("constant", "linear", "adaptive"), "updater.lr_schedule",
+            require(self.critic_lr > 0, "learner.critic_lr", "> 0 or null", self.critic_lr)
+        require(self.lr_schedule in ("constant", "linear", "adaptive"), "learner.lr_schedule",
                  "constant, linear or adaptive", self.lr_schedule)
-        require(self.desired_kl > 0, "updater.desired_kl", "> 0", self.desired_kl)
-        require(self.epochs >= 1, "updater.epochs", ">= 1", self.epochs)
-        require(self.minibatch_size >= 1, "updater.minibatch_size", ">= 1", self.minibatch_size)
-        require(0.0 < self.clip_range < 1.0, "updater.clip_range", "in (0, 1)", self.clip_range)
+        require(self.desired_kl > 0, "learner.desired_kl", "> 0", self.desired_kl)
+        require(self.epochs >= 1, "learner.epochs", ">= 1", self.epochs)
+        require(self.minibatch_size >= 1, "learner.minibatch_size", ">= 1", self.minibatch_size)
+        require(0.0 < self.clip_range < 1.0, "learner.clip_range", "in (0, 1)", self.clip_range)
         if self.clip_range_vf is not None:
-            require(self.clip_range_vf > 0, "updater.clip_range_vf", "> 0 or null", self.clip_range_vf)
-        require(self.ent_coef >= 0, "updater.ent_coef", ">= 0", self.ent_coef)
-        require(self.vf_coef >= 0, "updater.vf_coef", ">= 0", self.vf_coef)
+            require(self.clip_range_vf > 0, "learner.clip_range_vf", "> 0 or null", self.clip_range_vf)
+        require(self.ent_coef >= 0, "learner.ent_coef", ">= 0", self.ent_coef)
+        require(self.vf_coef >= 0, "learner.vf_coef", ">= 0", self.vf_coef)
         if self.max_grad_norm is not None:
-            require(self.max_grad_norm > 0, "updater.max_grad_norm", "> 0 or null", self.max_grad_norm)
+            require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
         if self.target_kl is not None:
-            require(self.target_kl > 0, "updater.target_kl", "> 0 or null", self.target_kl)
-        require(self.adam_eps > 0, "updater.adam_eps", "> 0", self.adam_eps)
+            require(self.target_kl > 0, "learner.target_kl", "> 0 or null", self.target_kl)
+        require(self.adam_eps > 0, "learner.adam_eps", "> 0", self.adam_eps)
 
 
 @dataclass
@@ -116,7 +116,7 @@ class ASPOConfig(PPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(0.0 < self.spo_clip_range < 1.0, "updater.spo_clip_range", "in (0, 1)", self.spo_clip_range)
+        require(0.0 < self.spo_clip_range < 1.0, "learner.spo_clip_range", "in (0, 1)", self.spo_clip_range)
 
 
 @dataclass
@@ -158,16 +158,16 @@ class TRPOConfig(RolloutConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.chunk_size >= 1, "updater.chunk_size", ">= 1", self.chunk_size)
-        require(self.target_kl > 0, "updater.target_kl", "> 0", self.target_kl)
-        require(self.cg_iterations >= 1, "updater.cg_iterations", ">= 1", self.cg_iterations)
-        require(self.cg_damping >= 0, "updater.cg_damping", ">= 0", self.cg_damping)
-        require(0.0 < self.line_search_shrink < 1.0, "updater.line_search_shrink", "in (0, 1)",
+        require(self.chunk_size >= 1, "learner.chunk_size", ">= 1", self.chunk_size)
+        require(self.target_kl > 0, "learner.target_kl", "> 0", self.target_kl)
+        require(self.cg_iterations >= 1, "learner.cg_iterations", ">= 1", self.cg_iterations)
+        require(self.cg_damping >= 0, "learner.cg_damping", ">= 0", self.cg_damping)
+        require(0.0 < self.line_search_shrink < 1.0, "learner.line_search_shrink", "in (0, 1)",
                  self.line_search_shrink)
-        require(self.line_search_max_iter >= 1, "updater.line_search_max_iter", ">= 1", self.line_search_max_iter)
-        require(self.critic_lr > 0, "updater.critic_lr", "> 0", self.critic_lr)
-        require(self.critic_epochs >= 0, "updater.critic_epochs", ">= 0", self.critic_epochs)
-        require(self.critic_minibatch_size >= 1, "updater.critic_minibatch_size", ">= 1",
+        require(self.line_search_max_iter >= 1, "learner.line_search_max_iter", ">= 1", self.line_search_max_iter)
+        require(self.critic_lr > 0, "learner.critic_lr", "> 0", self.critic_lr)
+        require(self.critic_epochs >= 0, "learner.critic_epochs", ">= 0", self.critic_epochs)
+        require(self.critic_minibatch_size >= 1, "learner.critic_minibatch_size", ">= 1",
                  self.critic_minibatch_size)
-        require(self.lr_schedule in ("constant", "linear"), "updater.lr_schedule", "constant or linear",
+        require(self.lr_schedule in ("constant", "linear"), "learner.lr_schedule", "constant or linear",
                  self.lr_schedule)
