@@ -17,17 +17,12 @@ Writes ``bench/results/backends_<device>.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, machine, write_results
+
 TASKS = {"gym": "gym:HalfCheetah-v5", "dmc": "dmc:cheetah-run", "playground": "playground:CheetahRun"}
 GROUPS = {"gym": ["env=gym", "env.id=HalfCheetah-v5"], "dmc": ["env=dmc", "env.id=cheetah-run"],
           "playground": ["env=playground", "env.id=CheetahRun", "env.workers=1"]}
@@ -56,7 +51,6 @@ def raw_rate(env_id: str, num_envs: int, device: str, seconds: float = 3.0) -> t
 
 
 def training_rate(backend: str, num_envs: int, device: str, iterations: int) -> dict:
-    sys.path.insert(0, str(ROOT / "bench"))
     from throughput import genpol_run
 
     overrides = ["+experiment=ppo_fast", *GROUPS[backend], f"env.num_envs={num_envs}", f"device={device}"]
@@ -94,10 +88,9 @@ def main() -> None:
         print(f"{TASKS[backend]:24s} x{n:<5d} Gaussian PPO {training['sps']:9.0f} env-steps/s = "
               f"{training['fraction_of_raw']:.2f} of raw", flush=True)
         rows[backend] = row
-    RESULTS.mkdir(exist_ok=True)
-    out = {"benchmark": "backends", "device": args.device, "date": time.strftime("%Y-%m-%d %H:%M"),
-           "machine": platform.processor() or platform.machine(), "rows": rows}
-    (RESULTS / f"backends_{args.device.split(':')[0]}.json").write_text(json.dumps(out, indent=2))
+    out = {"benchmark": "backends", "device": args.device, "date": date_stamp(),
+           "machine": machine()["processor"], "rows": rows}
+    write_results(f"backends_{args.device.split(':')[0]}.json", out)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-RUNS = ROOT / "bench" / "runs" / "bc_heads"
+from common import ROOT, RUNS, date_stamp, train_once, write_results
+
+RUN_ROOT = RUNS / "bc_heads"
 HEADS = {
     "diffusion": ["+experiment=dppo_hopper"],
     # DPPO's denoiser acting one step at a time, as the consistency head does (chunks are a DPPO choice)
@@ -56,15 +52,12 @@ HEADS = {
 
 
 def run(head: str, seed: int, steps: int, dataset: str) -> dict:
-    run_dir = RUNS / f"{head}-s{seed}"
-    summary_path = run_dir / "pretrain" / "summary.json"
-    if not summary_path.exists():
-        command = [sys.executable, "-m", "genpol.train", *HEADS[head], f"dataset.path={dataset}", f"seed={seed}",
-                   f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128", "pipeline.eval_episodes=10",
-                   "total_steps=1", "pipeline.video=false", "logger.progress_bar=false", f"run_dir={run_dir}"]
-        subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
-                       stdout=subprocess.DEVNULL)
-    summary = json.loads(summary_path.read_text())
+    # done once BC is: the one-iteration fine-tuning after it does not matter here
+    summary = train_once(RUN_ROOT / f"{head}-s{seed}",
+                         [*HEADS[head], f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
+                          "pipeline.pretrain_batch_size=128", "pipeline.eval_episodes=10", "total_steps=1",
+                          "pipeline.video=false", "logger.progress_bar=false"],
+                         marker="pretrain/summary.json")
     return {"head": head, "seed": seed, "normalized_score": summary.get("normalized_score"),
             "eval_return_mean": summary["eval_return_mean"], "wall_time_s": summary["wall_time_s"],
             "gradient_steps": summary["gradient_steps"], "final_loss": summary["final_loss"]}
@@ -84,11 +77,10 @@ def main() -> None:
     medians = {head: {key: statistics.median(r[key] for r in rows if r["head"] == head)
                       for key in ("normalized_score", "wall_time_s")} for head in HEADS}
     print("medians:", json.dumps(medians))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bc_heads.json").write_text(json.dumps({
-        "benchmark": "bc_heads", "date": time.strftime("%Y-%m-%d %H:%M"), "dataset": args.dataset,
+    write_results("bc_heads.json", {
+        "benchmark": "bc_heads", "date": date_stamp(), "dataset": args.dataset,
         "steps": args.steps, "batch_size": 128, "load_average": os.getloadavg(), "runs": rows,
-        "medians": medians}, indent=2))
+        "medians": medians})
 
 
 if __name__ == "__main__":

@@ -20,55 +20,37 @@ runs in ``bench/runs/consistency_ac/<method>-<steps/1000>k-s<seed>``, resumable)
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-RUNS = ROOT / "bench" / "runs" / "consistency_ac"
+from common import ROOT, RUNS, curve, date_stamp, read_progress, read_summary, train_once, write_results
+
+RUN_ROOT = RUNS / "consistency_ac"
 COMMON = ["pipeline.video=false", "logger.progress_bar=false", "pipeline.pretrain_log_every=200"]
 
 
-def train(run_dir: Path, overrides: list[str]) -> None:
-    if not (run_dir / "summary.json").exists():
-        command = [sys.executable, "-m", "genpol.train", *overrides, *COMMON, f"run_dir={run_dir}"]
-        subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
-                       stdout=subprocess.DEVNULL)
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
-    run_dir = RUNS / f"consistency-bc-{steps // 1000}k-s{seed}"
-    train(run_dir, ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
-                    f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
-                    "pipeline.pretrain_batch_size=128", f"pipeline.eval_episodes={episodes}", "total_steps=1"])
-    pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
+    run_dir = RUN_ROOT / f"consistency-bc-{steps // 1000}k-s{seed}"
+    train_once(run_dir, ["env=hopper", "policy=consistency", "pipeline=offline_to_online", "env.normalize_obs=false",
+                         f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
+                         "pipeline.pretrain_batch_size=128", f"pipeline.eval_episodes={episodes}", "total_steps=1",
+                         *COMMON])
+    pretrained = read_summary(run_dir, "pretrain")
     return {"method": "consistency-bc", "seed": seed, "offline_normalized_score": pretrained["normalized_score"],
             "offline_return": pretrained["eval_return_mean"], "offline_wall_time_s": pretrained["wall_time_s"],
             "gradient_steps": pretrained["gradient_steps"]}
 
 
 def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str) -> dict:
-    run_dir = RUNS / f"consistency-ac-{steps // 1000}k-s{seed}"
-    train(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
-                    f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
-                    f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}", f"pipeline.eval_episodes={episodes}",
-                    f"total_steps={online_steps}", "learner.iteration_steps=1000", "pipeline.eval_every=1"])
-    pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
-    summary = json.loads((run_dir / "summary.json").read_text())
-    offline_rows = rows(run_dir / "pretrain" / "progress.jsonl")
-    offline_curve = [[row["global_step"], row["eval/normalized_score"]] for row in offline_rows
-                     if "eval/normalized_score" in row]
-    online_rows = rows(run_dir / "progress.jsonl")
-    online_curve = [[row["global_step"], row["eval/normalized_score"]] for row in online_rows
-                    if "eval/normalized_score" in row]
+    run_dir = RUN_ROOT / f"consistency-ac-{steps // 1000}k-s{seed}"
+    summary = train_once(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
+                                   f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
+                                   f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}",
+                                   f"pipeline.eval_episodes={episodes}", f"total_steps={online_steps}",
+                                   "learner.iteration_steps=1000", "pipeline.eval_every=1", *COMMON])
+    pretrained = read_summary(run_dir, "pretrain")
+    offline_curve = curve(read_progress(run_dir, "pretrain"), "eval/normalized_score")
+    online_rows = read_progress(run_dir)
+    online_curve = curve(online_rows, "eval/normalized_score")
     return {"method": "consistency-ac", "seed": seed, "offline_normalized_score": pretrained["normalized_score"],
             "offline_return": pretrained["eval_return_mean"], "offline_wall_time_s": pretrained["wall_time_s"],
             "gradient_steps": pretrained["gradient_steps"], "offline_curve": offline_curve,
@@ -96,12 +78,11 @@ def main() -> None:
         curve = " ".join(f"{step}:{score:.1f}" for step, score in run.get("online_curve", []))
         print(f"{run['method']:16s} {run['seed']:4d} {run['offline_normalized_score']:8.1f} "
               f"{run['offline_wall_time_s']:7.0f} {'' if online is None else f'{online:8.1f}'}  {curve}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     name = "consistency_ac.json" if args.steps == 10000 else f"consistency_ac_{args.steps // 1000}k.json"
-    (RESULTS / name).write_text(json.dumps({
-        "benchmark": "consistency_ac", "date": time.strftime("%Y-%m-%d %H:%M"), "dataset": args.dataset,
+    write_results(name, {
+        "benchmark": "consistency_ac", "date": date_stamp(), "dataset": args.dataset,
         "offline_gradient_steps": args.steps, "batch_size": 128, "online_env_steps": args.online_steps,
-        "eval_episodes": args.episodes, "load_average": os.getloadavg(), "runs": runs}, indent=2))
+        "eval_episodes": args.episodes, "load_average": os.getloadavg(), "runs": runs})
 
 
 if __name__ == "__main__":

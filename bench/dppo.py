@@ -21,23 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from common import ROOT, RUNS, curve, date_stamp, read_progress, read_summary, run_python, write_results
+
 DATA = ROOT / "bench" / "data"
-RESULTS = ROOT / "bench" / "results"
-
-
-def run(*args: str) -> None:
-    print("$", " ".join(args), flush=True)
-    subprocess.run([sys.executable, *args], cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
 def chain_memory(dataset: Path) -> dict:
@@ -74,7 +65,7 @@ def throughput(dataset: Path, iterations: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", default=str(ROOT / "bench" / "runs" / "learning" / "hopper-ppo-1000k-s0"))
+    parser.add_argument("--policy", default=str(RUNS / "learning" / "hopper-ppo-1000k-s0"))
     parser.add_argument("--dataset-steps", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=500_000, help="online fine-tuning env steps")
     parser.add_argument("--seed", type=int, default=0)
@@ -84,21 +75,22 @@ def main() -> None:
 
     dataset = DATA / "hopper_medium-v5.hdf5"
     if not dataset.exists():
-        run("-m", "genpol.data.collect", "--policy", args.policy, "--env", "gym:Hopper-v5",
-            "--steps", str(args.dataset_steps), "--num-envs", "8", "--seed", "1", "--d4rl", str(dataset),
-            "--minari", "genpol/hopper/medium-v0", "--minari-root", str(DATA / "minari"))
-    results: dict = {"benchmark": "dppo_hopper", "date": time.strftime("%Y-%m-%d %H:%M"), "dataset": str(dataset),
+        run_python(["-m", "genpol.data.collect", "--policy", args.policy, "--env", "gym:Hopper-v5",
+                    "--steps", str(args.dataset_steps), "--num-envs", "8", "--seed", "1", "--d4rl", str(dataset),
+                    "--minari", "genpol/hopper/medium-v0", "--minari-root", str(DATA / "minari")], echo=True)
+    results: dict = {"benchmark": "dppo_hopper", "date": date_stamp(), "dataset": str(dataset),
                      "dataset_policy": args.policy}
     results["memory"] = chain_memory(dataset)
     results["throughput"] = throughput(dataset, iterations=2)
     print(json.dumps(results["throughput"], indent=2), flush=True)
     if not args.skip_training:
-        run_dir = ROOT / "bench" / "runs" / "dppo" / f"hopper-s{args.seed}"
+        run_dir = RUNS / "dppo" / f"hopper-s{args.seed}"
         start = time.time()
-        run("-m", "genpol.train", "+experiment=dppo_hopper", f"dataset.path={dataset}", f"seed={args.seed}",
-            f"total_steps={args.steps}", "logger.progress_bar=false", "pipeline.video=false", f"run_dir={run_dir}")
-        summary = json.loads((run_dir / "summary.json").read_text())
-        curve = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
+        # run every time, no skip: wall_time_s times this call; genpol.train resumes an existing run_dir
+        run_python(["-m", "genpol.train", "+experiment=dppo_hopper", f"dataset.path={dataset}", f"seed={args.seed}",
+                    f"total_steps={args.steps}", "logger.progress_bar=false", "pipeline.video=false",
+                    f"run_dir={run_dir}"], echo=True)
+        summary = read_summary(run_dir)
         results["run"] = {
             "run_dir": str(run_dir), "wall_time_s": time.time() - start,
             "dataset_normalized_score": summary["pretrained"].get("dataset_normalized_score"),
@@ -107,12 +99,10 @@ def main() -> None:
             "finetuned_normalized_score": summary["eval_normalized_score"],
             "finetuned_return": summary["eval_return_mean"], "env_steps": summary["env_steps"],
             "pretrain_wall_time_s": summary["pretrained"]["wall_time_s"],
-            "eval_curve": [(row["global_step"], row["eval/normalized_score"]) for row in curve
-                           if "eval/normalized_score" in row],
+            "eval_curve": curve(read_progress(run_dir), "eval/normalized_score"),
         }
         print(json.dumps(results["run"], indent=2))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dppo.json").write_text(json.dumps(results, indent=2))
+    write_results("dppo.json", results)
 
 
 if __name__ == "__main__":

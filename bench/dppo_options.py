@@ -21,13 +21,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from common import ROOT, RUNS, curve, date_stamp, read_progress, read_results, read_summary, run_python, write_results
+
 DDIM = ["policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]"]
 OPTIONS = {  # name -> (run directory slug, overrides)
     "ddpm K=20 K'=10": ("ddpm20-ft10", []),
@@ -44,21 +41,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--options", nargs="*", default=list(OPTIONS))
     args = parser.parse_args()
-    out_path = RESULTS / "dppo_options.json"
-    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    results = read_results("dppo_options.json")
     results.update({"benchmark": "dppo_options", "dataset": args.dataset, "online_steps": args.steps,
                     "runs": {**results.get("runs", {})}})  # runs of earlier invocations (other seeds) stay
     for name in args.options:
         slug, overrides = OPTIONS[name]
-        run_dir = ROOT / "bench" / "runs" / "dppo_options" / f"{slug}-s{args.seed}"
-        command = [sys.executable, "-m", "genpol.train", "+experiment=dppo_hopper", f"dataset.path={args.dataset}",
-                   *overrides, f"seed={args.seed}", f"total_steps={args.steps}", "logger.progress_bar=false",
-                   "pipeline.video=false", f"run_dir={run_dir}"]
-        print("$", " ".join(command), flush=True)
+        run_dir = RUNS / "dppo_options" / f"{slug}-s{args.seed}"
         start, load = time.time(), os.getloadavg()[0]
-        subprocess.run(command, cwd=ROOT, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        summary = json.loads((run_dir / "summary.json").read_text())
-        curve = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
+        # run every time, no skip: wall_time_s and the loads are this call's; genpol.train resumes a run_dir
+        run_python(["-m", "genpol.train", "+experiment=dppo_hopper", f"dataset.path={args.dataset}", *overrides,
+                    f"seed={args.seed}", f"total_steps={args.steps}", "logger.progress_bar=false",
+                    "pipeline.video=false", f"run_dir={run_dir}"], echo=True)
+        summary = read_summary(run_dir)
+        rows = read_progress(run_dir)
         results["runs"][run_dir.name] = {
             "option": name, "seed": args.seed, "overrides": overrides, "run_dir": str(run_dir.relative_to(ROOT)),
             "wall_time_s": time.time() - start,
@@ -66,14 +61,13 @@ def main() -> None:
             "pretrained_return": summary["pretrained"]["eval_return_mean"],
             "pretrain_wall_time_s": summary["pretrained"]["wall_time_s"],
             "final_return": summary["eval_return_mean"], "env_steps": summary["env_steps"],
-            "eval_curve": [(row["global_step"], row["eval/episodic_return"]) for row in curve if "eval/episodic_return" in row],
+            "eval_curve": curve(rows, "eval/episodic_return"),
             # load-dependent (other jobs share the machine): bench/dppo_throughput.py has the side-by-side rates
-            "online_sps_median": statistics.median(row["charts/SPS"] for row in curve if "charts/SPS" in row),
+            "online_sps_median": statistics.median(sps for _, sps in curve(rows, "charts/SPS")),
         }
         print(json.dumps(results["runs"][run_dir.name], indent=2), flush=True)
-        results["date"] = time.strftime("%Y-%m-%d %H:%M")
-        RESULTS.mkdir(exist_ok=True)
-        out_path.write_text(json.dumps(results, indent=2))
+        results["date"] = date_stamp()
+        write_results("dppo_options.json", results)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -28,7 +27,7 @@ from genpol.callbacks.evaluation import EVAL_SEED
 from genpol.checkpoint import list_checkpoints
 from genpol.policy import TrainedPolicy, evaluate_episodes
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import date_stamp, read_results, write_results
 
 
 def deterministic_return(checkpoint: Path, pretrained: bool, ddim_eval_eta: float | None) -> float:
@@ -51,8 +50,7 @@ def main() -> None:
     parser.add_argument("--ddim-eval-eta", type=float, nargs="*", default=[0.0, 1.0])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    out_path = RESULTS / "dppo_eval.json"
-    results = json.loads(out_path.read_text()) if out_path.exists() else {"benchmark": "dppo_eval", "runs": {}}
+    results = read_results("dppo_eval.json") or {"benchmark": "dppo_eval", "runs": {}}
     for run_dir in args.runs:
         row = {}
         for phase, directory in (("pretrained", Path(run_dir) / "pretrain" / "checkpoints"),
@@ -64,8 +62,8 @@ def main() -> None:
                 row[key] = deterministic_return(checkpoint, phase == "pretrained", eta)
         results["runs"][Path(run_dir).name] = row
         print(Path(run_dir).name, json.dumps(row), flush=True)
-    results.update({"date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1min": os.getloadavg()[0]})
-    out_path.write_text(json.dumps(results, indent=2))
+    results.update({"date": date_stamp(), "load_average_1min": os.getloadavg()[0]})
+    write_results("dppo_eval.json", results)
 
 
 if __name__ == "__main__":

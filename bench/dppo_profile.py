@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import date_stamp, write_results
+
 HEADS = {"ddpm K=20 K'=10": [], "ddim 5 K'=5": ["policy=diffusion_ddim", "policy.hidden_sizes=[256,256,256]"]}
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     from genpol.configure import validate
 
     torch.set_num_threads(1)
-    out = {"benchmark": "dppo_profile", "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1min": os.getloadavg()[0],
+    out = {"benchmark": "dppo_profile", "date": date_stamp(), "load_average_1min": os.getloadavg()[0],
            "envs": 16, "minibatch": 256, "heads": {}}
     for name, overrides in HEADS.items():
         cfg = validate(compose_config(["run_dir=/tmp/unused", "+experiment=dppo_hopper", "dataset.path=unused.hdf5",
@@ -74,8 +74,7 @@ def main() -> None:
                "ratio_forward_backward_ms": timed(ratio_step, 10), "ratio_top_ops": top_operators(ratio_step, 5)}
         out["heads"][name] = row
         print(name, json.dumps(row, indent=2), flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dppo_profile.json").write_text(json.dumps(out, indent=2))
+    write_results("dppo_profile.json", out)
 
 
 if __name__ == "__main__":

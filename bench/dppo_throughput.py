@@ -33,16 +33,14 @@ Writes ``bench/results/dppo_throughput.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, write_results
+
 DATASET = "unused.hdf5"  # the experiment asks for a dataset; throughput skips BC and never reads it
 
 LOOP = ["env=hopper", "env.num_envs=16", "env.normalize_obs=false", "learner.rollout_steps=64",
@@ -166,13 +164,12 @@ def main() -> None:
         print(f"{name:42s} {fraction:.2f} of Gaussian PPO, same critic; {own_critic.get(name, float('nan')):.2f} "
               f"of Gaussian with its own critic (medians of {args.rounds} rounds)")
     out = {"benchmark": "dppo_throughput", "env": "Hopper-v5", "loop": LOOP, "iterations": args.iterations,
-           "date": time.strftime("%Y-%m-%d %H:%M"), "rows": {n: ROWS[n][0] for n in names},
+           "date": date_stamp(), "rows": {n: ROWS[n][0] for n in names},
            "compared_with": {n: ROWS[n][1] for n in names if ROWS[n][1]},
            "warmup_s": {n: rows[n].warmup_s for n in names}, "fraction_of_gaussian": summary,
            "fraction_of_gaussian_own_critic": own_critic, "rounds": rounds}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / args.out}")
+    path = write_results(args.out, out)
+    print(f"wrote {path}")
     for row in rows.values():
         row.env.close()
 

@@ -25,24 +25,18 @@ parallel region (steps of 100+ ms): 2-thread rows slower than 1.5x their 1-threa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from genpol.qensemble import QEnsemble, critic_mlp
 
-from genpol.qensemble import QEnsemble, critic_mlp  # noqa: E402
+from common import date_stamp, load_average, machine, write_results
 
 BATCH, OBS_DIM, ACT_DIM, HIDDEN, LR = 256, 17, 6, (256, 256), 3e-4
 EAGER_ROWS = ("floor", "batched", "func", "loop")
@@ -162,13 +156,6 @@ def run_threads(threads: int, rows: tuple[str, ...], rounds: int, steps: int,
     return results
 
 
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.exists() else []
-    return f"{names[0]} x{len(names)}" if names else platform.machine()
-
-
 def mark_stalls(results: list[dict]) -> None:
     """Flag multi-thread rows slower than 1.5x the same row on one thread: on 2 shared cores another job
     on the second core stalls every parallel region, and such a median says nothing about the code."""
@@ -200,11 +187,6 @@ def summarize(results: list[dict], threads: int, compiled: bool) -> dict:
     summary["contended"] = summary["eager_func_over_batched"] is None
     summary["stalled_rows"] = sum(r["stalled"] for r in results if r["threads"] == threads)
     return summary
-
-
-def load_average() -> float | None:
-    loadavg = Path("/proc/loadavg")
-    return float(loadavg.read_text().split()[0]) if loadavg.exists() else None
 
 
 def main() -> None:
@@ -246,15 +228,15 @@ def main() -> None:
     print("(ratios: geometric means over E and LayerNorm of the per-round ratios to the floor)")
     print(f"\nwinner: {winner} (eager func / batched = {eager:.3f}, geometric mean over configurations at "
           f"{usable} thread(s))")
-    RESULTS.mkdir(exist_ok=True)
-    out = {"benchmark": "ensemble", "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
-           "cpu": cpu_name(), "threads": args.threads, "rounds": args.rounds, "steps_per_round_at_E10": args.steps,
+    host = machine()
+    out = {"benchmark": "ensemble", "date": date_stamp(), "torch": host["torch"], "cpu": host["cpu"],
+           "threads": args.threads, "rounds": args.rounds, "steps_per_round_at_E10": args.steps,
            "batch": BATCH, "obs_dim": OBS_DIM, "act_dim": ACT_DIM, "hidden_sizes": list(HIDDEN),
            "optimizer": "Adam(fused=True)", "winner": winner, "eager_func_over_batched": eager,
            "winner_from_threads": usable, "summary": summaries, "reference_ms": REFERENCE_MS, "results": results,
            "total_s": time.perf_counter() - started}
-    (RESULTS / "ensemble.json").write_text(json.dumps(out, indent=1))
-    print(f"wrote {RESULTS / 'ensemble.json'} ({out['total_s']:.0f} s)")
+    path = write_results("ensemble.json", out, indent=1)
+    print(f"wrote {path} ({out['total_s']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -12,20 +12,14 @@ median, since rates on a shared machine drift between rows.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, machine, write_results
 
 
 def timed(step: Callable[[], None], batch: int, seconds: float) -> float:
@@ -118,12 +112,10 @@ def main() -> None:
     print(f"{'stepper':52s}" + "".join(f"{'x' + str(n):>10s}" for n in args.batches))
     for name, by_n in medians.items():
         print(f"{name:52s}" + "".join(f"{by_n[n]:10.0f}" for n in args.batches))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "env_rates.json"
-    out.write_text(json.dumps({"benchmark": "env_rates", "date": time.strftime("%Y-%m-%d %H:%M"),
-                               "machine": platform.machine(), "seconds": args.seconds, "rounds": args.rounds,
-                               "median_env_steps_per_s": medians, "samples": samples}, indent=2))
-    print(f"wrote {out}")
+    path = write_results("env_rates.json", {
+        "benchmark": "env_rates", "date": date_stamp(), "machine": machine()["arch"], "seconds": args.seconds,
+        "rounds": args.rounds, "median_env_steps_per_s": medians, "samples": samples})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

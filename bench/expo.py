@@ -31,7 +31,6 @@ Writes ``bench/results/expo_cost.json`` / ``bench/results/expo_learning.json`` a
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import statistics
@@ -44,9 +43,8 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import read_progress, read_summary, update_results, write_results
+
 MARKS = (10_000, 25_000, 50_000, 100_000)
 
 
@@ -154,7 +152,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
     }
     result["expo_over_rlpd"] = result["ms_per_env_step"]["expo"] / result["ms_per_env_step"]["rlpd"]
     result["expo_over_rlpd_cpu"] = result["cpu_ms_per_env_step"]["expo"] / result["cpu_ms_per_env_step"]["rlpd"]
-    (RESULTS / "expo_cost.json").write_text(json.dumps(result, indent=2))
+    write_results("expo_cost.json", result)
     print(f"| learner | wall ms per env step (median of {args.rounds}) | CPU ms |\n|---|---|---|")
     for name, value in result["ms_per_env_step"].items():
         print(f"| {name} | {value:.1f} | {result['cpu_ms_per_env_step'][name]:.1f} |")
@@ -167,8 +165,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
 def score_at(run_dir: Path, step: int) -> float | None:
     """The last evaluation at or before ``step`` (normalized score if logged, else the return)."""
     best = None
-    for line in (run_dir / "progress.jsonl").read_text().splitlines():
-        row = json.loads(line)
+    for row in read_progress(run_dir):
         value = row.get("eval/normalized_score", row.get("eval/episodic_return"))
         if value is not None and row["global_step"] <= step:
             best = value
@@ -178,8 +175,8 @@ def score_at(run_dir: Path, step: int) -> float | None:
 def run_record(run_dir: Path, steps: int) -> dict[str, Any]:
     """A finished run's scores at the marks, its whole evaluation curve (step, score, success rate) and
     the training time and final success rate of its ``summary.json``."""
-    rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = read_progress(run_dir)
+    summary = read_summary(run_dir)
     return {**{str(mark): score_at(run_dir, mark) for mark in MARKS if mark <= steps},
             "curve": [(row["global_step"], row.get("eval/normalized_score", row["eval/episodic_return"]),
                        row.get("eval/success_rate")) for row in rows if "eval/episodic_return" in row],
@@ -188,8 +185,7 @@ def run_record(run_dir: Path, steps: int) -> dict[str, Any]:
 
 def first_step_at(run_dir: Path, score: float | None) -> int | None:
     """The first evaluation step at which the run scores ``score`` or more (None: never)."""
-    for line in (run_dir / "progress.jsonl").read_text().splitlines():
-        row = json.loads(line)
+    for row in read_progress(run_dir):
         value = row.get("eval/normalized_score", row.get("eval/episodic_return"))
         if value is not None and score is not None and value >= score:
             return int(row["global_step"])
@@ -208,7 +204,6 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                                "runs": {}, "claim": {},
                                "command": "python bench/expo.py " + " ".join(sys.argv[1:]),
                                "note": "RLPD runs +experiment=rlpd's compiled critic steps; EXPO refuses compile and runs eager"}
-    results_path = RESULTS / "expo_learning.json"
     root = Path(args.run_root)
     # offline-to-online: BC-pretrain the base (EXPO) or the actor (RLPD) first; runs are named o2o-...
     prefix, pipeline = "", []
@@ -255,29 +250,25 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                 # judged only when EXPO ran at least half of RLPD's steps
                 "holds": (None if args.steps < rlpd_steps // 2
                           else first is not None and first <= rlpd_steps // 2)}
-        save_learning(results_path, results, setting)
+        save_learning(results, setting)
     print(json.dumps(results, indent=2))
     return results
 
 
-def save_learning(path: Path, results: dict[str, Any], setting: dict[str, Any]) -> None:
-    """Write ``results``, keeping the runs and claims of other invocations at the same setting: read
-    just before writing, under a lock, so two invocations running side by side (one per core) keep
-    each other's. A file of another setting is replaced."""
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def save_learning(results: dict[str, Any], setting: dict[str, Any]) -> None:
+    """Write ``results`` to expo_learning.json, keeping the runs and claims of other invocations at the
+    same setting: read just before writing, under a lock (``update_results``), so two invocations running
+    side by side (one per core) keep each other's. A file of another setting is replaced."""
+    def merge(previous: dict[str, Any]) -> dict[str, Any]:
         merged = dict(results, runs=dict(results["runs"]), claim=dict(results["claim"]))
-        if path.exists():
-            previous = json.loads(path.read_text())
-            if all(previous.get(key) == value for key, value in setting.items()):
-                merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
-                merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
+        if previous and all(previous.get(key) == value for key, value in setting.items()):
+            merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
+            merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
         merged["seeds"] = sorted({int(seed) for seed in (name.rsplit("-", 1)[-1] for name in merged["runs"])
                                   if seed.isdigit()})
-        handle, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(handle, "w") as out:
-            out.write(json.dumps(merged, indent=2))
-        os.replace(tmp, path)
+        return merged
+
+    update_results("expo_learning.json", merge)
 
 
 def main() -> None:

@@ -37,18 +37,12 @@ Writes ``bench/results/flow_throughput.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
-import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, write_results
 
 LOOP = ["env=halfcheetah", "env.num_envs=32", "learner.rollout_steps=64", "learner.minibatch_size=512",
         "learner.epochs=10", "learner.compile=true", "pipeline.compile_sampling=true"]
@@ -104,12 +98,11 @@ def main() -> None:
     reference = measure("gaussian (ppo_fast)")
     for name, fraction in summary.items():
         print(f"{name:24s} {fraction:.2f} of Gaussian PPO (median over {args.rounds} rounds; same loop and critic)")
-    RESULTS.mkdir(exist_ok=True)
     out = {"benchmark": "flow_throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
-           "loop": LOOP, "overrides": args.overrides, "date": time.strftime("%Y-%m-%d %H:%M"),
+           "loop": LOOP, "overrides": args.overrides, "date": date_stamp(),
            "fraction_of_gaussian": summary, "rounds": rounds, "gaussian_ppo_fast": reference}
-    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / args.out}")
+    path = write_results(args.out, out)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

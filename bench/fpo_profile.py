@@ -11,9 +11,7 @@ One torch thread; best of 15 repeats for the timings. Writes ``bench/results/fpo
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import profile
@@ -24,7 +22,8 @@ from genpol.nets import ValueNetwork
 from genpol.updaters.losses import PPOClipLoss
 from genpol.updaters.minibatch import MinibatchUpdater
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import date_stamp, write_results
+
 OBS_DIM, ACT_DIM, BATCH, ENVS = 17, 6, 512, 32  # HalfCheetah-v5's sizes, flow_throughput.py's loop
 
 
@@ -94,11 +93,9 @@ def main() -> None:
               f"sample {rows[name]['compiled_sample_ms']:.3f} ms", flush=True)
     print(f"fpo integration alone {rows['fpo']['compiled_integration_only_ms']:.3f} ms; "
           f"step ratio fpo / gaussian {rows['fpo']['step_ms'] / rows['gaussian']['step_ms']:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    out = {"benchmark": "fpo_profile", "date": time.strftime("%Y-%m-%d %H:%M"), "batch": BATCH, "envs": ENVS,
-           "rows": rows}
-    (RESULTS / "fpo_profile.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'fpo_profile.json'}")
+    out = {"benchmark": "fpo_profile", "date": date_stamp(), "batch": BATCH, "envs": ENVS, "rows": rows}
+    path = write_results("fpo_profile.json", out)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

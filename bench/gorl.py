@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from common import RUNS, date_stamp, read_results, write_results
+
 SINGLE_STAGE = ["pipeline.stage_weights=[1]"]  # the baseline: stage 0 for the whole budget
 
 
@@ -50,7 +49,7 @@ def run(name: str, task: str, overrides: list[str], seed: int) -> dict:
     from genpol.configure import validate
     from genpol.train import run_training
 
-    run_dir = ROOT / "bench" / "runs" / "gorl" / f"{task}-{name}-s{seed}"
+    run_dir = RUNS / "gorl" / f"{task}-{name}-s{seed}"
     start = time.perf_counter()
     summary = run_training(validate(compose_config([*overrides, f"seed={seed}", f"run_dir={run_dir}"])), run_dir)
     return {"method": name, "task": task, "seed": seed, "run_dir": str(run_dir),
@@ -79,8 +78,7 @@ def main() -> None:
     from genpol.multigoal_analysis import goal_coverage
 
     # runs of earlier invocations stay (a later run of the same task, method and seed replaces its own)
-    path = RESULTS / "gorl.json"
-    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    runs = read_results("gorl.json").get("runs", [])
     for task in args.tasks:
         overrides = hopper_overrides(args) if task == "hopper" else multigoal_overrides(args)
         for seed in args.seeds:
@@ -96,10 +94,8 @@ def main() -> None:
                                    "stochastic_return": coverage.mean_return})
                 runs = [r for r in runs if (r["task"], r["method"], r["seed"]) != (task, name, seed)] + [result]
                 print(json.dumps({k: v for k, v in result.items() if k != "run_dir"}), flush=True)
-                RESULTS.mkdir(exist_ok=True)
-                path.write_text(json.dumps(
-                    {"benchmark": "gorl", "date": time.strftime("%Y-%m-%d %H:%M"), "last_args": vars(args),
-                     "machine": "2 shared CPU cores, torch 1 thread", "runs": runs}, indent=2))
+                write_results("gorl.json", {"benchmark": "gorl", "date": date_stamp(), "last_args": vars(args),
+                                            "machine": "2 shared CPU cores, torch 1 thread", "runs": runs})
 
 
 if __name__ == "__main__":

@@ -18,16 +18,15 @@ Writes ``bench/results/gorl_decoders.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 
 from genpol.heads.latent import LatentDecoderHead
 from genpol.pipelines.gorl.distill import DecoderTraining
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import write_results
+
 OBS_DIM, ACT_DIM, SAMPLES = 5, 3, 4096
 
 
@@ -98,9 +97,8 @@ def main() -> None:
             keys = [k for k in rows[0] if k not in ("best_val_loss",)]
             summary = {k: round(sum(r[k] for r in rows) / len(rows), 3) for k in keys}
             print(f"{kind:9s} {decoder:14s} mean over seeds {args.seeds}: {summary}", flush=True)
-    RESULTS.mkdir(exist_ok=True)
     payload = {"epochs": args.epochs, "seeds": args.seeds, "samples": SAMPLES, "results": results}
-    (RESULTS / "gorl_decoders.json").write_text(json.dumps(payload, indent=2))
+    write_results("gorl_decoders.json", payload)
 
 
 if __name__ == "__main__":

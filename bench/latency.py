@@ -19,16 +19,14 @@ Writes ``bench/results/latency.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, machine, write_results
+
 OBS_DIM, ACT_DIM = 11, 3
 
 HEADS = {  # name: (policy group, head overrides, actions per call)
@@ -90,13 +88,12 @@ def main() -> None:
                              for other in rows if other != "consistency-t2"} for b in (1, 256)}
     for key, value in ratios.items():
         print(f"consistency / dppo-k20 per action, {key}: {value['dppo-k20']:.3f} (target <= 0.15)")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latency.json").write_text(json.dumps({
+    write_results("latency.json", {
         "benchmark": "latency per action, head.act(deterministic=False), eager, 1 torch thread",
-        "date": time.strftime("%Y-%m-%d %H:%M"), "obs_dim": OBS_DIM, "act_dim": ACT_DIM,
-        "load_average": os.getloadavg(), "torch": torch.__version__, "repeats_batch_1": args.repeats,
+        "date": date_stamp(), "obs_dim": OBS_DIM, "act_dim": ACT_DIM,
+        "load_average": os.getloadavg(), "torch": machine()["torch"], "repeats_batch_1": args.repeats,
         "heads": rows, "consistency_over": ratios, "target": "consistency-t2 / dppo-k20 <= 0.15",
-    }, indent=2))
+    })
 
 
 if __name__ == "__main__":

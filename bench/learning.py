@@ -33,16 +33,12 @@ seeds would: Hopper's 3 seeds gave 3425 median on one thread, 6 on two 2192).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+# bench/common is imported inside the functions: tests/test_config.py loads this file by its path to read
+# SUITES, with bench/ not on sys.path
+
 COMMON = ["pipeline.video=false", "pipeline.eval_episodes=5", "pipeline.eval_every=0", "logger.progress_bar=false",
           "pipeline.checkpoint_every=50"]
 SPO_SETTING = ["env.num_envs=8", "learner.rollout_steps=256", "learner.minibatch_size=512", "learner.epochs=10",
@@ -201,27 +197,24 @@ SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
 
 
 def job_dir(job: str, steps: int, seed: int) -> Path:
-    return ROOT / "bench" / "runs" / "learning" / f"{job}-{steps // 1000}k-s{seed}"
+    from common import RUNS
+
+    return RUNS / "learning" / f"{job}-{steps // 1000}k-s{seed}"
 
 
 def run_job(run_dir: Path, overrides: list[str], seed: int, steps: int, common: list[str] = COMMON) -> dict:
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists() and json.loads(summary_path.read_text())["env_steps"] >= steps:
-        return json.loads(summary_path.read_text())
+    """The run's summary, training it first unless it has ``steps`` env steps already (a shorter run is
+    extended by resume)."""
+    from common import train_once
+
     # the suite's common settings first, so a job's own overrides win (e.g. more evaluation episodes)
-    command = [sys.executable, "-m", "genpol.train", *common, *overrides, f"seed={seed}", f"total_steps={steps}",
-               f"run_dir={run_dir}"]
-    print("$", " ".join(command[1:]), flush=True)
-    start = time.time()
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    print(f"  done in {time.time() - start:.0f} s", flush=True)
-    return json.loads(summary_path.read_text())
+    return train_once(run_dir, [*common, *overrides, f"seed={seed}", f"total_steps={steps}"], steps=steps, echo=True)
 
 
 def curves(run_dir: Path, key: str) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines() if line.strip()]
-    return [(row["global_step"], row[key]) for row in rows if key in row]
+    from common import curve, read_progress
+
+    return curve(read_progress(run_dir), key)
 
 
 def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -> dict:
@@ -242,7 +235,9 @@ def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -
 
     # the final evaluation (summary.json) is not in progress.jsonl; runs recorded before 2026-12-01 12:00
     # were judged without it, so it is reported as a field of its own
-    final_evals = [json.loads((d / "summary.json").read_text()) for d in dirs]
+    from common import read_summary
+
+    final_evals = [read_summary(d) for d in dirs]
     return {
         "eval_curves": rows["eval_curves"],
         "worst_eval_after_300k_over_best_before": [worst_fraction(c) for c in rows["eval_curves"]],
@@ -266,10 +261,8 @@ def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
     for ax, key in zip(axes[0], keys):
         for color, (job, dirs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], runs.items()):
             for i, run_dir in enumerate(dirs):
-                if not (run_dir / "progress.jsonl").exists():  # a job kept from the results file, its runs gone
-                    continue
                 points = curves(run_dir, key)
-                if points:
+                if points:  # none: no progress.jsonl (a job kept from the results file, its runs gone)
                     ax.plot(*zip(*points), color=color, alpha=0.7, label=job if i == 0 else None)
         ax.set_xlabel("environment steps")
         ax.set_ylabel(key)
@@ -282,6 +275,8 @@ def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
 
 
 def main() -> None:
+    from common import RESULTS, date_stamp, read_results, write_results
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -317,13 +312,11 @@ def main() -> None:
         if args.suite == "spo_deep":
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
-    RESULTS.mkdir(exist_ok=True)
-    results_path = RESULTS / f"learning_{args.suite}.json"
-    if args.jobs and results_path.exists():  # a partial re-run keeps the suite's other jobs
-        table = {**json.loads(results_path.read_text())["jobs"], **table}
+    previous = read_results(f"learning_{args.suite}.json")
+    if args.jobs and previous:  # a partial re-run keeps the suite's other jobs
+        table = {**previous["jobs"], **table}
         runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
-    out = {"suite": args.suite, "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": table}
-    results_path.write_text(json.dumps(out, indent=2))
+    write_results(f"learning_{args.suite}.json", {"suite": args.suite, "date": date_stamp(), "jobs": table})
     plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
     print(f"\n{'job':40s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
     for job, row in table.items():

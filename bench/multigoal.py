@@ -16,15 +16,13 @@ modes), mean return, and env-steps/s. Writes ``bench/results/multigoal.json`` an
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from common import RESULTS, RUNS, date_stamp, write_results
+
 COMMON = ["learner.rollout_steps=128", "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=20"]
 HEADS = {
     "gaussian": ("gaussian", ["learner.minibatch_size=256"]),
@@ -50,7 +48,7 @@ def main() -> None:
     results, coverages = {}, {}
     for name, (policy, overrides) in HEADS.items():
         for seed in args.seeds:
-            run_dir = ROOT / "bench" / "runs" / "multigoal" / f"{name.replace(' +', '-')}-s{seed}"
+            run_dir = RUNS / "multigoal" / f"{name.replace(' +', '-')}-s{seed}"
             summary = train(env="multigoal", policy=policy, total_steps=args.steps, run_dir=run_dir, seed=seed,
                             overrides=[*COMMON, *overrides])
             coverage = goal_coverage(load_policy(run_dir), episodes=100, seed=seed)
@@ -67,10 +65,8 @@ def main() -> None:
             print(f"{name:20s} seed {seed}: goals {coverage.goal_counts.tolist()}, angular entropy "
                   f"{coverage.angular_entropy:.2f}, return {coverage.mean_return:.1f}, SPS {summary['sps']:.0f}",
                   flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "multigoal.json").write_text(json.dumps(
-        {"benchmark": "multigoal", "steps": args.steps, "date": time.strftime("%Y-%m-%d %H:%M"), "runs": results},
-        indent=2))
+    write_results("multigoal.json", {"benchmark": "multigoal", "steps": args.steps, "date": date_stamp(),
+                                     "runs": results})
     plot(coverages, args.seeds[0], RESULTS / "multigoal.png")
 
 

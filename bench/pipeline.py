@@ -31,24 +31,18 @@ Writes ``bench/results/pipeline.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from env_rates import envpool_raw  # noqa: E402
+from common import date_stamp, machine, write_results
+from env_rates import envpool_raw
 
-RESULTS = ROOT / "bench" / "results"
 NUM_ENVS = 32
 
 
@@ -176,17 +170,16 @@ def main() -> None:
               f"{m['hidden']:6.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:.0f} MiB")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "pipeline.json"
-    out.write_text(json.dumps({
+    host = machine()
+    path = write_results("pipeline.json", {
         "benchmark": "pipeline", "env": "HalfCheetah-v5", "num_envs": NUM_ENVS,
         "rows": {name: dict(zip(("step_groups", "threads"), spec)) for name, spec in ROWS.items()},
-        "rounds": args.rounds, "rollouts": args.rollouts, "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load_average_per_round": loads,
+        "rounds": args.rounds, "rollouts": args.rollouts, "date": date_stamp(),
+        "machine": f"{host['arch']}, {host['cores']} cores", "load_average_per_round": loads,
         "peak_rss_mib": peak, "medians": medians,
         "per_round": {name: {key: [round(s[key], 4) for s in runs] for key in ("sps", "fraction_of_raw")
-                             if key in runs[0]} for name, runs in samples.items()}}, indent=1))
-    print(f"wrote {out}")
+                             if key in runs[0]} for name, runs in samples.items()}}, indent=1)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

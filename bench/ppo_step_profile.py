@@ -16,16 +16,12 @@ Writes ``bench/results/ppo_step_profile.json`` and prints a table.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import date_stamp, machine, write_results
+
 SB3_DEFAULTS = ["env=halfcheetah", "env.num_envs=8", "env.normalize_obs=false", "env.normalize_reward=false",
                 "learner.compile=true"]
 
@@ -99,12 +95,11 @@ def main() -> None:
     print("| operator | self ms | calls |\n|---|---|---|")
     for event in top:
         print(f"| {event.key} | {event.self_cpu_time_total / 1e3:.1f} | {event.count} |")
-    RESULTS.mkdir(exist_ok=True)
-    out = {"benchmark": "ppo_step_profile", "settings": SB3_DEFAULTS, "date": time.strftime("%Y-%m-%d %H:%M"),
-           "torch": torch.__version__, "rows": rows, "profiled_self_cpu_ms": total_profiled_us / 1e3,
+    out = {"benchmark": "ppo_step_profile", "settings": SB3_DEFAULTS, "date": date_stamp(),
+           "torch": machine()["torch"], "rows": rows, "profiled_self_cpu_ms": total_profiled_us / 1e3,
            "top_ops": [{"op": e.key, "self_ms": e.self_cpu_time_total / 1e3, "calls": e.count} for e in top]}
-    (RESULTS / "ppo_step_profile.json").write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {RESULTS / 'ppo_step_profile.json'}")
+    path = write_results("ppo_step_profile.json", out)
+    print(f"\nwrote {path}")
     env.close()
 
 

@@ -19,16 +19,14 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco loads: it picks its GL backend on import
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
+
+from common import machine, write_results  # noqa: E402
 
 
 def gym_methods(size: int):
@@ -97,7 +95,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=30, help="frames per method per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (median reported)")
     args = parser.parse_args()
-    report = {"size": args.size, "frames": args.frames, "rounds": args.rounds, "cpus": os.cpu_count(),
+    report = {"size": args.size, "frames": args.frames, "rounds": args.rounds, "cpus": machine()["cores"],
               "load_average_before": [round(x, 1) for x in os.getloadavg()], "ms_per_frame": {}}
     for task, build in (("gym:HalfCheetah-v5", gym_methods), ("dmc:cheetah-run", dmc_methods)):
         methods, model, data, renderers = build(args.size)
@@ -106,10 +104,8 @@ def main() -> None:
             renderer.close()
         print(task, json.dumps(report["ms_per_frame"][task], indent=2), flush=True)
     report["load_average_after"] = [round(x, 1) for x in os.getloadavg()]
-    out = ROOT / "bench" / "results" / "render_cost.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {out}")
+    path = write_results("render_cost.json", report)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -47,28 +47,21 @@ Writes ``bench/results/sac_throughput.json`` and prints a Markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from genpol.qensemble import ONEDNN_AVAILABLE, QEnsemble, _HeadwiseOneDNNLinear, _HeadwiseOutput, default_impl
 
-from genpol.qensemble import (ONEDNN_AVAILABLE, QEnsemble, _HeadwiseOneDNNLinear, _HeadwiseOutput,  # noqa: E402
-                              default_impl)
+from common import date_stamp, load_average, machine, write_results
 
 ENV_ID = "HalfCheetah-v5"
 OBS_DIM, ACT_DIM, BATCH, HIDDEN, LR = 17, 6, 256, 256, 3e-4
@@ -97,11 +90,6 @@ def timed(threads: int, unit: Callable[[], tuple[int, int]], units: int) -> dict
         env_steps, gradient_steps, done = env_steps + unit_env_steps, gradient_steps + unit_gradient_steps, done + 1
     return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
             "env_steps": env_steps, "gradient_steps": gradient_steps, "cut_short": done < units}
-
-
-def load_average() -> float | None:
-    path = Path("/proc/loadavg")
-    return float(path.read_text().split()[0]) if path.exists() else None
 
 
 # --------------------------------------------------------------------------- learners
@@ -632,10 +620,11 @@ def main() -> None:
     runner_up = sorted(implementations, key=lambda impl: implementations[impl][0])[1]
     one_thread_cpu = [row["cpu_over_wall"] for name, row in rows.items() if "1 thread" in name]
 
+    host = machine()
     out = {
-        "benchmark": "sac_throughput", "env": ENV_ID, "date": time.strftime("%Y-%m-%d %H:%M"),
-        "torch": torch.__version__, "threads": [1, 2], "onednn_available": ONEDNN_AVAILABLE,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "benchmark": "sac_throughput", "env": ENV_ID, "date": date_stamp(),
+        "torch": host["torch"], "threads": [1, 2], "onednn_available": ONEDNN_AVAILABLE,
+        "machine": f"{host['arch']}, {host['cores']} cores",
         "settings": {"rounds": args.rounds, "sac_segment_env_steps": args.steps, "rlpd_segment_env_steps": args.rlpd_steps,
                      "learning_starts": LEARNING_STARTS, "batch": BATCH, "hidden": [HIDDEN, HIDDEN]},
         "load_average": {"before": load_before, "after_build": load_after_build, "after": load_after},
@@ -651,8 +640,7 @@ def main() -> None:
                      "runner_up": runner_up},
         "rows": rows, "total_s": time.perf_counter() - started,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sac_throughput.json").write_text(json.dumps(out, indent=1))
+    path = write_results("sac_throughput.json", out, indent=1)
 
     print("\n| row | ms / gradient step | gradient steps/s | env-steps/s | x SB3 (1 thread) | CPU/wall | rounds |")
     print("|---|---|---|---|---|---|---|")
@@ -670,7 +658,7 @@ def main() -> None:
     print(f"\nE=10 update winner: {winner}, {out['ensemble']['winner_speedup_over_runner_up_1_thread']:.2f}x faster "
           f"than {runner_up} at 1 thread; ms (1, 2 threads): {implementations}")
     print(f"load average: before {load_before}, after build {load_after_build}, after {load_after}; "
-          f"total {out['total_s']:.0f} s\nwrote {RESULTS / 'sac_throughput.json'}")
+          f"total {out['total_s']:.0f} s\nwrote {path}")
     offline_dir.cleanup()
 
 

@@ -28,16 +28,13 @@ Writes ``bench/results/throughput.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import date_stamp, machine, write_results
 
 
 def steps_per_second(step, actions) -> float:
@@ -155,12 +152,12 @@ def main() -> None:
     for name, row in rows.items():
         notes = ", ".join(f"{k}={v:.2f}" for k, v in row.items() if k in ("ratio_to_sb3", "fraction_of_raw_x32"))
         print(f"{name:52s} {row['sps']:12.0f}  {notes}")
-    RESULTS.mkdir(exist_ok=True)
+    host = machine()
     out = {"benchmark": "throughput", "env": "HalfCheetah-v5", "iterations": args.iterations,
-           "date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
-           f"{torch.get_num_threads()} torch thread(s)", "rows": rows}
-    (RESULTS / "throughput.json").write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {RESULTS / 'throughput.json'}")
+           "date": date_stamp(), "machine": f"{host['processor']}, {host['torch_threads']} torch thread(s)",
+           "rows": rows}
+    path = write_results("throughput.json", out)
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -27,14 +27,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import RUNS, date_stamp, read_progress, read_results, train_once, write_results
+
 ZOO_SECONDS, ZOO_STEPS = 660.0, 250_000
 CONFIGS = {
     "default, gymnasium, 2 env processes": ["+experiment=default"],
@@ -45,15 +42,13 @@ CONFIGS = {
 }
 
 
-def train(run_dir: Path, overrides: list[str], seed: int, steps: int, every: int) -> None:
-    if (run_dir / "summary.json").exists():
-        return
-    command = [sys.executable, "-m", "genpol.train", *overrides, f"seed={seed}", f"total_steps={steps}",
-               f"run_dir={run_dir}", "pipeline.eval_every=0", "pipeline.video=false", "pipeline.eval_episodes=1",
-               f"pipeline.checkpoint_every={every}", "pipeline.keep_checkpoints=1000", "logger.progress_bar=false"]
-    print("$", " ".join(command[1:]), flush=True)
-    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONWARNINGS": "ignore"})
+def train(run_dir: Path, overrides: list[str], seed: int, steps: int, every: int) -> dict:
+    """The run's summary, training it first unless it has one (no evaluation inside the run: the module
+    docstring says why)."""
+    return train_once(run_dir, [*overrides, f"seed={seed}", f"total_steps={steps}", "pipeline.eval_every=0",
+                                "pipeline.video=false", "pipeline.eval_episodes=1",
+                                f"pipeline.checkpoint_every={every}", "pipeline.keep_checkpoints=1000",
+                                "logger.progress_bar=false"], echo=True)
 
 
 def zoo_rate(steps: int) -> float:
@@ -85,7 +80,7 @@ def first_reach(run_dir: Path, target: float) -> dict:
     they are kept in ``<run_dir>/checkpoint_returns.json`` and a re-run of the script reads them back."""
     from genpol.api import evaluate
 
-    progress = [json.loads(line) for line in (run_dir / "progress.jsonl").open()]
+    progress = read_progress(run_dir)
     wall = {row["global_step"]: row["wall_time"] for row in progress}
     # the first iteration's wall time is mostly torch.compile's: ~12-14 s on a cold inductor cache, ~4 s
     # when an earlier run of the same networks left its kernels in the cache
@@ -120,22 +115,20 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     zoo_rates = [zoo_rate(args.zoo_steps)]
     print(f"zoo PPO here: {zoo_rates[0]:.0f} env-steps/s", flush=True)
-    path = RESULTS / "time_to_return.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
+    previous = read_results("time_to_return.json")
     rows = {name: row for name, row in previous.get("rows", {}).items()
             if previous.get("target") == args.target and name.split(",")[1].strip() not in args.configs}
     for name, overrides in CONFIGS.items():
         if name.split(",")[1].strip() not in args.configs:
             continue
         for seed in args.seeds:
-            run_dir = ROOT / "bench" / "runs" / "time_to_return" / f"{name.split(',')[1].strip()}-s{seed}"
-            train(run_dir, overrides, seed, args.steps, args.every)
+            run_dir = RUNS / "time_to_return" / f"{name.split(',')[1].strip()}-s{seed}"
+            summary = train(run_dir, overrides, seed, args.steps, args.every)
             reached = first_reach(run_dir, args.target)
-            summary = json.loads((run_dir / "summary.json").read_text())
             seconds = reached["train_seconds"]
             rows[f"{name}, seed {seed}"] = {
                 **reached, "overrides": overrides, "sps": summary["sps"],
-                "trained": time.strftime("%Y-%m-%d %H:%M", time.localtime((run_dir / "summary.json").stat().st_mtime)),
+                "trained": date_stamp((run_dir / "summary.json").stat().st_mtime),
                 "speedup_over_zoo": None if seconds is None else ZOO_SECONDS / seconds}
     zoo_rates.append(zoo_rate(args.zoo_steps))
     zoo_here = ZOO_STEPS / statistics.mean(zoo_rates)  # the zoo's 250k steps at its rate on this machine
@@ -146,9 +139,8 @@ def main() -> None:
             row["speedup_over_zoo_here"] = None if seconds is None else zoo_here / seconds
     out = {"benchmark": "time_to_return", "target": args.target, "zoo": {"seconds": ZOO_SECONDS, "steps": ZOO_STEPS},
            "zoo_here": {"env_steps_per_s": zoo_rates, "steps_timed": args.zoo_steps, "seconds_to_target": zoo_here},
-           "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}
-    RESULTS.mkdir(exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
+           "date": date_stamp(), "load_average": [load_before, os.getloadavg()[0]], "rows": rows}
+    path = write_results("time_to_return.json", out)
     print(f"\nzoo PPO here: {', '.join(f'{rate:.0f}' for rate in zoo_rates)} env-steps/s, so 250k steps take "
           f"{zoo_here:.0f} s")
     print(f"\n| run | steps to {args.target:.0f} | training s | of it, the first iteration | env-steps/s | "
@@ -159,7 +151,7 @@ def main() -> None:
     for name, row in rows.items():
         print(f"| {name} | {row['steps']} | {row['train_seconds']} | {row.get('first_iteration_s')} | {row['sps']:.0f} | "
               f"{ratio(row['speedup_over_zoo'])} | {ratio(row.get('speedup_over_zoo_here'))} |")
-    print(f"\nwrote {RESULTS / 'time_to_return.json'}")
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -14,18 +14,13 @@ Writes ``bench/results/trpo_vs_sb3.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from common import RUNS, date_stamp, write_results
 
 
 def sb3_trpo(steps: int, seed: int) -> dict:
@@ -58,7 +53,7 @@ def genpol_trpo(steps: int, seed: int) -> dict:
     from genpol.api import train
 
     summary = train(env="hopper", learner="trpo", total_steps=steps, seed=seed,
-                    run_dir=ROOT / "bench" / "runs" / "trpo_vs_sb3" / f"genpol-s{seed}",
+                    run_dir=RUNS / "trpo_vs_sb3" / f"genpol-s{seed}",
                     overrides=["env.num_envs=2", "learner.rollout_steps=1024", "learner.cg_iterations=25",
                                "learner.critic_epochs=20", "learner.critic_minibatch_size=128",
                                "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=5"])
@@ -75,10 +70,8 @@ def main() -> None:
     rows["genpol TRPO"]["sps_ratio_to_sb3"] = rows["genpol TRPO"]["sps"] / rows["sb3-contrib TRPO"]["sps"]
     for name, row in rows.items():
         print(f"{name:18s} final return {row['final_return']:8.1f}   {row['sps']:7.0f} env-steps/s")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "trpo_vs_sb3.json").write_text(json.dumps(
-        {"benchmark": "trpo_vs_sb3", "env": "Hopper-v5", "steps": args.steps, "seed": args.seed,
-         "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=2))
+    write_results("trpo_vs_sb3.json", {"benchmark": "trpo_vs_sb3", "env": "Hopper-v5", "steps": args.steps,
+                                       "seed": args.seed, "date": date_stamp(), "rows": rows})
 
 
 if __name__ == "__main__":
