@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from genpol.config.aliases import rename_overrides
 from genpol.config.base import claim_new_dir
-from genpol.configure import register_configs, validate
+from genpol.configure import import_learner_modules, register_configs, validate
 from genpol.policy import TrainedPolicy
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
@@ -32,11 +32,13 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
     on the command line): ``my_dir/experiment/mine.yaml`` is then ``+experiment=mine``. genpol's
     own folder is searched first, so give your files names genpol's groups do not use.
     """
+    overrides = rename_overrides(overrides)
+    import_learner_modules(overrides, config_dirs)  # a learner of the user's own registers its schema
     register_configs()
     extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
              ] if config_dirs else []
     with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
-        return compose(config_name=config_name, overrides=[*extra, *rename_overrides(overrides)])
+        return compose(config_name=config_name, overrides=[*extra, *overrides])
 
 
 def _env_overrides(env: str) -> list[str]:

@@ -8,7 +8,9 @@ ConfigStore entries of every learner's schema. The entry points and the API call
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from pathlib import Path
+from typing import Any, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -20,7 +22,8 @@ from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.heads import head_class
 from genpol.heads.base import Capability, check_capabilities
 
-__all__ = ["register_configs", "validate", "check_groups", "check_learner"]
+__all__ = ["register_configs", "validate", "check_groups", "check_learner", "import_learner_modules",
+           "config_dirs_of"]
 
 
 def register_configs() -> None:
@@ -48,9 +51,43 @@ def validate(cfg: DictConfig) -> Any:
     against the learner's needs (``check_learner``)."""
     config = OmegaConf.to_object(cfg)
     if isinstance(config, TrainConfig):
+        if not dataclasses.is_dataclass(config.learner):
+            raise ConfigError("the learner group's yaml has no schema: list schema_<name> in its defaults (a learner "
+                              "of your own also sets module: <the module that registers it>)")
         check_groups(config)
         check_learner(config)
     return config
+
+
+def import_learner_modules(overrides: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> None:
+    """Import the module of a learner of the user's own before Hydra composes, so that its schema is
+    registered (``register_configs``) when its yaml names it.
+
+    The learner chosen by ``learner=<name>`` among ``overrides`` is looked up as
+    ``<config dir>/learner/<name>.yaml`` in ``config_dirs`` (``--config-dir``); a ``module`` key
+    there names the module to import, which calls ``register_learner``. genpol's own learners have
+    no such key. ``ConfigError`` names a module that fails to import."""
+    names = [item.split("=", 1)[1] for item in overrides if item.startswith("learner=")]
+    if not names:
+        return
+    for directory in config_dirs:
+        path = Path(directory) / "learner" / f"{names[-1]}.yaml"
+        if path.is_file():
+            module = OmegaConf.load(path).get("module")
+            if module:
+                learner(names[-1], module=str(module))
+            return
+
+
+def config_dirs_of(argv: Sequence[str]) -> list[str]:
+    """The ``--config-dir`` / ``-cd`` folders of a Hydra command line."""
+    found = []
+    for index, item in enumerate(argv):
+        if item in ("--config-dir", "-cd") and index + 1 < len(argv):
+            found.append(argv[index + 1])
+        elif item.startswith("--config-dir="):
+            found.append(item.split("=", 1)[1])
+    return found
 
 
 def check_groups(config: TrainConfig) -> None:

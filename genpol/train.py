@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from genpol import collectives, distributed
 from genpol.config import TrainConfig
 from genpol.config.aliases import rename_overrides
-from genpol.configure import register_configs, validate
+from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
 from genpol.errors import (CheckpointError, ConfigError, DatasetError, NonFiniteError, RunDirBusyError,
                            TrainingInterrupted)
@@ -87,6 +87,12 @@ def main() -> None:
     """The command line (``python -m genpol.train``, ``genpol-train``): renamed keys in the
     arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
     sys.argv[1:] = rename_overrides(sys.argv[1:])
+    try:  # a learner of the user's own registers its schema before Hydra composes
+        import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
+    except ConfigError as error:
+        print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
+        sys.exit(2)
+    register_configs()
     train_from_config()
 
 

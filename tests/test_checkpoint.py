@@ -72,13 +72,16 @@ def test_missing_pieces_are_named(tmp_path):
         TrainedPolicy.load(tmp_path / "nowhere")
 
 
-TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "total_steps=2560", "pipeline.checkpoint_every=1",
+TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "pipeline.checkpoint_every=1",
               "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
+# the kill comes after the 4th checkpoint (step 1024), the run ends at total_steps
 LEARNERS = {
-    "ppo": ["learner.rollout_steps=128", "learner.epochs=2"],
+    "ppo": ["total_steps=2560", "learner.rollout_steps=128", "learner.epochs=2"],
     # SAC: updates from step 256 on, an iteration (and a checkpoint) every 256 env steps; the
     # replay buffer travels in the checkpoint
-    "sac": ["policy=tanh_gaussian", "learner=sac", "learner.learning_starts=256", "learner.iteration_steps=256",
+    # (1536 steps: every gradient step costs, and two iterations after the kill show the resume)
+    "sac": ["total_steps=1536", "policy=tanh_gaussian", "learner=sac", "learner.learning_starts=256",
+            "learner.iteration_steps=256",
             "learner.batch_size=64", "policy.hidden_sizes=[64,64]", "learner.critic_hidden_sizes=[64,64]"],
 }
 
@@ -87,17 +90,34 @@ def train_process(run_dir, *extra):
     return start_training(run_dir, *TRAIN_ARGS, *extra)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """``uninterrupted(learner)``: the directory of that learner's uninterrupted run, trained once per
+    module and shared by the kinds of stop (the xdist group keeps them on one worker)."""
+    runs = {}
+
+    def run(learner):
+        if learner not in runs:
+            run_dir = tmp_path_factory.mktemp(f"uninterrupted_{learner}")
+            process = train_process(run_dir, *LEARNERS[learner])
+            assert process.wait(timeout=300) == 0, process.stderr.read()
+            runs[learner] = run_dir
+        return runs[learner]
+
+    return run
 
 
+@pytest.mark.xdist_group("uninterrupted_runs")
 @pytest.mark.parametrize("learner,stop", [("ppo", signal.SIGKILL), ("sac", signal.SIGKILL), ("ppo", signal.SIGTERM)],
                          ids=["ppo-sigkill", "sac-sigkill", "ppo-sigterm"])
-def test_resume_after_a_kill_is_bit_identical(tmp_path, learner, stop):
+def test_resume_after_a_kill_is_bit_identical(tmp_path, uninterrupted, learner, stop):
     """Stop a run after its 4th checkpoint - SIGKILL, or SIGTERM, on which it checkpoints at the end
     of the iteration and exits 0 - and re-run the same command: the final parameters, the learner's
     whole state (critics, targets, optimizers, replay buffer, generators), the normalizer and the env
     state equal those of an uninterrupted run."""
-    reference = train_process(tmp_path / "reference", *LEARNERS[learner])
-    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    reference_dir = uninterrupted(learner)
+    total_steps = next(int(item.split("=")[1]) for item in LEARNERS[learner] if item.startswith("total_steps="))
+    final = f"step_{total_steps:012d}"
 
     interrupted = train_process(tmp_path / "interrupted", *LEARNERS[learner])
     marker = tmp_path / "interrupted" / "checkpoints" / "step_000000001024"
@@ -111,21 +131,21 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, learner, stop):
     else:
         assert interrupted.returncode == 0 and "SIGTERM received: stopped at step" in interrupted.stderr.read()
     steps_at_kill = {p.name for p in list_checkpoints(tmp_path / "interrupted" / "checkpoints")}
-    assert "step_000000002560" not in steps_at_kill
+    assert final not in steps_at_kill
 
     resumed = train_process(tmp_path / "interrupted", *LEARNERS[learner])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
 
-    name_a, _, weights_a, state_a = final_checkpoint(tmp_path / "reference")
+    name_a, _, weights_a, state_a = final_checkpoint(reference_dir)
     name_b, _, weights_b, state_b = final_checkpoint(tmp_path / "interrupted")
-    assert name_a == name_b == "step_000000002560"
+    assert name_a == name_b == final
     assert_trees_equal(weights_a, weights_b, "policy")
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
         assert_trees_equal(state_a[key], state_b[key], key)
     if learner == "sac":
         replay = state_a["algorithm"]["replay"]["online"]
-        assert replay["size"] == 2560 and state_a["algorithm"]["critic_steps"] > 2000
-    rows_a = [json.loads(l)["global_step"] for l in (tmp_path / "reference" / "progress.jsonl").read_text().splitlines()]
+        assert replay["size"] == total_steps and state_a["algorithm"]["critic_steps"] > total_steps - 300
+    rows_a = [json.loads(l)["global_step"] for l in (reference_dir / "progress.jsonl").read_text().splitlines()]
     rows_b = [json.loads(l)["global_step"] for l in (tmp_path / "interrupted" / "progress.jsonl").read_text().splitlines()]
     assert rows_a == rows_b  # the metrics file has no duplicated iterations after the resume
 

@@ -10,7 +10,6 @@ acting heads by the old families (``softmax_q``, ``expo``), which the heads regi
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, assert_trees_equal, final_checkpoint, run_cli
+from conftest import REPO, assert_trees_equal, final_checkpoint
 
 SAVED = REPO / "tests" / "data" / "saved_before_layers"
 
@@ -28,17 +27,27 @@ SAVED = REPO / "tests" / "data" / "saved_before_layers"
 def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates(tmp_path, learner):
     run_dir = tmp_path / learner
     shutil.copytree(SAVED / learner, run_dir)
-    overrides = yaml.safe_load((run_dir / "overrides.yaml").read_text())
+    overrides = [*yaml.safe_load((run_dir / "overrides.yaml").read_text()), f"run_dir={run_dir}"]
     # the old command line says updater=..., the saved config.yaml holds an "updater" section: both
-    # are read under today's name, learner, and the command line's use warns naming it
+    # are read under today's name, learner, and the old name warns naming the new one
     assert any(item.startswith("updater") for item in overrides)
-    result = subprocess.run([sys.executable, "-m", "genpol.train", *overrides, f"run_dir={run_dir}"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "'updater' is now 'learner'" in result.stderr
+    if learner == "sac":  # through the command line (a process of its own)
+        result = subprocess.run([sys.executable, "-m", "genpol.train", *overrides], cwd=REPO, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "'updater' is now 'learner'" in result.stderr
+    else:  # in this process, through the API (no interpreter start-up)
+        from genpol.api import compose_config
+        from genpol.configure import validate
+        from genpol.train import run_training
+
+        with pytest.warns(FutureWarning, match="'updater' is now 'learner'"):
+            cfg = validate(compose_config(overrides))
+        run_training(cfg, run_dir)
     name, spec, weights, _ = final_checkpoint(run_dir)
     assert name == "step_000000000768"
     expected = torch.load(SAVED / learner / "final_policy_weights.pt", weights_only=True)
     assert_trees_equal(weights, expected, f"{learner} policy")
-    result = run_cli("-m", "genpol.evaluate", f"run_dir={run_dir}", "episodes=1", "video=false")
-    assert json.loads(result.stdout[result.stdout.index("{"):])["episodes"] == 1
+    from genpol.api import evaluate
+
+    assert evaluate(run_dir, episodes=1)["episodes"] == 1

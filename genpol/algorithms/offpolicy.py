@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from genpol.algorithms.base import Algorithm
+from genpol.errors import ConfigError
 from genpol.heads.base import PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update
 from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
@@ -82,6 +83,19 @@ class OffPolicyAlgorithm(Algorithm):
         self.env_steps = 0  # transitions stored, the clock of learning_starts
         self._critic_loss = compile_step(self._critic_loss_eager) if cfg.compile else self._critic_loss_eager
         self._checked_position = 0  # replay rows before this were checked for NaN and inf
+
+    @classmethod
+    def build(cls, cfg: Any, head: PolicyHead, env: Any, offline: OfflineReplay | None = None,
+              **kwargs: Any) -> OffPolicyAlgorithm:
+        """This learner for ``head`` on ``env`` from a ``TrainConfig`` (the builder of its row in the
+        learner table); ``kwargs`` go to the constructor. The replay holds ``learner.buffer_size``
+        transitions (its memory grows as it fills, up to that bound)."""
+        if cfg.learner.offline_ratio > 0 and offline is None:
+            raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
+                              "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
+        return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
+                   capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
+                   **kwargs)
 
     # ------------------------------------------------------------------ acting and storing
     @torch.no_grad()

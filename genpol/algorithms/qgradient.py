@@ -151,12 +151,5 @@ class QGradientActor(OffPolicyAlgorithm):
 
 
 def make_qgradient(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> QGradientActor:
-    """Consistency-AC from a ``TrainConfig``."""
-    if cfg.learner.offline_ratio > 0 and offline is None:
-        from genpol.errors import ConfigError
-
-        raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
-                          "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-    return QGradientActor(head, cfg.learner, total_steps=cfg.total_steps, num_envs=env.num_envs, obs_dim=env.obs_dim,
-                          act_dim=env.act_dim, capacity=cfg.learner.buffer_size, device=torch.device(cfg.device),
-                          seed=cfg.seed, offline=offline)
+    """Consistency-AC from a ``TrainConfig`` (the run's ``total_steps`` clock the epsilon schedule)."""
+    return QGradientActor.build(cfg, head, env, offline, total_steps=cfg.total_steps)

@@ -22,7 +22,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.algorithms.expo import EXPO
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.algorithms.qgradient import QGradientActor, make_qgradient
-from genpol.algorithms.sac import SAC, make_sac
+from genpol.algorithms.sac import SAC
 from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
 from genpol.envs import VectorEnv
@@ -135,16 +135,12 @@ def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = N
     )
 
 
-def build_expo(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = None) -> EXPO:
-    return make_sac(cfg, head, env, offline, algorithm_class=EXPO)
-
-
 for _name, _schema in (("ppo", PPOConfig), ("spo", SPOConfig), ("aspo", ASPOConfig), ("trpo", TRPOConfig)):
     register_learner(Learner(_name, _schema, build_on_policy, off_policy=False, offline_phase="behaviour_cloning",
                              torchrun=True, needs=OnPolicyAlgorithm.needs))
-register_learner(Learner("sac", SACConfig, make_sac, off_policy=True, offline_phase="behaviour_cloning",
+register_learner(Learner("sac", SACConfig, SAC.build, off_policy=True, offline_phase="behaviour_cloning",
                          torchrun=False, needs=SAC.needs))
-register_learner(Learner("expo", ExpoConfig, build_expo, off_policy=True, offline_phase="behaviour_cloning",
+register_learner(Learner("expo", ExpoConfig, EXPO.build, off_policy=True, offline_phase="behaviour_cloning",
                          torchrun=False, needs=EXPO.needs))
 register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_policy=True,
                          offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs))

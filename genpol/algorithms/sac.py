@@ -35,7 +35,6 @@ import torch
 from torch import nn
 
 from genpol.algorithms.offpolicy import OffPolicyAlgorithm, compile_step
-from genpol.envs import VectorEnv
 from genpol.heads.base import Capability, PolicyHead
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.sac_losses import actor_loss, sac_diagnostics, td_target, temperature_loss
@@ -172,16 +171,3 @@ class SAC(OffPolicyAlgorithm):
             self.log_alpha.copy_(state["log_alpha"])
         if self.alpha_optimizer is not None:
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-
-
-def make_sac(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None,
-             algorithm_class: type[SAC] = SAC) -> SAC:
-    """SAC (or ``algorithm_class``, a learner built on it such as EXPO) from a ``TrainConfig``; the
-    replay holds ``learner.buffer_size`` transitions (its memory grows as it fills, up to that bound)."""
-    if cfg.learner.offline_ratio > 0 and offline is None:
-        from genpol.errors import ConfigError
-
-        raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
-                          "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-    return algorithm_class(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
-               capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline)

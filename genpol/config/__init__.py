@@ -18,7 +18,7 @@ from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, clai
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import (GoRLPipelineConfig, LoggerConfig, OfflineToOnlinePipelineConfig,
                                    OnlinePipelineConfig)
-from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
+from genpol.config.offpolicy import ExpoConfig, OffPolicyConfig, QGradientConfig, SACConfig
 from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig,
                                   FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
@@ -28,7 +28,7 @@ __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "GoRLPipelineConfig", "DiffusionPolicyConfig",
            "FlowPolicyConfig", "FPOPolicyConfig", "GaussianPolicyConfig", "PolicyConfig", "PolicyFlowPolicyConfig",
            "TanhGaussianPolicyConfig", "ConsistencyPolicyConfig", "GoRLPolicyConfig", "CustomPolicyConfig",
-           "ASPOConfig", "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "ExpoConfig",
+           "ASPOConfig", "PPOConfig", "RolloutConfig", "SPOConfig", "TRPOConfig", "SACConfig", "OffPolicyConfig", "ExpoConfig",
            "QGradientConfig", "TrainConfig", "EvaluateConfig", "ALL_SCHEMAS", "POLICY_SCHEMAS", "PIPELINE_SCHEMAS",
            "claim_new_dir"]
 
@@ -108,5 +108,6 @@ POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOP
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig, "gorl": GoRLPipelineConfig}
 # the learners' schemas are in their table, genpol.algorithms.registry.LEARNERS
-ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, *POLICY_SCHEMAS.values(),
+ALL_SCHEMAS: list[type] = [EnvConfig, PolicyConfig, FlowPolicyConfig, RolloutConfig, OffPolicyConfig,
+                           *POLICY_SCHEMAS.values(),
                            *PIPELINE_SCHEMAS.values(), DatasetConfig, LoggerConfig, TrainConfig, EvaluateConfig]

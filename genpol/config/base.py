@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from genpol.envs import BACKENDS
 from genpol.errors import ConfigError
 
-ENV_BACKENDS = ("gym", "dmc", "playground", "envpool", "genpol", "custom")
+ENV_BACKENDS = tuple(BACKENDS)  # the one list of env backends is genpol.envs.BACKENDS
 ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
 
 

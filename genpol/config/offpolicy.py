@@ -1,25 +1,27 @@
-"""Schema of the off-policy ``learner`` group: SAC, and RLPD as a configuration of it."""
+"""Schemas of the off-policy ``learner`` group: what every off-policy learner has, SAC (and RLPD as a
+configuration of it), the Q-gradient actors and EXPO."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from omegaconf import MISSING
+
 from genpol.config.base import ACTIVATION_NAMES, require
 
 
 @dataclass
-class SACConfig:
-    """Soft actor-critic with a Q-ensemble and replay (defaults: stable-baselines3's SAC).
-
-    RLPD (``+experiment=rlpd``) is this learner with 10 LayerNorm critics, subset-min 2, UTD 20
-    with RLPD's batching, target entropy -|A|/2, the mean-Q actor loss and ``offline_ratio`` 0.5.
+class OffPolicyConfig:
+    """What every off-policy learner's config has (``genpol.algorithms.offpolicy``): replay, critics,
+    their targets and optimizer, the update-to-data ratio, logging iterations. A learner's own
+    config subclasses it (SAC's below; a learner of your own, ``docs/tutorials/add-a-learner.md``).
     Observations and rewards reach the replay raw: env.normalize_obs / normalize_reward are
     ignored (running statistics would make stored transitions stale).
     """
 
-    name: str = "sac"
-    """Updater name; selects the learner."""
+    name: str = MISSING
+    """Learner name; selects the learner (each learner's config sets its own)."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
@@ -34,9 +36,6 @@ class SACConfig:
     """Env steps of uniform random actions before learning starts (SB3 100, the zoo 10000, RLPD 5000)."""
     utd: int = 1
     """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step)."""
-    batching: str = "sb3"
-    """``sb3``: a fresh batch and an actor step for every critic step; ``rlpd``: one batch of batch_size x utd
-    cut into utd critic minibatches, then one actor and temperature step on the last."""
     target_update_interval: int = 1
     """Critic steps between Polyak updates."""
     num_qs: int = 2
@@ -53,18 +52,6 @@ class SACConfig:
     """``torch`` (PyTorch's default, as SB3) or ``xavier`` (RLPD)."""
     critic_reduction: str = "sb3"
     """Critic loss: ``sb3`` = 0.5 sum_i MSE(Q_i, y); ``mean`` = mean_i MSE(Q_i, y) (RLPD)."""
-    actor_q_reduction: str = "min"
-    """Q in the actor loss: ``min`` over critics (SB3) or ``mean`` (RLPD)."""
-    ent_coef: str = "auto"
-    """Temperature: ``auto`` (learned, starting at init_temperature) or a fixed number such as ``0.1``."""
-    init_temperature: float = 1.0
-    """Initial temperature alpha when learned."""
-    target_entropy_scale: float = -1.0
-    """Target entropy = target_entropy_scale x |A| (SB3 -1, RLPD -0.5)."""
-    temperature_loss: str = "log_alpha"
-    """``log_alpha``: -log alpha (log pi + H) as SB3; ``alpha``: alpha (H - H_target) as RLPD."""
-    backup_entropy: bool = True
-    """Subtract alpha log pi(a'|s') in the TD target."""
     offline_ratio: float = 0.0
     """Share of every batch drawn from the offline dataset (dataset.path; RLPD 0.5)."""
     max_grad_norm: Optional[float] = None
@@ -85,7 +72,6 @@ class SACConfig:
                 self.buffer_size)
         require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
         require(self.utd >= 1, "learner.utd", ">= 1", self.utd)
-        require(self.batching in ("sb3", "rlpd"), "learner.batching", "sb3 or rlpd", self.batching)
         require(self.target_update_interval >= 1, "learner.target_update_interval", ">= 1",
                 self.target_update_interval)
         require(self.num_qs >= 1, "learner.num_qs", ">= 1", self.num_qs)
@@ -99,6 +85,41 @@ class SACConfig:
         require(self.critic_init in ("torch", "xavier"), "learner.critic_init", "torch or xavier", self.critic_init)
         require(self.critic_reduction in ("sb3", "mean"), "learner.critic_reduction", "sb3 or mean",
                 self.critic_reduction)
+        require(0.0 <= self.offline_ratio <= 1.0, "learner.offline_ratio", "in [0, 1]", self.offline_ratio)
+        if self.max_grad_norm is not None:
+            require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        require(self.iteration_steps >= 1, "learner.iteration_steps", ">= 1", self.iteration_steps)
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    """Soft actor-critic with a Q-ensemble and replay (defaults: stable-baselines3's SAC).
+
+    RLPD (``+experiment=rlpd``) is this learner with 10 LayerNorm critics, subset-min 2, UTD 20
+    with RLPD's batching, target entropy -|A|/2, the mean-Q actor loss and ``offline_ratio`` 0.5.
+    """
+
+    name: str = "sac"
+    """Learner name; selects the learner."""
+    batching: str = "sb3"
+    """``sb3``: a fresh batch and an actor step for every critic step; ``rlpd``: one batch of batch_size x utd
+    cut into utd critic minibatches, then one actor and temperature step on the last."""
+    actor_q_reduction: str = "min"
+    """Q in the actor loss: ``min`` over critics (SB3) or ``mean`` (RLPD)."""
+    ent_coef: str = "auto"
+    """Temperature: ``auto`` (learned, starting at init_temperature) or a fixed number such as ``0.1``."""
+    init_temperature: float = 1.0
+    """Initial temperature alpha when learned."""
+    target_entropy_scale: float = -1.0
+    """Target entropy = target_entropy_scale x |A| (SB3 -1, RLPD -0.5)."""
+    temperature_loss: str = "log_alpha"
+    """``log_alpha``: -log alpha (log pi + H) as SB3; ``alpha``: alpha (H - H_target) as RLPD."""
+    backup_entropy: bool = True
+    """Subtract alpha log pi(a'|s') in the TD target."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.batching in ("sb3", "rlpd"), "learner.batching", "sb3 or rlpd", self.batching)
         require(self.actor_q_reduction in ("min", "mean"), "learner.actor_q_reduction", "min or mean",
                 self.actor_q_reduction)
         if self.ent_coef != "auto":
@@ -110,10 +131,6 @@ class SACConfig:
         require(self.init_temperature > 0, "learner.init_temperature", "> 0", self.init_temperature)
         require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
                 self.temperature_loss)
-        require(0.0 <= self.offline_ratio <= 1.0, "learner.offline_ratio", "in [0, 1]", self.offline_ratio)
-        if self.max_grad_norm is not None:
-            require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
-        require(self.iteration_steps >= 1, "learner.iteration_steps", ">= 1", self.iteration_steps)
 
 
 @dataclass
@@ -122,7 +139,7 @@ class QGradientConfig(SACConfig):
     critics, TD targets from an EMA actor, no entropy term (``genpol.algorithms.qgradient``)."""
 
     name: str = "consistency_ac"
-    """Updater name; selects the learner."""
+    """Learner name; selects the learner."""
     eta: float = 1.0
     """Weight of the normalized Q-loss (8.3: 1.0 halfcheetah/walker-medium, 0.1 hopper-medium)."""
     bc_coef: float = 1.0
@@ -179,7 +196,7 @@ class ExpoConfig(SACConfig):
     no entropy backup, UTD 20, half of every batch offline, 5000 random steps)."""
 
     name: str = "expo"
-    """Updater name; selects the learner."""
+    """Learner name; selects the learner."""
     num_samples: int = 8
     """Base-policy samples per state of the on-the-fly policy (EXPO's scripts: 8)."""
     n_edit: int = 8

@@ -34,7 +34,7 @@ class PPOConfig(RolloutConfig):
     """PPO-clip: rollout length, advantage estimation, and the minibatch epochs."""
 
     name: str = "ppo"
-    """Updater name; selects the loss."""
+    """Learner name; selects the loss."""
     lr: float = 3e-4
     """Adam learning rate of the policy head (and of the critic unless critic_lr is set)."""
     critic_lr: Optional[float] = None
@@ -101,7 +101,7 @@ class SPOConfig(PPOConfig):
     """SPO: PPO's loop with the quadratic penalty -(A r - |A|/(2 eps) (r - 1)^2) instead of the clip."""
 
     name: str = "spo"
-    """Updater name; selects the loss. clip_range is SPO's epsilon."""
+    """Learner name; selects the loss. clip_range is SPO's epsilon."""
 
 
 @dataclass
@@ -109,7 +109,7 @@ class ASPOConfig(PPOConfig):
     """ASPO (FPO++): PPO-clip for positive advantages, SPO's penalty for the others."""
 
     name: str = "aspo"
-    """Updater name; selects the loss. clip_range is the PPO epsilon of positive advantages."""
+    """Learner name; selects the loss. clip_range is the PPO epsilon of positive advantages."""
     spo_clip_range: float = 0.2
     """SPO epsilon for non-positive advantages (FPO++'s manipulation fine-tuning uses 0.01 for both).
     Under a head's per-step clip schedule it is the last step's, earlier steps scaled as clip_range's."""
@@ -124,7 +124,7 @@ class TRPOConfig(RolloutConfig):
     """TRPO: one natural-gradient step per rollout (sb3-contrib's defaults), then critic epochs."""
 
     name: str = "trpo"
-    """Updater name."""
+    """Learner name."""
     target_kl: float = 0.01
     """Trust-region radius delta on the mean KL(pi_old || pi_theta)."""
     cg_iterations: int = 15
