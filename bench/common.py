@@ -3,8 +3,8 @@ record, reading and writing ``bench/results/*.json``, training a run once, and r
 
 Scripts run as ``python bench/<name>.py``. Python puts the script's own folder first on ``sys.path``,
 so ``from common import ...`` and imports of sibling scripts (``from throughput import genpol_run``)
-work without editing ``sys.path``; genpol comes from the installed (editable) package, which also
-provides ``genpol.envs`` and ``genpol.configs`` (a bare checkout on ``sys.path`` would not).
+work without editing ``sys.path``; genpol comes from the installed (editable) package, or from a
+bare checkout on ``PYTHONPATH`` (``genpol/__init__.py`` maps ``envs/`` and ``configs/`` there too).
 
 This module imports only the standard library at load time: scripts that only launch
 ``python -m genpol.train`` children stay quick to start, and torch or genpol load when a function

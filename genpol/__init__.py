@@ -28,4 +28,34 @@ Layers, lowest first; a module imports its own layer and those below, never one 
 ====  ==========================================================================================
 """
 
+from __future__ import annotations
+
+import sys
+from importlib.machinery import ModuleSpec
+from importlib.util import spec_from_file_location
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+
+class _CheckoutFolders:
+    """``genpol.envs`` and ``genpol.configs`` in a bare checkout on ``sys.path`` (``PYTHONPATH=<repo>``,
+    nothing installed): the repository's ``envs/`` and ``configs/``, as the build maps them. An
+    installed genpol (a wheel, or an editable install's own finder) never reaches this finder: it
+    comes last on ``sys.meta_path`` and answers only these two names. Written here because the
+    mapping is setuptools' at install time, and a checkout run without installing has none."""
+
+    root = Path(__file__).resolve().parent.parent
+    folders = {"genpol.envs": "envs", "genpol.configs": "configs"}
+
+    @classmethod
+    def find_spec(cls, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        folder = cls.root / cls.folders.get(fullname, "")
+        if fullname not in cls.folders or not (folder / "__init__.py").is_file():
+            return None
+        return spec_from_file_location(fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
+
+
+if (_CheckoutFolders.root / "envs" / "__init__.py").is_file() and not any(
+        finder is _CheckoutFolders for finder in sys.meta_path):
+    sys.meta_path.append(_CheckoutFolders)

@@ -106,3 +106,18 @@ def test_the_api_composes_the_users_config_folder_on_top_of_genpols(installed):
     lines = run([python, "-c", code], user).stdout.split("\n")
     assert lines[0] == "Pendulum-v1 0.0007", lines
     assert int(lines[-2]) >= 512
+
+
+def test_a_bare_checkout_on_the_path_maps_envs_and_configs_as_the_build_does(installed):
+    """``PYTHONPATH=<checkout>`` with nothing installed from it (bench/gpu_check.sh on a lent GPU
+    does this): genpol comes from the checkout, and genpol.envs and genpol.configs are its folders."""
+    code = ("import genpol, genpol.envs, genpol.configs\n"
+            "from genpol.api import compose_config\n"
+            "print(genpol.__file__, genpol.envs.__file__, compose_config(['env=pendulum']).env.id)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([str(installed["python"]), "-c", code], cwd=installed["user"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    package, envs_init, env_id = result.stdout.split()
+    assert package == str(REPO / "genpol" / "__init__.py") and envs_init == str(REPO / "envs" / "__init__.py")
+    assert env_id == "Pendulum-v1"
