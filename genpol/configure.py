@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from genpol.algorithms.registry import LEARNERS, learner, on_policy_names
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
@@ -45,11 +46,24 @@ def register_configs() -> None:
             store.store(group=group, name=f"schema_{name}", node=schema)
 
 
+# what to write for a value the config cannot default (``???`` in the schema), by key
+MISSING_EXAMPLES: dict[str, str] = {
+    "env.id": "env.id=Pendulum-v1 with env=gym (any gymnasium id), env.id=cheetah-run with env=dmc, or "
+              "env.id=my_pkg.sim:make_env with env=custom",
+    "run_dir": "run_dir=runs/hopper (a training run's directory)",
+}
+
+
 def validate(cfg: DictConfig) -> Any:
     """Turn a composed config into dataclass objects, running every ``__post_init__`` check; for a
     training config, also the checks across groups (``check_groups``) and the head's capabilities
     against the learner's needs (``check_learner``)."""
-    config = OmegaConf.to_object(cfg)
+    try:
+        config = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as error:
+        key = error.full_key
+        example = MISSING_EXAMPLES.get(key, f"{key}=<value>")
+        raise ConfigError(f"{key} is required and has no default: set it, e.g. {example}") from None
     if isinstance(config, TrainConfig):
         if not dataclasses.is_dataclass(config.learner):
             raise ConfigError("the learner group's yaml has no schema: list schema_<name> in its defaults (a learner "

@@ -8,6 +8,15 @@ own ``EnvError``: the simulator layer imports nothing of genpol.
 
 from __future__ import annotations
 
+# Exit codes of ``python -m genpol.train`` (and genpol-train); 0 means trained to total_steps.
+EXIT_BAD_INPUT = 2
+"""A bad config, env, dataset or checkpoint, or a run_dir held by another live process."""
+EXIT_NON_FINITE = 3
+"""NaN or inf in training; the message names the last good checkpoint."""
+EXIT_STOPPED = 4
+"""Stopped by SIGTERM, SIGINT or SLURM's preemption signal after writing a checkpoint: not finished
+(no summary.json), and the same command resumes it."""
+
 
 class ConfigError(ValueError):
     """A config value out of its range, or two groups that cannot work together; the message names

@@ -6,9 +6,11 @@ Re-running with the same ``run_dir`` resumes from its latest checkpoint.
 Under ``torchrun --nproc_per_node=N -m genpol.train ...`` one run trains on N processes (detected
 from torchrun's variables; see ``genpol/distributed.py``); rank 0 writes the files.
 
-Exit codes: 0 trained (or stopped by SIGTERM / SIGINT after a checkpoint: re-run to resume);
-2 a bad config, env, dataset or checkpoint, or a run_dir held by another live process;
-3 NaN or inf in training (the message names the last good checkpoint).
+Exit codes (``genpol.errors``): 0 trained to ``total_steps``; 2 a bad config, env, dataset or
+checkpoint, or a run_dir held by another live process; 3 NaN or inf in training (the message names
+the last good checkpoint); 4 stopped by SIGTERM, SIGINT or SLURM's preemption signal after writing
+a checkpoint: not finished, so ``genpol-train ... && genpol-evaluate ...`` stops there, and the same
+command resumes the run.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from genpol.config import TrainConfig
 from genpol.config.aliases import rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
-from genpol.errors import (CheckpointError, ConfigError, DatasetError, NonFiniteError, RunDirBusyError,
-                           TrainingInterrupted)
+from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
+                           DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
 
 register_configs()
 
@@ -72,13 +74,13 @@ def train_from_config(cfg: DictConfig) -> None:
         summary = run_training(config, HydraConfig.get().runtime.output_dir)
     except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     except NonFiniteError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(3)
-    except TrainingInterrupted as error:  # checkpointed: a clean stop that the same command resumes
+        sys.exit(EXIT_NON_FINITE)
+    except TrainingInterrupted as error:  # checkpointed, not finished: the same command resumes
         print(f"genpol: {error}", file=sys.stderr)
-        sys.exit(0)
+        sys.exit(EXIT_STOPPED)
     if not distributed.launched_by_torchrun() or os.environ["RANK"] == "0":  # one summary per run
         print(json.dumps(summary, indent=2))
 
@@ -91,7 +93,7 @@ def main() -> None:
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
     except ConfigError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
     register_configs()
     train_from_config()
 

@@ -112,7 +112,7 @@ def uninterrupted(tmp_path_factory):
                          ids=["ppo-sigkill", "sac-sigkill", "ppo-sigterm"])
 def test_resume_after_a_kill_is_bit_identical(tmp_path, uninterrupted, learner, stop):
     """Stop a run after its 4th checkpoint - SIGKILL, or SIGTERM, on which it checkpoints at the end
-    of the iteration and exits 0 - and re-run the same command: the final parameters, the learner's
+    of the iteration and exits 4, unfinished - and re-run the same command: the final parameters, the learner's
     whole state (critics, targets, optimizers, replay buffer, generators), the normalizer and the env
     state equal those of an uninterrupted run."""
     reference_dir = uninterrupted(learner)
@@ -129,7 +129,9 @@ def test_resume_after_a_kill_is_bit_identical(tmp_path, uninterrupted, learner, 
     if stop == signal.SIGKILL:
         assert interrupted.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     else:
-        assert interrupted.returncode == 0 and "SIGTERM received: stopped at step" in interrupted.stderr.read()
+        # not finished: exit 4 (EXIT_STOPPED), not the 0 of a finished run, and no summary.json
+        assert interrupted.returncode == 4 and "SIGTERM received: stopped at step" in interrupted.stderr.read()
+        assert not (tmp_path / "interrupted" / "summary.json").exists()
     steps_at_kill = {p.name for p in list_checkpoints(tmp_path / "interrupted" / "checkpoints")}
     assert final not in steps_at_kill
 

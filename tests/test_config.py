@@ -113,8 +113,39 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
     assert result.returncode == 2 and "learner.clip_range must be in (0, 1), got 2.0" in result.stderr
     result = run_cli("-m", "genpol.train", "env=gym", "env.id=HalfChetah-v5", f"run_dir={tmp_path}/c", check=False)
     assert result.returncode == 2 and "Did you mean gym:HalfCheetah-v5" in result.stderr
-    for name in "abc":
+    # a mandatory value left out: one line that names the key and shows an example, exit 2
+    for env_group in ("gym", "custom"):
+        result = run_cli("-m", "genpol.train", f"env={env_group}", f"run_dir={tmp_path}/d", check=False)
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+            "genpol: ConfigError: env.id is required and has no default: set it, e.g. env.id=Pendulum-v1")
+        assert "Traceback" not in result.stderr and "MissingMandatoryValue" not in result.stderr
+    # a replay buffer that cannot fit: refused before it is allocated, naming the key and both sizes
+    result = run_cli("-m", "genpol.train", "+experiment=sac", "env=hopper", "learner.buffer_size=100000000000",
+                     f"run_dir={tmp_path}/e", check=False)
+    assert result.returncode == 2 and re.search(
+        r"learner.buffer_size=100000000000 needs 10.5 TB for the replay buffer, but cpu has [0-9.]+ [kMGT]?B "
+        r"available: lower learner.buffer_size", result.stderr), result.stderr[-2000:]
+    for name in "abcde":
         assert not (tmp_path / name / "checkpoints").exists()
+
+
+def test_memory_is_checked_against_what_the_device_has(monkeypatch):
+    """require_memory's rule and message, by hand: 105 bytes per Hopper transition (2 x 11 + 3 + 1
+    floats and a bool), refused above what the device reports available, silent where it says nothing."""
+    from genpol.storage import memory
+    from genpol.storage.replay import ReplayBuffer
+
+    real = memory.available_bytes("cpu")  # /proc/meminfo's MemAvailable on this Linux machine
+    assert isinstance(real, int) and 10**8 < real < 10**14
+    assert ReplayBuffer.bytes_for(1_000_000, 11, 3) == 105_000_000
+    assert memory.human_bytes(999) == "999 B" and memory.human_bytes(105_000_000) == "105.0 MB"
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 100_000_000)
+    memory.require_memory("learner.buffer_size", 900_000, ReplayBuffer.bytes_for(900_000, 11, 3), "cpu", "x")
+    with pytest.raises(ConfigError, match=r"learner.buffer_size=1000000 needs 105.0 MB for the replay buffer, but cpu "
+                                          r"has 100.0 MB available: lower learner.buffer_size"):
+        memory.require_memory("learner.buffer_size", 1_000_000, 105_000_000, "cpu", "the replay buffer")
+    monkeypatch.setattr(memory, "available_bytes", lambda device: None)
+    memory.require_memory("learner.buffer_size", 10**11, 10**13, "cpu", "the replay buffer")
 
 
 DPPO_FILE = ["dataset.path=data/hopper_medium-v5.hdf5"]  # composing only: the file is never opened

@@ -29,6 +29,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.errors import ConfigError
 from genpol.heads.base import PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update
+from genpol.storage.memory import require_memory
 from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
 from genpol.updaters.sac_losses import critic_loss
 
@@ -93,6 +94,10 @@ class OffPolicyAlgorithm(Algorithm):
         if cfg.learner.offline_ratio > 0 and offline is None:
             raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
                               "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
+        # refused here, before the replay is allocated: once full it must fit in memory
+        require_memory("learner.buffer_size", cfg.learner.buffer_size,
+                       ReplayBuffer.bytes_for(cfg.learner.buffer_size, env.obs_dim, env.act_dim), cfg.device,
+                       "the replay buffer")
         return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
                    capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
                    **kwargs)

@@ -121,6 +121,12 @@ class ReplayBuffer:
             raise RuntimeError("ReplayBuffer.sample: the buffer is empty; add transitions before sampling")
         return self.batch_at(torch.randint(self.size, (batch_size,), generator=self.generator))
 
+    @staticmethod
+    def bytes_for(capacity: int, obs_dim: int, act_dim: int) -> int:
+        """Bytes of a full buffer: per transition float32 obs, next obs, action and reward and a bool
+        termination, ``(2 obs_dim + act_dim + 1) x 4 + 1``."""
+        return capacity * ((2 * obs_dim + act_dim + 1) * 4 + 1)
+
     def nbytes(self) -> int:
         """Bytes of the tensors ``state_dict()`` holds (the filled rows and the generator state)."""
         row_bytes = sum(store[0].nelement() * store.element_size() for store in self._columns().values())

@@ -40,6 +40,7 @@ class _CheckpointBeforeRequeue:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
 
+        from genpol.errors import EXIT_STOPPED
         from genpol.runners.guards import request_stop
 
         preemption_signal = submitit.JobEnvironment._usr_sig()  # SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL says otherwise
@@ -54,8 +55,8 @@ class _CheckpointBeforeRequeue:
         try:
             return super().__call__(*args, **kwargs)  # type: ignore[misc]
         except SystemExit as exit_:
-            # genpol.train exits 0 after checkpointing on a stop request; anything else is a failure
-            if not received or exit_.code not in (0, None) or not callable(submitit_handler):
+            # genpol.train exits EXIT_STOPPED after checkpointing on a stop request; anything else fails
+            if not received or exit_.code != EXIT_STOPPED or not callable(submitit_handler):
                 raise
             stopped = exit_
         finally:
