@@ -66,6 +66,17 @@ def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[st
         _fsync(directory)
 
 
+def tensor_bytes(tree: Any) -> int:
+    """Bytes of the tensors in a nested dict / list / tuple (what ``torch.save`` writes, less its framing)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.nelement() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(value) for value in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(value) for value in tree)
+    return 0
+
+
 def save_checkpoint(
     checkpoints_dir: str | Path,
     step: int,
@@ -78,8 +89,18 @@ def save_checkpoint(
     checkpoints_dir = Path(checkpoints_dir)
     final = checkpoints_dir / f"{PREFIX}{step:012d}"
     tmp = checkpoints_dir / f".tmp-{final.name}-{os.getpid()}"
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    # checked before writing: the older checkpoints go only after the new one is complete, so the
+    # new one needs its whole size free (replay included); a write that fails anyway is caught below
+    needed = tensor_bytes(policy_weights) + tensor_bytes(training_state)
+    free = shutil.disk_usage(checkpoints_dir).free
+    if needed > free:
+        previous = list_checkpoints(checkpoints_dir)
+        raise CheckpointError(
+            f"checkpoint {final} needs about {needed / 1e6:.1f} MB and {checkpoints_dir} has {free / 1e6:.1f} MB free; "
+            f"{'the previous checkpoint ' + str(previous[-1]) + ' is intact' if previous else 'no earlier checkpoint exists'}"
+            ". Free disk space, or save less (learner.save_replay=false, a smaller learner.buffer_size)")
     try:
-        checkpoints_dir.mkdir(parents=True, exist_ok=True)
         _write_files(tmp, policy_spec, policy_weights, training_state)
     # a full disk, a read-only or vanished directory (torch.save reports a failed write as a RuntimeError)
     except (OSError, RuntimeError) as error:

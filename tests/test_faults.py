@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -154,18 +155,31 @@ def test_nan_parameter_stops_training(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- checkpoint writes
-def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("failing", ["policy.json", "weights.pt", "state.pt", "manifest.json"])
+def test_a_full_disk_at_any_file_of_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch, failing):
+    """ENOSPC while the third checkpoint writes ``failing`` (each of its four files in turn): the
+    run stops with a message that names the cause and the intact previous checkpoint, no half-written
+    directory is left, and the run's policy still loads."""
     import genpol.checkpoint as checkpoint_module
 
-    original, calls = checkpoint_module.torch.save, {"n": 0}
+    save, write_text, written = checkpoint_module.torch.save, Path.write_text, {"n": 0}
 
-    def filling(obj, path, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > 4:  # two files per checkpoint: the third checkpoint finds the disk full
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return original(obj, path, *args, **kwargs)
+    def full_at(path) -> None:
+        if Path(path).name == failing:
+            written["n"] += 1
+            if written["n"] > 2:  # the third checkpoint finds the disk full
+                raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_module.torch, "save", filling)
+    def filling_save(obj, path, *args, **kwargs):
+        full_at(path)
+        return save(obj, path, *args, **kwargs)
+
+    def filling_write_text(self, *args, **kwargs):
+        full_at(self)
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", filling_save)
+    monkeypatch.setattr(Path, "write_text", filling_write_text)
     with pytest.raises(CheckpointError) as error:
         tiny_run(tmp_path, overrides=["pipeline.video=false"])
     message = str(error.value)
@@ -173,7 +187,31 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkey
     checkpoints = tmp_path / "run" / "checkpoints"
     assert [p.name for p in list_checkpoints(checkpoints)] == ["step_000000000128", "step_000000000256"]
     assert not [p for p in checkpoints.iterdir() if p.name.startswith(".tmp")]  # no half-written leftovers
+    monkeypatch.undo()
     load_policy(tmp_path / "run")
+
+
+def test_a_checkpoint_that_cannot_fit_on_the_disk_is_not_started(tmp_path, monkeypatch):
+    """Before writing, the checkpoint's tensor bytes are checked against the free disk: with too
+    little free the run stops naming both sizes and the intact previous checkpoint, and writes nothing."""
+    import collections
+    import shutil as shutil_module
+
+    import genpol.checkpoint as checkpoint_module
+
+    usage, calls = shutil_module.disk_usage, {"n": 0}
+
+    def shrinking(path):
+        calls["n"] += 1
+        total, used, free = usage(path)
+        return collections.namedtuple("usage", "total used free")(total, used, free if calls["n"] <= 2 else 1000)
+
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", shrinking)
+    with pytest.raises(CheckpointError, match=r"needs about [0-9.]+ MB and .* has 0.0 MB free; the previous "
+                                              r"checkpoint .*step_000000000256 is intact"):
+        tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000000000128", "step_000000000256"]
 
 
 # ---------------------------------------------------------------- one writer per run directory
