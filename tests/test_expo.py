@@ -55,6 +55,54 @@ def test_candidate_selection_is_the_argmax_of_the_subset_min_hand_case():
     assert torch.allclose(best, torch.tensor([[-0.05], [0.2]]))
 
 
+def test_the_td_target_values_the_winner_with_a_second_independent_subset_hand_case():
+    """EXPO's code ranks the next candidates by one subset's minimum and values the winner by another
+    subset's (learner.td_subsets=independent); one subset for both (shared) is the maximum of the very
+    minimum that ranked, never below the independent value. Q_0 = a + 1, Q_1 = 1 - a, Q_2 = 5."""
+    critic = hand_critic()
+    obs = torch.zeros(2, 1)
+    candidates = torch.tensor([[[-0.8], [0.1], [0.6], [-0.05]],
+                               [[0.9], [-0.3], [0.2], [-1.0]]])
+    # ranked by {0, 2}: min(a + 1, 5) -> 0.6 and 0.9; valued by {1}: 1 - a -> 0.4 and 0.1
+    best, value = select_by_q(obs, candidates, critic, torch.tensor([0, 2]), torch.tensor([1]))
+    assert torch.allclose(best, torch.tensor([[0.6], [0.9]])) and torch.allclose(value, torch.tensor([0.4, 0.1]))
+    _, shared = select_by_q(obs, candidates, critic, torch.tensor([0, 2]))
+    assert torch.allclose(shared, torch.tensor([1.6, 1.9])) and (shared >= value).all()
+    # valued by {0, 1} at the winner of {0, 2}: min(1.6, 0.4), min(1.9, 0.1)
+    _, value = select_by_q(obs, candidates, critic, torch.tensor([0, 2]), torch.tensor([0, 1]))
+    assert torch.allclose(value, torch.tensor([0.4, 0.1]))
+
+
+def test_expo_draws_the_ranking_subset_then_an_independent_valuing_subset():
+    """learner.td_subsets=independent: two randperms from the subset generator per critic step, the
+    ranking one first; shared: one, as before."""
+    independent, shared = tiny_expo(num_min_qs=2), tiny_expo(num_min_qs=2, td_subsets="shared")
+    generator = torch.Generator().set_state(independent.subset_generator.get_state())
+    expected = torch.stack([torch.randperm(4, generator=generator)[:2], torch.randperm(4, generator=generator)[:2]])
+    assert torch.equal(independent._subset_heads(), expected)
+    generator = torch.Generator().set_state(shared.subset_generator.get_state())
+    assert torch.equal(shared._subset_heads(), torch.randperm(4, generator=generator)[:2])
+    independent.update()  # the TD target takes the stacked subsets through the critic step
+    assert independent.critic_steps == 2
+
+
+def test_edits_are_unclipped_where_ranked_valued_and_trained_unless_clip_edits():
+    """a' = a + beta u: EXPO's code leaves it unclipped (clip_edits=false, the default); clipped to
+    [-1, 1] with clip_edits=true (genpol before 2026-12-02, and edit specs saved then). Acting still
+    executes an action in the box."""
+    actions, u = torch.tensor([[0.99, -0.2]]), torch.tensor([[1.0, -1.0]])
+    unclipped = EditPolicy(OBS_DIM, ACT_DIM, hidden_sizes=(8,), edit_scale=0.05, clip=False)
+    clipped = EditPolicy(OBS_DIM, ACT_DIM, hidden_sizes=(8,), edit_scale=0.05)
+    assert torch.allclose(unclipped.edit(None, actions, u), torch.tensor([[1.04, -0.25]]))
+    assert torch.allclose(clipped.edit(None, actions, u), torch.tensor([[1.0, -0.25]]))
+    assert clipped.spec_kwargs["clip"] and EditPolicy(OBS_DIM, ACT_DIM, hidden_sizes=(8,)).clip  # old specs: clip
+    algorithm = tiny_expo()
+    assert not algorithm.edit.clip and algorithm.actor.edit is algorithm.edit
+    torch.manual_seed(0)
+    near_bound = torch.full((64, OBS_DIM), 3.0)
+    assert algorithm.actor.act(near_bound, deterministic=False).abs().max() <= 1.0
+
+
 def test_edit_loss_matches_torch_distributions():
     """a' = clip(a + beta u), log pi_e(a') = log pi(u) - d log beta with pi a tanh-Gaussian (checked
     with torch.distributions' TanhTransform), loss = mean(alpha log pi_e - mean_i Q_i(s, a'))."""

@@ -18,6 +18,9 @@ import pytest
 import torch
 import yaml
 
+from genpol.configure import validate
+from genpol.errors import ConfigError
+
 from conftest import REPO, assert_trees_equal, final_checkpoint
 
 SAVED = REPO / "tests" / "data" / "saved_before_layers"
@@ -28,6 +31,17 @@ def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates
     run_dir = tmp_path / learner
     shutil.copytree(SAVED / learner, run_dir)
     overrides = [*yaml.safe_load((run_dir / "overrides.yaml").read_text()), f"run_dir={run_dir}"]
+    if learner == "expo":
+        # EXPO's TD target and edits follow the authors' code since (independent subsets, no clip):
+        # the old run resumes with the old settings, and without them the resume is refused naming them
+        from genpol.api import compose_config
+        from genpol.runners.scaffold import check_resume_config
+
+        with pytest.raises(ConfigError, match=r"learner.clip_edits: True \(saved before the field existed\) -> "
+                                              r"False, learner.td_subsets: 'shared' .* -> 'independent'"):
+            with pytest.warns(FutureWarning):
+                check_resume_config(run_dir, validate(compose_config(overrides)))
+        overrides += ["learner.td_subsets=shared", "learner.clip_edits=true"]
     # the old command line says updater=..., the saved config.yaml holds an "updater" section: both
     # are read under today's name, learner, and the old name warns naming the new one
     assert any(item.startswith("updater") for item in overrides)
@@ -38,7 +52,6 @@ def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates
         assert "'updater' is now 'learner'" in result.stderr
     else:  # in this process, through the API (no interpreter start-up)
         from genpol.api import compose_config
-        from genpol.configure import validate
         from genpol.train import run_training
 
         with pytest.warns(FutureWarning, match="'updater' is now 'learner'"):

@@ -42,23 +42,28 @@ class EditPolicy(nn.Module):
         hidden_sizes, activation: the MLP (EXPO's scripts: 256 x 3, ReLU).
         edit_scale: beta, the largest change an edit makes per action dimension (EXPO: 0.05).
         init, log_prob_epsilon: as ``TanhGaussianHead`` (jaxrl / EXPO: xavier and the exact log-det).
+        clip: clip ``a + beta u`` to [-1, 1] (genpol before 2026-12-02, and a spec saved then); EXPO's
+            code leaves it unclipped where it is ranked, valued and trained on (``learner.clip_edits``).
     """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (256, 256, 256),
                  activation: str = "relu", edit_scale: float = EDIT_SCALE, init: str = "xavier_uniform",
-                 log_prob_epsilon: float = 0.0):
+                 log_prob_epsilon: float = 0.0, clip: bool = True):
         super().__init__()
         if not edit_scale > 0:
             raise ValueError(f"edit_scale must be > 0, got {edit_scale}")
-        self.obs_dim, self.act_dim, self.edit_scale = obs_dim, act_dim, edit_scale
+        self.obs_dim, self.act_dim, self.edit_scale, self.clip = obs_dim, act_dim, edit_scale, clip
         self.spec_kwargs = {"hidden_sizes": list(hidden_sizes), "activation": activation,
-                            "edit_scale": edit_scale, "init": init, "log_prob_epsilon": log_prob_epsilon}
+                            "edit_scale": edit_scale, "init": init, "log_prob_epsilon": log_prob_epsilon,
+                            "clip": clip}
         self.gaussian = TanhGaussianHead(obs_dim + act_dim, act_dim, hidden_sizes, activation,
                                          log_prob_epsilon=log_prob_epsilon, init=init)
 
     def edit(self, obs: torch.Tensor, actions: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """``a' = clip(a + beta u, -1, 1)``; shapes ``[..., A]`` (``obs`` unused, kept for symmetry)."""
-        return (actions + self.edit_scale * u).clamp(-1.0, 1.0)
+        """``a' = a + beta u``, clipped to [-1, 1] when ``clip``; shapes ``[..., A]`` (``obs`` unused, kept
+        for symmetry)."""
+        edited = actions + self.edit_scale * u
+        return edited.clamp(-1.0, 1.0) if self.clip else edited
 
     def rsample_edit(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [B, D]``, ``actions [B, A]`` -> ``(edited [B, A], log pi_e(edited) [B])``, both
@@ -84,33 +89,49 @@ def edit_loss(edit_log_prob: torch.Tensor, q_edited: torch.Tensor, alpha: torch.
 
 
 def select_by_q(obs: torch.Tensor, candidates: torch.Tensor, critic: QEnsemble,
-                subset_heads: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The argmax over candidates of the subset-minimum of ``critic``.
+                subset_heads: torch.Tensor | None, value_heads: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The argmax over candidates of the subset-minimum of ``critic``, and the winner's value.
 
     Args:
         obs: ``[B, D]``; candidates: ``[B, K, A]``.
         critic: evaluated once on all ``B K`` (state, candidate) pairs, ``q [E, B K]``.
         subset_heads: ``[M]`` head indices whose minimum ranks the candidates (None: all heads).
+        value_heads: ``[M]`` head indices whose minimum values the winner (None: the ranking subset's,
+            so the value is the maximum of the very minimum that ranked). EXPO's TD target draws a
+            second subset independently of the first (``rank_and_value``).
     Returns:
-        ``(best [B, A], q_best [B])``: the winning candidate of each state and its subset-min Q.
+        ``(best [B, A], q_best [B])``: the winning candidate of each state and its value.
     """
     batch, num, act_dim = candidates.shape
     flat_obs = obs.unsqueeze(1).expand(batch, num, obs.shape[-1]).reshape(batch * num, -1)
-    q = critic(flat_obs, candidates.reshape(batch * num, act_dim))
-    if subset_heads is not None:
-        q = q.index_select(0, subset_heads)
-    q = q.min(dim=0).values.view(batch, num)
-    q_best, index = q.max(dim=1)
+    q = critic(flat_obs, candidates.reshape(batch * num, act_dim)).view(-1, batch, num)
+    index, q_best = rank_and_value(q, subset_heads, value_heads)
     best = candidates.gather(1, index.view(batch, 1, 1).expand(batch, 1, act_dim)).squeeze(1)
     return best, q_best
 
 
+def rank_and_value(q: torch.Tensor, subset_heads: torch.Tensor | None, value_heads: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q [E, B, K]`` (every head on every candidate) -> ``(index [B], value [B])``: the candidate
+    maximizing ``min_{i in subset} q_i``, and ``min_{i in value_heads} q_i`` of that candidate
+    (``value_heads`` None: the ranking minimum itself)."""
+    ranking = (q if subset_heads is None else q.index_select(0, subset_heads)).min(dim=0).values
+    best, index = ranking.max(dim=1)
+    if value_heads is None:
+        return index, best
+    valuing = q.index_select(0, value_heads).min(dim=0).values
+    return index, valuing.gather(1, index.unsqueeze(1)).squeeze(1)
+
+
 def on_the_fly_actions(obs: torch.Tensor, base: PolicyHead, edit: EditPolicy, critic: QEnsemble,
                        num_samples: int, n_edit: int, subset_heads: torch.Tensor | None,
-                       deterministic_edit: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                       deterministic_edit: bool = False, value_heads: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """EXPO's on-the-fly policy for a batch of states ``obs [B, D]``: ``num_samples`` base candidates
     per state (one batched ``base.candidates`` call), the first ``n_edit`` of them edited, and the
-    argmax of the subset-min Q over all ``num_samples + n_edit``. Returns ``(actions [B, A], q [B])``.
+    argmax of the subset-min Q over all ``num_samples + n_edit``. Returns ``(actions [B, A], q [B])``,
+    ``q`` the winner's value by ``value_heads`` (see ``select_by_q``).
     Base samples are clipped to [-1, 1] first (a Gaussian base's are unbounded): the critics value, and
     the env executes, actions in the box."""
     base_actions = base.candidates(obs, num_samples).clamp(-1.0, 1.0)
@@ -118,7 +139,7 @@ def on_the_fly_actions(obs: torch.Tensor, base: PolicyHead, edit: EditPolicy, cr
     if n_edit > 0:
         edited = edit.edit_candidates(obs, base_actions[:, :n_edit], deterministic_edit)
         candidates = torch.cat([base_actions, edited], dim=1)
-    return select_by_q(obs, candidates, critic, subset_heads)
+    return select_by_q(obs, candidates, critic, subset_heads, value_heads)
 
 
 class OnTheFlyPolicy(CandidatePolicy):
@@ -168,5 +189,6 @@ class OnTheFlyPolicy(CandidatePolicy):
     def choose(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         """The subset of heads is drawn before the candidates (the RNG order of every EXPO release)."""
         subset_heads = self.subset_heads()
-        return on_the_fly_actions(obs, self.base, self.edit, self.critic, self.num_samples, self.n_edit,
-                                  subset_heads, deterministic_edit=deterministic)[0]
+        chosen = on_the_fly_actions(obs, self.base, self.edit, self.critic, self.num_samples, self.n_edit,
+                                    subset_heads, deterministic_edit=deterministic)[0]
+        return chosen.clamp(-1.0, 1.0)  # unclipped edits (EXPO's code) are ranked as they are, executed in the box

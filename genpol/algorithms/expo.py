@@ -63,7 +63,7 @@ class EXPO(SAC):
             self.target_entropy += act_dim * math.log(cfg.edit_scale)
         self.ema_base = copy.deepcopy(head).requires_grad_(False)
         self.edit = EditPolicy(obs_dim, act_dim, cfg.edit_hidden_sizes, cfg.edit_activation,
-                               edit_scale=cfg.edit_scale).to(device)
+                               edit_scale=cfg.edit_scale, clip=cfg.clip_edits).to(device)
         self.edit_params = list(self.edit.parameters())
         fused = device.type in ("cpu", "cuda")
         self.edit_optimizer = torch.optim.Adam(self.edit_params, lr=cfg.lr, fused=fused)
@@ -85,10 +85,22 @@ class EXPO(SAC):
         return self.actor
 
     # ------------------------------------------------------------------ learning
+    def _subset_heads(self) -> torch.Tensor | None:
+        """``[2, M]``: the subset that ranks the next candidates and, drawn after it, the one that
+        values the winner (``learner.td_subsets=independent``, EXPO's code); ``[M]``, one subset for
+        both (``shared``); None with every head in the minimum."""
+        ranking = super()._subset_heads()
+        if ranking is None or self.cfg.td_subsets == "shared":
+            return ranking
+        return torch.stack([ranking, super()._subset_heads()])
+
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
-        """``r + gamma (1 - done) min_subset Q_target(s', a*)``, a* the on-the-fly choice of the online base."""
+        """``r + gamma (1 - done) min_value-subset Q_target(s', a*)``, a* the on-the-fly choice of the
+        online base by the ranking subset's minimum (``_subset_heads``)."""
+        ranking, valuing = (subset_heads[0], subset_heads[1]) if subset_heads is not None and \
+            subset_heads.dim() == 2 else (subset_heads, None)
         _, next_q = on_the_fly_actions(batch.next_obs, self.head, self.edit, self.critic_target,
-                                       self.cfg.num_samples, self.cfg.n_edit, subset_heads)
+                                       self.cfg.num_samples, self.cfg.n_edit, ranking, value_heads=valuing)
         return td_target(batch.rewards, batch.dones, next_q, None, alpha, self.cfg.gamma)
 
     def policy_lr(self, steps: int) -> float:

@@ -202,7 +202,15 @@ class ExpoConfig(SACConfig):
     n_edit: int = 8
     """How many of those are also edited (the first n_edit); the argmax runs over num_samples + n_edit."""
     edit_scale: float = 0.05
-    """beta: an edit changes each action dimension by at most this (a' = clip(a + beta u))."""
+    """beta: an edit changes each action dimension by at most this (a' = a + beta u)."""
+    td_subsets: str = "independent"
+    """The TD target's next action: ``independent`` (EXPO's code, ``update_critic``): the candidates are
+    ranked by the minimum of one random subset of num_min_qs target critics, and the winner is valued
+    by the minimum of a second subset drawn independently; ``shared`` (genpol before 2026-12-02): one
+    subset ranks and values, a more optimistic target (the maximum over candidates of that minimum)."""
+    clip_edits: bool = False
+    """Clip the edited action a + beta u to [-1, 1] where it is ranked, valued and trained on (genpol
+    before 2026-12-02). EXPO's code does not (false). The executed action is in the box either way."""
     edit_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
     """Hidden layer widths of the edit policy (on s and a)."""
     edit_activation: str = "relu"
@@ -255,6 +263,8 @@ class ExpoConfig(SACConfig):
         require(0 <= self.n_edit <= self.num_samples, "learner.n_edit", f"in [0, num_samples={self.num_samples}]",
                 self.n_edit)
         require(self.edit_scale > 0, "learner.edit_scale", "> 0", self.edit_scale)
+        require(self.td_subsets in ("independent", "shared"), "learner.td_subsets", "independent or shared",
+                self.td_subsets)
         require(len(self.edit_hidden_sizes) >= 1 and all(w >= 1 for w in self.edit_hidden_sizes),
                 "learner.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
         require(self.edit_activation in ACTIVATION_NAMES, "learner.edit_activation", f"one of {ACTIVATION_NAMES}",
