@@ -65,6 +65,24 @@ def test_per_head_inputs_match_each_head_alone(impl, layer_norm):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_evaluating_a_subset_of_heads_equals_those_rows_of_all_heads(impl, layer_norm):
+    """``heads=[2, 0]`` evaluates only those heads, in that order, with the numbers every head gives
+    (exactly: each head's GEMMs are the same); per-head inputs then come per evaluated head."""
+    ensemble = perturbed_ensemble(layer_norm=layer_norm)
+    ensemble.impl = impl
+    obs, actions = batch(())
+    heads = torch.tensor([2, 0])
+    every = ensemble(obs, actions)
+    assert torch.equal(ensemble(obs, actions, heads=heads), every.index_select(0, heads))
+    per_head_actions = actions.expand(2, *actions.shape) + torch.tensor([[[0.0]], [[0.1]]])
+    q = ensemble(obs, per_head_actions, heads=heads)
+    torch.testing.assert_close(q[1], ensemble.head_module(0)(torch.cat([obs, per_head_actions[1]], -1)).squeeze(-1))
+    with pytest.raises(ValueError, match=r"or with a leading \[2\]"):
+        ensemble(obs, actions.expand(3, *actions.shape), heads=heads)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
 def test_from_modules_matches_stable_baselines3_sac_critic(impl):
     from stable_baselines3 import SAC
 
