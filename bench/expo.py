@@ -115,8 +115,9 @@ def candidate_cost(expo: Any, repeats: int = 10) -> dict[str, float]:
             timings["base_samples_ms"].append((time.perf_counter() - start) * 1000)
             timings["base_samples_cpu_ms"].append((time.process_time() - cpu) * 1000)
             start, cpu = time.perf_counter(), time.process_time()
+            ranking, valuing = expo.split_subsets(expo._subset_heads())
             on_the_fly_actions(obs, expo.head, expo.edit, expo.critic_target, cfg.num_samples, cfg.n_edit,
-                               expo._subset_heads())
+                               ranking, value_heads=valuing)
             timings["on_the_fly_ms"].append((time.perf_counter() - start) * 1000)
             timings["on_the_fly_cpu_ms"].append((time.process_time() - cpu) * 1000)
     return {key: statistics.median(values) for key, values in timings.items()}

@@ -100,9 +100,7 @@ class TD3(OffPolicyAlgorithm):
         noise = torch.randn(batch.actions.shape, generator=self.smoothing_generator) * self.cfg.policy_noise
         noise = noise.clamp(-self.cfg.noise_clip, self.cfg.noise_clip).to(batch.actions.device)
         next_actions = (self.actor_target.act(batch.next_obs, deterministic=True) + noise).clamp(-1.0, 1.0)
-        next_q = self.critic_target(batch.next_obs, next_actions)
-        if subset_heads is not None:
-            next_q = next_q.index_select(0, subset_heads)
+        next_q = self.critic_target(batch.next_obs, next_actions, heads=subset_heads)  # only the subset's heads
         return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
 
     def actor_step(self, obs: torch.Tensor) -> torch.Tensor:

@@ -94,11 +94,17 @@ class EXPO(SAC):
             return ranking
         return torch.stack([ranking, super()._subset_heads()])
 
+    @staticmethod
+    def split_subsets(subset_heads: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``_subset_heads()``'s draw as ``(ranking [M] or None, valuing [M] or None)``."""
+        if subset_heads is not None and subset_heads.dim() == 2:
+            return subset_heads[0], subset_heads[1]
+        return subset_heads, None
+
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
         """``r + gamma (1 - done) min_value-subset Q_target(s', a*)``, a* the on-the-fly choice of the
         online base by the ranking subset's minimum (``_subset_heads``)."""
-        ranking, valuing = (subset_heads[0], subset_heads[1]) if subset_heads is not None and \
-            subset_heads.dim() == 2 else (subset_heads, None)
+        ranking, valuing = self.split_subsets(subset_heads)
         _, next_q = on_the_fly_actions(batch.next_obs, self.head, self.edit, self.critic_target,
                                        self.cfg.num_samples, self.cfg.n_edit, ranking, value_heads=valuing)
         return td_target(batch.rewards, batch.dones, next_q, None, alpha, self.cfg.gamma)

@@ -92,9 +92,7 @@ class QGradientActor(OffPolicyAlgorithm):
     # ------------------------------------------------------------------ learning
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
         """``y [B]`` from the EMA actor's next actions and the target critics' (subset-)minimum, no entropy."""
-        next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs))
-        if subset_heads is not None:
-            next_q = next_q.index_select(0, subset_heads)
+        next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs), heads=subset_heads)  # only the subset's heads
         return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
 
     def actor_loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

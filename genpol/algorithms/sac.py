@@ -82,9 +82,7 @@ class SAC(OffPolicyAlgorithm):
         """``y [B]``: the target critics' (subset-)minimum at ``a' ~ pi(s')`` with the soft backup.
         The one piece of the critic step a learner with another next-action rule (EXPO) replaces."""
         next_actions, next_log_prob = self.head.rsample_log_prob(batch.next_obs)
-        next_q = self.critic_target(batch.next_obs, next_actions)
-        if subset_heads is not None:
-            next_q = next_q.index_select(0, subset_heads)
+        next_q = self.critic_target(batch.next_obs, next_actions, heads=subset_heads)  # only the subset's heads
         return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values,
                          next_log_prob if self.cfg.backup_entropy else None, alpha, self.cfg.gamma)
 
