@@ -232,3 +232,38 @@ def test_gradient_clip_is_per_network(compile):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
     assert not torch.allclose(small_critic.net[0].weight, large_critic.net[0].weight)  # the critics did differ
     assert not torch.allclose(small_head.log_std, head.log_std)  # and the actor did move
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_joint_gradient_clip_scales_both_networks_by_one_norm(compile):
+    """learner.grad_clip=joint (SB3's PPO and SPO's code): one norm over actor and critic; the step
+    equals an eager Adam step on gradients clipped as one vector, recomputed here with
+    torch's clip_grad_norm_ over all parameters."""
+    import copy
+
+    torch.manual_seed(0)
+    head, critic = GaussianHead(5, 2, hidden_sizes=(16,)), ValueNetwork(5, (16,))
+    storage = RolloutStorage(32, 1, 5)
+    obs = torch.randn(32, 5)
+    with torch.no_grad():
+        _, record = head.sample(obs)
+    record["log_prob"] += 0.2 * torch.randn(32)
+    storage.obs[:, 0] = obs
+    storage.records = {key: value[:, None].clone() for key, value in record.items()}
+    storage.advantages[:, 0], storage.returns[:, 0] = torch.randn(32), 100 * torch.randn(32)
+    reference_head, reference_critic = copy.deepcopy(head), copy.deepcopy(critic)
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(), epochs=1, minibatch_size=32, max_grad_norm=0.5,
+                               compile=compile, joint_clip=True)
+    updater.update(storage, torch.Generator().manual_seed(0))
+    # by hand: the same loss, one clip over every gradient, torch's Adam
+    reference = MinibatchUpdater(reference_head, reference_critic, PPOClipLoss(), epochs=1, minibatch_size=32,
+                                 max_grad_norm=None)
+    batch = next(storage.minibatches(32, torch.Generator().manual_seed(0)))
+    total, _ = reference.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+    total.backward()
+    everything = reference.actor_params + reference.critic_params
+    assert torch.nn.utils.clip_grad_norm_(everything, 0.5) > 0.5  # the clip binds
+    reference.optimizer.step()
+    for ours, expected in zip([*head.parameters(), *critic.parameters()],
+                              [*reference_head.parameters(), *reference_critic.parameters()]):
+        torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-6)

@@ -15,9 +15,9 @@ Settings matched, and where genpol's defaults differ (named departures, not bugs
 * value loss: the authors' ``0.5 mean(max(...))`` times ``c_1`` = 0.5 is genpol's ``mean(max(...))``
   (stable-baselines3's convention) times ``vf_coef`` = 0.25;
 * Adam's epsilon: the authors' 1e-8 (``optim.Adam`` default), genpol's default 1e-5 (``adam_eps``);
-* gradient clip: the authors clip actor and critic together to norm 0.5, genpol each network to
-  ``max_grad_norm`` on its own; the row ``clip 0.5`` shows what that changes, the row ``no clip``
-  compares the rest.
+* gradient clip: the authors clip actor and critic together to norm 0.5, genpol by default each
+  network to ``max_grad_norm`` on its own; ``learner.grad_clip=joint`` is theirs. Three rows: no clip,
+  genpol's default clip (what it changes), and the joint clip.
 
     python bench/parity/spo.py --ref /path/to/Simple-Policy-Optimization
 
@@ -96,7 +96,7 @@ def worst(rows: list[dict[str, float]]) -> dict[str, float]:
     return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
 
 
-def one_step(ref: Path, max_grad_norm: float, seed: int) -> dict[str, Any]:
+def one_step(ref: Path, max_grad_norm: float, joint_clip: bool, seed: int) -> dict[str, Any]:
     torch.manual_seed(seed)
     agent_module, trainer_module = load(ref / "mujoco" / "agent.py", "spo_agent"), load(ref / "mujoco" / "trainer.py",
                                                                                         "spo_trainer")
@@ -137,7 +137,7 @@ def one_step(ref: Path, max_grad_norm: float, seed: int) -> dict[str, Any]:
     updater = MinibatchUpdater(head, critic, SPOLoss(clip_range=EPSILON, ent_coef=0.0, vf_coef=0.25, clip_range_vf=EPSILON,
                                                      normalize_advantage=True),
                                lr=LR, critic_lr=LR, epochs=1, minibatch_size=BATCH, max_grad_norm=max_grad_norm,
-                               target_kl=None, adam_eps=1e-8)
+                               target_kl=None, adam_eps=1e-8, joint_clip=joint_clip)
     ours_recorder = GradientRecorder(updater.optimizer)
     record = {"action": actions, "log_prob": old_log_prob, "mean": old_dist.loc, "log_std": old_dist.scale.log()}
     named = updater.eager_step(Batch(obs=obs, record=record, advantages=advantages, returns=returns,
@@ -171,8 +171,9 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(args.ref), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown (not a git checkout)"
     rows = []
-    for label, max_grad_norm in (("no clip", 1e9), ("clip 0.5", 0.5)):
-        result = one_step(args.ref, max_grad_norm, args.seed)
+    for label, max_grad_norm, joint in (("no clip", 1e9, False), ("clip 0.5, per network (genpol's default)", 0.5, False),
+                                        ("clip 0.5, learner.grad_clip=joint", 0.5, True)):
+        result = one_step(args.ref, max_grad_norm, joint, args.seed)
         rows.append({"method": "spo", "repository": "MyRepositories-hub/Simple-Policy-Optimization",
                      "commit": commit, "file": "mujoco/trainer.py: Trainer.train, compute_policy_loss",
                      "setting": label, "dtype": "float64", "date": date_stamp(), "machine": machine(), **result})

@@ -120,7 +120,7 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
         head, critic, losses[updater_cfg.name](), lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr,
         epochs=updater_cfg.epochs, minibatch_size=updater_cfg.minibatch_size,
         max_grad_norm=updater_cfg.max_grad_norm, target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
-        adaptive_lr=adaptive, compile=updater_cfg.compile,
+        adaptive_lr=adaptive, compile=updater_cfg.compile, joint_clip=updater_cfg.grad_clip == "joint",
     )
 
 

@@ -59,9 +59,11 @@ class PPOConfig(RolloutConfig):
     PolicyFlow (1.0). DPPO, SPO and CleanRL write c' * 0.5 * mean((R - V)^2) with c' = 0.5: there the
     same loss is vf_coef = 0.5 * c' = 0.25."""
     max_grad_norm: Optional[float] = 0.5
-    """Gradient-norm clip applied to the actor's and the critic's gradients separately, so neither
-    network's gradient rescales the other's step (DPPO clips its actor alone; SB3 and SPO clip both
-    jointly). None: no clipping."""
+    """Gradient-norm clip (None: no clipping), of each network on its own or of both together (grad_clip)."""
+    grad_clip: str = "per_network"
+    """``per_network``: the actor's and the critic's gradients clipped separately, so neither network's
+    gradient rescales the other's step (genpol's default; DPPO clips its actor alone); ``joint``: one
+    norm over both, as stable-baselines3's PPO and SPO's code (docs/fidelity.md)."""
     target_kl: Optional[float] = None
     """Stop the epochs once approx-KL exceeds 1.5 x target_kl (None: never)."""
     normalize_advantage: bool = True
@@ -91,6 +93,7 @@ class PPOConfig(RolloutConfig):
         require(self.vf_coef >= 0, "learner.vf_coef", ">= 0", self.vf_coef)
         if self.max_grad_norm is not None:
             require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
+        require(self.grad_clip in ("per_network", "joint"), "learner.grad_clip", "per_network or joint", self.grad_clip)
         if self.target_kl is not None:
             require(self.target_kl > 0, "learner.target_kl", "> 0 or null", self.target_kl)
         require(self.adam_eps > 0, "learner.adam_eps", "> 0", self.adam_eps)

@@ -44,10 +44,11 @@ class CompiledAdamStep:
         optimizer: a ``torch.optim.Adam`` over exactly those parameters (its lr and betas are used).
         max_grad_norm: norm clip applied to each module's gradient on its own (as the eager
             ``MinibatchUpdater`` path: one network's gradient never rescales another's), or None.
+        joint_clip: clip all modules' gradients as one vector instead (``learner.grad_clip=joint``).
     """
 
     def __init__(self, modules: dict[str, nn.Module], loss_fn: Callable[..., tuple[torch.Tensor, dict]],
-                 optimizer: torch.optim.Adam, max_grad_norm: float | None):
+                 optimizer: torch.optim.Adam, max_grad_norm: float | None, joint_clip: bool = False):
         self.module = _LossModule(modules, loss_fn)
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
@@ -66,6 +67,8 @@ class CompiledAdamStep:
         self.clip_groups = [[name for name, _, _ in self.entries if name.startswith(f"parts.{key}.")]
                             for key in modules]
         self.clip_groups = [names for names in self.clip_groups if names]
+        if joint_clip:  # one norm over every module's gradient
+            self.clip_groups = [[name for names in self.clip_groups for name in names]]
         self._lrs = torch.zeros(len(optimizer.param_groups), device=self.entries[0][1].device)
         self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False)
 

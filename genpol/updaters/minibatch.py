@@ -67,6 +67,7 @@ class MinibatchUpdater:
         adam_eps: float = 1e-5,
         adaptive_lr: AdaptiveLR | None = None,
         compile: bool = False,
+        joint_clip: bool = False,
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
@@ -96,7 +97,10 @@ class MinibatchUpdater:
             if target_kl is not None:
                 raise ValueError("learner.compile=true cannot stop early on target_kl; set target_kl=null")
             self.compiled_step = CompiledAdamStep({"head": head, "critic": critic}, self.minibatch_loss,
-                                                  self.optimizer, max_grad_norm)
+                                                  self.optimizer, max_grad_norm, joint_clip=joint_clip)
+        # the parameter groups whose gradient norm is clipped: each network, or both as one
+        self.clip_groups = ([self.actor_params + self.critic_params] if joint_clip
+                            else [self.actor_params, self.critic_params])
 
     def set_lr_scale(self, scale: float) -> None:
         """Set both learning rates to ``scale`` times their base values (for schedules)."""
@@ -136,7 +140,7 @@ class MinibatchUpdater:
             if self._kl_too_large(named):
                 return None
         if self.max_grad_norm is not None:
-            for params in (self.actor_params, self.critic_params):
+            for params in self.clip_groups:
                 if params:
                     nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
         self.optimizer.step()
