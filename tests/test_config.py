@@ -132,7 +132,7 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
 def test_memory_is_checked_against_what_the_device_has(monkeypatch):
     """require_memory's rule and message, by hand: 105 bytes per Hopper transition (2 x 11 + 3 + 1
     floats and a bool), refused above what the device reports available, silent where it says nothing."""
-    from genpol.storage import memory
+    from genpol import memory
     from genpol.storage.replay import ReplayBuffer
 
     real = memory.available_bytes("cpu")  # /proc/meminfo's MemAvailable on this Linux machine
@@ -146,6 +146,23 @@ def test_memory_is_checked_against_what_the_device_has(monkeypatch):
         memory.require_memory("learner.buffer_size", 1_000_000, 105_000_000, "cpu", "the replay buffer")
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)
     memory.require_memory("learner.buffer_size", 10**11, 10**13, "cpu", "the replay buffer")
+
+
+def test_a_dataset_that_cannot_fit_is_refused_before_its_arrays_are_read(tmp_path, monkeypatch):
+    """A D4RL file whose arrays (three copies: read, dataset, replay) exceed the memory available."""
+    import numpy as np
+
+    from genpol import memory
+    from genpol.data import load_d4rl, write_d4rl
+
+    path = tmp_path / "tiny.hdf5"
+    write_d4rl(path, np.zeros((100, 3), np.float32), np.zeros((100, 2), np.float32), np.zeros(100, np.float32),
+               np.zeros(100, bool), np.zeros(100, bool), next_observations=np.zeros((100, 3), np.float32))
+    assert load_d4rl(path).observations.shape == (100, 3)  # fits: read as usual
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    with pytest.raises(ConfigError, match=rf"dataset.path={path} needs [0-9.]+ kB for its arrays and their copies "
+                                          r"in memory, but cpu has 1.0 kB available"):
+        load_d4rl(path)
 
 
 DPPO_FILE = ["dataset.path=data/hopper_medium-v5.hdf5"]  # composing only: the file is never opened

@@ -29,7 +29,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.errors import ConfigError
 from genpol.heads.base import PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update
-from genpol.storage.memory import require_memory
+from genpol.memory import require_memory
 from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
 from genpol.updaters.sac_losses import critic_loss
 

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 
 from genpol.data.dataset import DatasetError, OfflineDataset, check_size
+from genpol.memory import require_memory
 from genpol.data.scores import d4rl_env_name
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
@@ -38,6 +39,9 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
         raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
     shape = arrays["observations"].shape
     check_size(str(path), shape[0] if shape else 0, max_transitions)
+    # the arrays as read, then float32 copies of them in the dataset and the replay: three times the file's
+    require_memory("dataset.path", str(path), 3 * sum(node.size * node.dtype.itemsize for node in arrays.values()),
+                   "cpu", "its arrays and their copies in memory")
     data: dict[str, Any] = {key: node[()] for key, node in arrays.items()}
     metadata = handle.get("metadata")
     if isinstance(metadata, h5py.Group):
