@@ -13,6 +13,14 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "docs" / "examples"
+
+
+@pytest.fixture
+def examples_on_path(monkeypatch):
+    """The docs' example modules (the tutorial head and learner) importable here and in subprocesses."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")])))
 
 
 def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: float = 300,

@@ -2,21 +2,13 @@
 checkpoints, evaluates and reloads by its ``module:ClassName``; bad names fail at validation."""
 
 import json
-import os
 import sys
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import run_cli
 
-EXAMPLES = REPO / "docs" / "examples"
 HEAD = ["policy=custom", "policy.family=laplace_head:LaplaceHead", "+policy.kwargs.hidden=16"]
-
-
-@pytest.fixture
-def examples_on_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")])))
 
 
 def test_the_tutorial_head_trains_evaluates_and_reloads(tmp_path, examples_on_path):

@@ -5,26 +5,17 @@ genpol edited, resumes exactly, evaluates, and computes its TD target as the pap
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
-import pytest
 import torch
 
-from conftest import REPO, assert_trees_equal, final_checkpoint, run_cli
+from conftest import EXAMPLES, assert_trees_equal, final_checkpoint, run_cli
 
-EXAMPLES = REPO / "docs" / "examples"
 CONFIGS = EXAMPLES / "configs"
 TINY = ["policy=tanh_gaussian", "env=pendulum", "env.num_envs=2", "learner.learning_starts=128",
         "learner.iteration_steps=128", "learner.batch_size=32", "policy.hidden_sizes=[32,32]",
         "learner.critic_hidden_sizes=[32,32]", "pipeline.video=false", "logger.progress_bar=false",
         "pipeline.eval_episodes=1"]
-
-
-@pytest.fixture
-def examples_on_path(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")])))
 
 
 def test_td3_trains_and_evaluates_from_the_command_line(tmp_path, examples_on_path):

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
