@@ -255,3 +255,20 @@ def test_renamed_keys_are_rewritten_in_overrides_and_saved_configs():
     assert renamed == ["learner=sac", "learner.lr=1e-3", "+learner.extra=1", "++learner.lr=2", "~learner",
                        "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3"]
     assert rename_saved({"updater": {"lr": 1}, "env": {}}) == {"learner": {"lr": 1}, "env": {}}
+
+
+def test_learner_grad_clip_reaches_the_update():
+    """learner.grad_clip picks the clip groups the built learner uses: each network, or both as one."""
+    from genpol import envs
+    from genpol.algorithms import make_algorithm
+    from genpol.heads import build_head
+
+    for setting, groups in (("per_network", 2), ("joint", 1)):
+        cfg = validate(compose_config(["env=pendulum", "run_dir=/tmp/unused", f"learner.grad_clip={setting}"]))
+        env = envs.make("gym:Pendulum-v1", num_envs=1)
+        head = build_head(cfg.policy.family, env.obs_dim, env.act_dim, **cfg.policy.head_kwargs())
+        updater = make_algorithm(cfg, head, env).updater
+        assert len(updater.clip_groups) == groups
+        env.close()
+    with pytest.raises(ConfigError, match="learner.grad_clip must be per_network or joint"):
+        validate(compose_config(["run_dir=/tmp/unused", "learner.grad_clip=both"]))
