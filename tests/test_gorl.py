@@ -232,3 +232,20 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("encoder."))
     if updater != "trpo":
         assert (cfg.learner.clip_range, cfg.learner.max_grad_norm) == (0.3, 1.0)
+
+
+def test_only_a_stage_that_can_have_stale_events_purges_them(tmp_path, monkeypatch):
+    """A fresh run's first stage writes no purge: TensorBoard orders event files by name, whose last
+    part is a per-process counter compared as text, so a purge at step 1 in a file read after the
+    later stages' ("...9" after "...10") dropped all their events (seen once in CI)."""
+    import torch.utils.tensorboard
+
+    from genpol.pipelines.gorl.callbacks import StageTensorBoard
+
+    purges = []
+    monkeypatch.setattr(torch.utils.tensorboard, "SummaryWriter",
+                        lambda log_dir, purge_step=None: purges.append(purge_step) or type("W", (), {
+                            "add_text": lambda *a: None, "add_scalar": lambda *a: None})())
+    for stage, offset, step in ((0, 0, 0), (1, 512, 0), (0, 0, 256)):
+        StageTensorBoard(tmp_path, stage, offset).on_train_start(type("R", (), {"global_step": step})())
+    assert purges == [None, 513, 257]

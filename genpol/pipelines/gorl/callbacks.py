@@ -74,8 +74,12 @@ class StageTensorBoard(TensorBoardLogger):
     def on_train_start(self, runner: Any) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        # a resumed (or restarted) stage drops what an interrupted session logged past its checkpoint
-        self.writer = SummaryWriter(str(self.log_dir), purge_step=self.offset + runner.global_step + 1)
+        # a resumed (or restarted) stage drops what an interrupted session logged past its checkpoint.
+        # Not at the very start (nothing to drop): TensorBoard reads event files in name order, and a
+        # writer's name ends in a per-process counter compared as text ("10" < "9"), so a purge in the
+        # first stage's file could be read after the later stages' events and drop them all.
+        start = self.offset + runner.global_step
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=start + 1 if start > 0 else None)
         if runner.global_step == 0:
             self.writer.add_text("gorl/stage_boundary", f"stage {self.stage} starts at encoder env step {self.offset}",
                                  self.offset)
