@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, date_stamp, machine, write_results
+from common import ROOT, date_stamp, machine, read_results, write_results
 
 COMMON = ["env.num_envs=2", "pipeline.checkpoint_every=1", "pipeline.video=false", "pipeline.eval_episodes=1",
           "logger.progress_bar=false"]
@@ -41,6 +41,18 @@ CONFIGS: dict[str, list[str]] = {
     "sac": ["env=hopper", "policy=tanh_gaussian", "learner=sac", "total_steps=1024", "learner.learning_starts=256",
             "learner.iteration_steps=128", "learner.batch_size=64", "policy.hidden_sizes=[64,64]",
             "learner.critic_hidden_sizes=[64,64]"],
+    # EXPO online (no dataset): replay, 3 critics, the diffusion base, its EMA and the edit policy
+    "expo": ["+experiment=expo", "env=hopper", "learner.offline_ratio=0", "total_steps=512",
+             "learner.learning_starts=128", "learner.num_qs=3", "learner.utd=2", "learner.iteration_steps=64",
+             "learner.batch_size=16", "learner.num_samples=3", "learner.n_edit=2", "policy.hidden_sizes=[32,32]",
+             "policy.denoising_steps=4", "policy.ft_denoising_steps=4", "learner.critic_hidden_sizes=[32,32]",
+             "learner.edit_hidden_sizes=[32]"],
+    # GoRL across a stage boundary: encoder, collection, decoder fit, the next stage's encoder
+    "gorl": ["env=multigoal", "env.normalize_obs=true", "policy=gorl", "pipeline=gorl", "total_steps=2048",
+             "pipeline.stage_weights=[1,3]", "learner.rollout_steps=32", "learner.minibatch_size=128",
+             "learner.epochs=2", "policy.hidden_sizes=[16,16]", "policy.decoder_hidden_sizes=[32,32]",
+             "policy.critic_hidden_sizes=[32,32]", "pipeline.collect_steps=1024", "pipeline.decoder_epochs=4",
+             "pipeline.decoder_batch_size=128", "pipeline.eval_every=1", "pipeline.eval_episodes=4"],
 }
 
 
@@ -150,9 +162,13 @@ def main() -> None:
             results[name] = crash_test(name, args.trials, args.seed, Path(directory))
             row = results[name]
             print(f"{name}: {row['identical']} of {row['trials']} identical ({row['killed']} killed mid-run)", flush=True)
-    write_results("crash.json", {"date": date_stamp(), "machine": machine(), "results": results})
+    for row in results.values():
+        row.update(date=date_stamp(), machine=machine())
+    # configurations measured at other times keep their rows (each with its own date and machine)
+    merged = {**read_results("crash.json").get("results", {}), **results}
+    write_results("crash.json", {"results": merged})
     print("| configuration | trials | killed mid-run | identical | first mismatch |\n|---|---|---|---|---|")
-    for name, row in results.items():
+    for name, row in merged.items():
         mismatch = row["mismatches"][0] if row["mismatches"] else None
         where = f"{mismatch['first_difference']} (kill at {mismatch['moment_s']} s)" if mismatch else "-"
         print(f"| {name} | {row['trials']} | {row['killed']} | {row['identical']} | {where} |")
