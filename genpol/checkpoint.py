@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from genpol.errors import CheckpointError
+from genpol.memory import human_bytes
 
 PREFIX = "step_"
 POLICY_JSON = "policy/policy.json"
@@ -97,7 +98,7 @@ def save_checkpoint(
     if needed > free:
         previous = list_checkpoints(checkpoints_dir)
         raise CheckpointError(
-            f"checkpoint {final} needs about {needed / 1e6:.1f} MB and {checkpoints_dir} has {free / 1e6:.1f} MB free; "
+            f"checkpoint {final} needs about {human_bytes(needed)} and {checkpoints_dir} has {human_bytes(free)} free; "
             f"{'the previous checkpoint ' + str(previous[-1]) + ' is intact' if previous else 'no earlier checkpoint exists'}"
             ". Free disk space, or save less (learner.save_replay=false, a smaller learner.buffer_size)")
     try:

@@ -32,11 +32,13 @@ def available_bytes(device: str | torch.device) -> int | None:
 
 def human_bytes(count: float) -> str:
     """``1.5 GB``, ``320.0 MB``, ``4.4 TB``: decimal units, as the error messages print them."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if abs(count) < 1000 or unit == "PB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    if abs(count) < 1000:
+        return f"{count:.0f} B"
+    for unit in ("kB", "MB", "GB", "TB"):
         count /= 1000
-    raise AssertionError("unreachable")
+        if abs(count) < 1000:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1000:.1f} PB"
 
 
 def require_memory(key: str, value: int, needed: int, device: str | torch.device, what: str) -> None:

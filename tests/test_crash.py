@@ -17,7 +17,8 @@ SEED = int(os.environ.get("GENPOL_CRASH_SEED", "0"))
 
 
 def load_harness():
-    sys.path.insert(0, str(REPO / "bench"))  # the harness imports bench/common as a script would
+    if str(REPO / "bench") not in sys.path:  # the harness imports bench/common as a script would
+        sys.path.insert(0, str(REPO / "bench"))
     spec = importlib.util.spec_from_file_location("bench_crash", REPO / "bench" / "crash.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

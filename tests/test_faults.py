@@ -207,7 +207,7 @@ def test_a_checkpoint_that_cannot_fit_on_the_disk_is_not_started(tmp_path, monke
         return collections.namedtuple("usage", "total used free")(total, used, free if calls["n"] <= 2 else 1000)
 
     monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", shrinking)
-    with pytest.raises(CheckpointError, match=r"needs about [0-9.]+ MB and .* has 0.0 MB free; the previous "
+    with pytest.raises(CheckpointError, match=r"needs about [0-9.]+ [kMG]?B and .* has 1.0 kB free; the previous "
                                               r"checkpoint .*step_000000000256 is intact"):
         tiny_run(tmp_path, overrides=["pipeline.video=false"])
     checkpoints = tmp_path / "run" / "checkpoints"
