@@ -87,7 +87,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch._dynamo.config.recompile_limit = 64
     rows = {}
-    for name, head in (("gaussian", GaussianHead(OBS_DIM, ACT_DIM, (64, 64), "tanh")), ("fpo", FPOHead(OBS_DIM, ACT_DIM))):
+    for name, head in (("gaussian", GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(64, 64), activation="tanh")), ("fpo", FPOHead(OBS_DIM, ACT_DIM))):
         rows[name] = {**minibatch_step(head), **sampling(head)}
         print(f"{name:9s} step {rows[name]['step_ms']:.2f} ms  {rows[name]['profiled_self_ms']}  "
               f"sample {rows[name]['compiled_sample_ms']:.3f} ms", flush=True)

@@ -12,11 +12,12 @@ Layers, lowest first; a module imports its own layer and those below, never one 
 0     ``genpol.errors`` (imports nothing of genpol); ``genpol.envs``, the simulators as batched
       torch tensors (imports nothing of genpol but itself); ``genpol.configs``, the Hydra groups
 1     networks and kernels (``nets``, ``qensemble``, ``mish``, ``onednn``); ``collectives``, the
-      torch-only averaging a learner needs under torchrun; ``memory``, what a device has left;
-      ``config``, the schema alone
-2     ``heads``: one file per policy family, behind ``heads.base.PolicyHead``
-3     ``storage`` (rollouts, replay), ``updaters`` (the losses and update steps), ``data``
-      (dataset formats), ``checkpoint`` (files)
+      torch-only averaging a learner needs under torchrun; ``memory``, what a device has left
+2     ``heads``: one file per policy family, behind ``heads.base.PolicyHead``, each with its
+      hyperparameters' config
+3     ``config``, the schema alone (its policy group gathers the heads' configs); ``storage``
+      (rollouts, replay), ``updaters`` (the losses and update steps), ``data`` (dataset formats),
+      ``checkpoint`` (files)
 4     ``policy``: a trained policy loaded from a checkpoint, acting and evaluating episodes
 5     ``algorithms``: one object per learner, which owns its critics, optimizers and storage, and
       ``algorithms.registry``, the learner table; ``build`` (env and head from a config);

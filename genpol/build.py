@@ -66,4 +66,5 @@ def evaluation_env_factory(cfg: EnvConfig, train_env: VectorEnv, gamma: float, d
 
 
 def make_head(policy_cfg: Any, obs_dim: int, act_dim: int) -> PolicyHead:
+    """The head a validated ``policy`` group describes (its ``head_kwargs()``, checked by the head's Config)."""
     return build_head(policy_cfg.family, obs_dim, act_dim, **policy_cfg.head_kwargs())

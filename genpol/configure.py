@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
 from genpol.algorithms.registry import LEARNERS, learner, on_policy_names
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
@@ -23,7 +23,7 @@ from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.heads import head_class
 from genpol.heads.base import Capability, check_capabilities
 
-__all__ = ["register_configs", "validate", "check_groups", "check_learner", "import_learner_modules",
+__all__ = ["register_configs", "validate", "type_own_head", "check_groups", "check_learner", "import_learner_modules",
            "config_dirs_of"]
 
 
@@ -58,6 +58,7 @@ def validate(cfg: DictConfig) -> Any:
     """Turn a composed config into dataclass objects, running every ``__post_init__`` check; for a
     training config, also the checks across groups (``check_groups``) and the head's capabilities
     against the learner's needs (``check_learner``)."""
+    type_own_head(cfg)
     try:
         config = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as error:
@@ -68,9 +69,40 @@ def validate(cfg: DictConfig) -> Any:
         if not dataclasses.is_dataclass(config.learner):
             raise ConfigError("the learner group's yaml has no schema: list schema_<name> in its defaults (a learner "
                               "of your own also sets module: <the module that registers it>)")
+        if not dataclasses.is_dataclass(config.policy):
+            raise ConfigError("the policy group's yaml has no schema: list schema_<name> in its defaults, or set "
+                              "family: <module:ClassName> of a head of your own that declares a Config")
         check_groups(config)
         check_learner(config)
     return config
+
+
+def type_own_head(cfg: DictConfig) -> None:
+    """Give a policy group of the user's own its head's schema: a yaml with ``family:
+    my_pkg.heads:MyHead`` and the head's fields, no ``schema_<name>`` in its defaults, is typed and
+    checked by ``MyHead.Config`` (the dataclass beside the head), as genpol's own heads are by theirs.
+    ``ConfigError`` names a head that cannot be imported, declares no Config, or a key it lacks."""
+    policy = cfg.get("policy") if isinstance(cfg, DictConfig) and "policy" in cfg else None
+    if not isinstance(policy, DictConfig) or OmegaConf.get_type(policy) is not dict:
+        return  # a schema already types it (genpol's heads, policy=custom), or there is no policy group
+    family = policy.get("family")
+    if not isinstance(family, str) or ":" not in family:
+        return  # validate names the missing schema
+    try:
+        head = head_class(family)
+    except ValueError as error:
+        raise ConfigError(f"policy.family: {error}") from None
+    if head.Config is None:
+        raise ConfigError(f"policy.family={family}: {head.__name__} declares no Config, so its yaml cannot be typed; "
+                          f"use policy=custom policy.family={family} +policy.kwargs.<name>=<value>, or give it a Config")
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(head.Config), policy)
+    except (ConfigKeyError, ValidationError) as error:
+        what = "has no such field" if isinstance(error, ConfigKeyError) else str(error.msg).splitlines()[0]
+        raise ConfigError(f"policy.{error.key}: {head.__name__}'s {head.Config.__name__}: {what}; its fields are "
+                          f"{sorted(f.name for f in dataclasses.fields(head.Config))}") from None
+    with open_dict(cfg):
+        cfg.policy = typed
 
 
 def import_learner_modules(overrides: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> None:

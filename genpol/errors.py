@@ -8,6 +8,8 @@ own ``EnvError``: the simulator layer imports nothing of genpol.
 
 from __future__ import annotations
 
+from typing import Any
+
 # Exit codes of ``python -m genpol.train`` (and genpol-train); 0 means trained to total_steps.
 EXIT_BAD_INPUT = 2
 """A bad config, env, dataset or checkpoint, or a run_dir held by another live process."""
@@ -45,3 +47,10 @@ class TrainingInterrupted(RuntimeError):
 
 class NonFiniteError(RuntimeError):
     """A NaN or inf appeared; the message says where, when, and which checkpoint is the last good one."""
+
+
+def require(condition: bool, key: str, requirement: str, value: Any) -> None:
+    """Raise ``ConfigError("<key> must be <requirement>, got <value>")`` unless ``condition``: the range
+    check of every schema field, the heads' own configs included."""
+    if not condition:
+        raise ConfigError(f"{key} must be {requirement}, got {value!r}")

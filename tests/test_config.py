@@ -78,7 +78,7 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
     ("total_steps=-5", r"total_steps must be >= 1, got -5"),
     ("update_threads=-1", r"update_threads must be >= 0 \(0: torch_threads\), got -1"),
     ("policy=diffusion_ddim policy.ddim_eval_eta=2", r"policy.ddim_eval_eta must be in \[0, 1\], got 2"),
-    ("policy=diffusion_ddim policy.clamp_gradient=tanh", r"policy.clamp_gradient must be inward, straight_through"),
+    ("policy=diffusion_ddim policy.clamp_gradient=tanh", r"policy.clamp_gradient must be one of \('inward', 'straight_through'"),
     # Diffusion-QL with DPPO's chunks of 4 used to fail deep in the critic on a [B, 3] vs [B, 12] shape
     ("policy=diffusion learner=consistency_ac policy.ft_denoising_steps=20",
      r"learner=consistency_ac learns from one-step transitions .* policy=diffusion acts in chunks "

@@ -93,7 +93,7 @@ def test_lognormal_level_pairs_follow_improved_cts_formula_and_the_loss_draws_th
     counts = torch.stack([(seen[0] == tau).sum() for tau in boundaries[:-1]]).double()
     standard_error = (expected * (1 - expected) / draws).sqrt()
     assert ((counts / draws - expected).abs() <= 4 * standard_error + 1e-12).all()
-    with pytest.raises(ValueError, match="ct_noise_sampling must be 'uniform' or 'lognormal', got 'beta'"):
+    with pytest.raises(ValueError, match="policy.ct_noise_sampling must be uniform or lognormal, got 'beta'"):
         small_head(ct_noise_sampling="beta")
 
 

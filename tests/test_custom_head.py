@@ -1,21 +1,23 @@
-"""A head from the user's own package (``policy=custom``): the docs tutorial's Laplace head trains,
-checkpoints, evaluates and reloads by its ``module:ClassName``; bad names fail at validation."""
+"""A head from the user's own package: the docs tutorial's Laplace head, one file and one yaml
+(``--config-dir docs/examples/configs policy=laplace``), trains, checkpoints, evaluates and reloads by
+its ``module:ClassName``; its Config types and checks its keys; ``policy=custom`` still passes
+constructor arguments untyped; bad names fail at validation."""
 
 import json
 import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import EXAMPLES, run_cli
 
-HEAD = ["policy=custom", "policy.family=laplace_head:LaplaceHead", "+policy.kwargs.hidden=16"]
+HEAD = ["--config-dir", str(EXAMPLES / "configs"), "policy=laplace", "policy.hidden=16"]
 
 
-def test_the_tutorial_head_trains_evaluates_and_reloads(tmp_path, examples_on_path):
+def test_the_tutorial_head_trains_evaluates_and_reloads_from_its_own_yaml(tmp_path, examples_on_path):
     from genpol.api import load_policy
 
     run_dir = tmp_path / "laplace"
-    run_cli("-m", "genpol.train", "env=multigoal", *HEAD, "total_steps=1024", "learner.rollout_steps=64",
+    run_cli("-m", "genpol.train", *HEAD, "env=multigoal", "total_steps=1024", "learner.rollout_steps=64",
             "learner.minibatch_size=256", "learner.epochs=2", "pipeline.eval_episodes=2", "pipeline.video=false",
             f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -26,6 +28,31 @@ def test_the_tutorial_head_trains_evaluates_and_reloads(tmp_path, examples_on_pa
     assert '"deterministic_return_mean"' in result.stdout
     policy = load_policy(run_dir)
     assert type(policy.head).__name__ == "LaplaceHead" and policy.head.mean_net[0].out_features == 16
+
+
+def test_the_head_config_types_the_yaml_and_policy_custom_still_passes_kwargs(examples_on_path):
+    from genpol.api import compose_config
+    from genpol.build import make_head
+    from genpol.configure import validate
+    from genpol.errors import ConfigError
+
+    dirs = [EXAMPLES / "configs"]
+    config = validate(compose_config(["env=multigoal", "policy=laplace", "policy.hidden=8"], config_dirs=dirs))
+    assert type(config.policy).__name__ == "LaplaceConfig" and config.policy.head_kwargs() == {
+        "hidden": 8, "log_scale_init": -0.5}
+    with pytest.raises(ConfigError, match=r"policy.hidden must be >= 1, got 0"):  # the Config's own check
+        validate(compose_config(["env=multigoal", "policy=laplace", "policy.hidden=0"], config_dirs=dirs))
+    with pytest.raises(ConfigError, match=r"policy.hiden: LaplaceHead's LaplaceConfig: has no such field; its fields "
+                                          r"are \['critic_activation', 'critic_hidden_sizes', 'family', 'hidden'"):
+        validate(compose_config(["env=multigoal", "policy=laplace", "+policy.hiden=3"], config_dirs=dirs))
+    custom = validate(compose_config(["env=multigoal", "policy=custom", "policy.family=laplace_head:LaplaceHead",
+                                      "+policy.kwargs.hidden=12"]))
+    head = make_head(custom.policy, obs_dim=2, act_dim=2)
+    assert head.config.hidden == 12 and head.spec()["kwargs"] == {"hidden": 12, "log_scale_init": -0.5}
+    with pytest.raises(ConfigError, match=r"policy.hidden must be >= 1, got -1"):  # checked there too
+        make_head(validate(compose_config(
+            ["env=multigoal", "policy=custom", "policy.family=laplace_head:LaplaceHead", "+policy.kwargs.hidden=-1"])
+        ).policy, obs_dim=2, act_dim=2)
 
 
 @pytest.mark.parametrize("family, message", [

@@ -147,7 +147,9 @@ def test_config_names_a_bad_decoder_or_too_few_timesteps():
     with pytest.raises(ConfigError, match="policy.diffusion_timesteps"):
         validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddim",
                                  "policy.diffusion_timesteps=15"]))
-    with pytest.raises(ValueError, match=r"integration_steps \(4\) to divide diffusion_timesteps \(10\)"):
+    # the head checks its arguments with its config's own check: the same message from Python as from Hydra
+    with pytest.raises(ConfigError, match=r"policy.diffusion_timesteps must be a multiple of policy.integration_steps "
+                                          r"\(4\) for the ddim decoder, got 10"):
         LatentDecoderHead(OBS_DIM, ACT_DIM, decoder="ddim", integration_steps=4)
     cfg = validate(compose_config(["env=multigoal", "policy=gorl", "policy.decoder=ddim"]))
     assert (cfg.policy.decoder, cfg.policy.integration_steps, cfg.policy.diffusion_timesteps) == ("ddim", 10, 10)

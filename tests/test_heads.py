@@ -131,6 +131,24 @@ def test_sampling_is_deterministic_under_a_seed(head):
     assert torch.equal(head.act(obs), head.act(obs))
 
 
+def test_each_hyperparameter_is_written_once_in_the_heads_config(head):
+    """The head's Config is its policy group's schema and its constructor's arguments: spec_kwargs is the
+    Config's fields less the family and the critic's, a spec rebuilds an equal Config, and the
+    registry's schema for a genpol head is that class (no second copy in genpol.config)."""
+    import dataclasses
+
+    from genpol.config import POLICY_SCHEMAS
+    from genpol.heads.base import HeadConfig
+
+    config = head.config
+    assert isinstance(config, type(head).Config) and issubclass(type(head).Config, HeadConfig)
+    fields = {f.name for f in dataclasses.fields(config)} - HeadConfig.NOT_HEAD_ARGUMENTS
+    assert set(head.spec_kwargs) == fields and head.spec_kwargs == config.head_kwargs()
+    assert head_from_spec(head.spec()).config == dataclasses.replace(config, **config.head_kwargs())
+    if head.family in POLICY_SCHEMAS:
+        assert POLICY_SCHEMAS[head.family] is type(head).Config and type(head).Config.family == head.family
+
+
 def test_save_load_round_trip(head):
     """Weights through torch.save / torch.load(weights_only=True) into a head rebuilt from its spec."""
     obs = observations()

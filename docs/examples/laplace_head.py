@@ -1,16 +1,38 @@
 """A Laplace policy head in one file: the worked example of docs/tutorials/add-a-head.md.
 
-Train with it:  python -m genpol.train policy=custom policy.family=laplace_head:LaplaceHead \
-                    +policy.kwargs.hidden=64   (with this file's directory on PYTHONPATH)
+Train with it (this file's directory on PYTHONPATH, its yaml in docs/examples/configs/policy/):
+    python -m genpol.train --config-dir docs/examples/configs policy=laplace policy.hidden=32
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributions import Laplace
 
+from genpol.errors import require
 from genpol.heads import PolicyHead, RatioTerms, Record
+from genpol.heads.base import HeadConfig
+
+
+@dataclass
+class LaplaceConfig(HeadConfig):
+    """The Laplace head's hyperparameters: each field is a command-line key (``policy.hidden=32``), a
+    checked value and a constructor argument recorded in checkpoints."""
+
+    family: str = "laplace_head:LaplaceHead"
+    """The head class, as ``module:ClassName``."""
+    hidden: int = 64
+    """Width of the mean network's two hidden layers."""
+    log_scale_init: float = -0.5
+    """Initial log scale of every action dimension."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # the critic's fields
+        require(self.hidden >= 1, "policy.hidden", ">= 1", self.hidden)
 
 
 class LaplaceHead(PolicyHead):
@@ -21,13 +43,16 @@ class LaplaceHead(PolicyHead):
     """
 
     family = "laplace"  # the name in error messages; checkpoints record "laplace_head:LaplaceHead"
+    Config = LaplaceConfig
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64, log_scale_init: float = -0.5):
-        super().__init__(obs_dim, act_dim)
-        self.spec_kwargs = {"hidden": hidden, "log_scale_init": log_scale_init}  # rebuilds it from a checkpoint
+    def __init__(self, obs_dim: int, act_dim: int, config: LaplaceConfig | None = None, **hyperparameters: Any):
+        # the base checks the arguments with LaplaceConfig, keeps them as self.config and derives
+        # spec_kwargs (what rebuilds the head from a checkpoint) from them
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        hidden = self.config.hidden
         self.mean_net = nn.Sequential(nn.Linear(obs_dim, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
                                       nn.Linear(hidden, act_dim))
-        self.log_scale = nn.Parameter(torch.full((act_dim,), log_scale_init))
+        self.log_scale = nn.Parameter(torch.full((act_dim,), self.config.log_scale_init))
 
     def distribution(self, obs: torch.Tensor) -> Laplace:
         """``obs [B, D]`` -> a Laplace with ``loc, scale [B, A]``."""

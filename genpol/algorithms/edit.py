@@ -56,7 +56,7 @@ class EditPolicy(nn.Module):
         self.spec_kwargs = {"hidden_sizes": list(hidden_sizes), "activation": activation,
                             "edit_scale": edit_scale, "init": init, "log_prob_epsilon": log_prob_epsilon,
                             "clip": clip}
-        self.gaussian = TanhGaussianHead(obs_dim + act_dim, act_dim, hidden_sizes, activation,
+        self.gaussian = TanhGaussianHead(obs_dim + act_dim, act_dim, hidden_sizes=hidden_sizes, activation=activation,
                                          log_prob_epsilon=log_prob_epsilon, init=init)
 
     def edit(self, obs: torch.Tensor, actions: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

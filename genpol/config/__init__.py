@@ -1,4 +1,5 @@
-"""Structured configs: the schema of every Hydra group, one docstring per field.
+"""Structured configs: the schema of every Hydra group, one docstring per field. The ``policy`` group's
+schemas are the heads' own configs, declared beside each head (``genpol.config.policy`` gathers them).
 
 Hydra checks names and types against these dataclasses while composing, so ``learner.lrr=1`` or
 ``learner.lr=abc`` fail before anything is built, naming the key. Ranges and choices are checked in
@@ -19,8 +20,8 @@ from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import (GoRLPipelineConfig, LoggerConfig, OfflineToOnlinePipelineConfig,
                                    OnlinePipelineConfig)
 from genpol.config.offpolicy import ExpoConfig, OffPolicyConfig, QGradientConfig, SACConfig
-from genpol.config.policy import (ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig, FlowPolicyConfig,
-                                  FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
+from genpol.config.policy import (POLICY_SCHEMAS, ConsistencyPolicyConfig, CustomPolicyConfig, DiffusionPolicyConfig,
+                                  FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 
@@ -101,10 +102,6 @@ class EvaluateConfig:
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
 
 
-POLICY_SCHEMAS: dict[str, type] = {"gaussian": GaussianPolicyConfig, "fpo": FPOPolicyConfig,
-                                   "policyflow": PolicyFlowPolicyConfig, "diffusion": DiffusionPolicyConfig,
-                                   "tanh_gaussian": TanhGaussianPolicyConfig, "gorl": GoRLPolicyConfig,
-                                   "consistency": ConsistencyPolicyConfig, "custom": CustomPolicyConfig}
 PIPELINE_SCHEMAS: dict[str, type] = {"online": OnlinePipelineConfig,
                                      "offline_to_online": OfflineToOnlinePipelineConfig, "gorl": GoRLPipelineConfig}
 # the learners' schemas are in their table, genpol.algorithms.registry.LEARNERS

@@ -1,5 +1,6 @@
-"""Shared pieces of the config schema: the range check that names the key (its ``ConfigError`` is
-``genpol.errors``')."""
+"""Shared pieces of the config schema: the env backends, the activation names, run-directory claiming
+and key flattening. The range check that names the key, ``require``, lives with ``ConfigError`` in
+``genpol.errors`` (re-exported here), so that each head's config, beside its head, uses it too."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from genpol.envs import BACKENDS
-from genpol.errors import ConfigError
+from genpol.nets import ACTIVATIONS
+from genpol.errors import ConfigError, require
 
 ENV_BACKENDS = tuple(BACKENDS)  # the one list of env backends is genpol.envs.BACKENDS
-ACTIVATION_NAMES = ("tanh", "relu", "elu", "gelu", "mish", "silu")
+ACTIVATION_NAMES = tuple(ACTIVATIONS)  # the networks' table, genpol.nets.ACTIVATIONS
 
-
-def require(condition: bool, key: str, requirement: str, value: Any) -> None:
-    """Raise ``ConfigError("<key> must be <requirement>, got <value>")`` unless ``condition``."""
-    if not condition:
-        raise ConfigError(f"{key} must be {requirement}, got {value!r}")
+__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "flatten_keys"]
 
 
 def claim_new_dir(path: str) -> str:

@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import abc
 import enum
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, List
 
 import torch
 from torch import nn
 
-from genpol.errors import HeadCapabilityError
+from genpol.errors import HeadCapabilityError, require
+from genpol.nets import ACTIVATIONS
 
 Record = dict[str, torch.Tensor]
 
@@ -94,25 +96,89 @@ class RatioTerms:
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+def check_network(key: str, sizes: List[int], activation_key: str, activation: str) -> None:
+    """``ConfigError`` naming ``policy.<key>`` unless ``sizes`` are positive widths and ``activation`` is
+    one of ``genpol.nets.ACTIVATIONS``."""
+    require(len(sizes) >= 1 and all(w >= 1 for w in sizes), f"policy.{key}", "non-empty positive widths", sizes)
+    require(activation in ACTIVATIONS, f"policy.{activation_key}", f"one of {tuple(ACTIVATIONS)}", activation)
+
+
+@dataclass
+class HeadConfig:
+    """A head's hyperparameters: the one place each is written. Each head declares a subclass beside
+    it (``PolicyHead.Config``) whose fields, with their docstrings, are its constructor's keyword
+    arguments, checked once in ``__post_init__`` (``genpol.errors.require`` names ``policy.<field>``).
+    The same dataclass is the schema of the head's Hydra group (``configs/policy/<family>.yaml``), so
+    a field added here is a command-line key, a checked value and a checkpointed argument at once.
+
+    Besides the head's own fields, the policy group carries the value network that the on-policy
+    learners train beside the head; each head picks the critic its authors used (these defaults
+    are stable-baselines3's). Off-policy learners size their Q-critics in the learner group.
+    """
+
+    family: str = ""
+    """Head family; selects the head class (``module:ClassName`` for a head of your own)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "tanh"
+    """Activation of the value network."""
+
+    NOT_HEAD_ARGUMENTS: ClassVar[frozenset[str]] = frozenset({"family", "critic_hidden_sizes", "critic_activation"})
+
+    def __post_init__(self) -> None:
+        check_network("critic_hidden_sizes", self.critic_hidden_sizes, "critic_activation", self.critic_activation)
+        if hasattr(self, "hidden_sizes") and hasattr(self, "activation"):
+            check_network("hidden_sizes", self.hidden_sizes, "activation", self.activation)
+
+    def head_kwargs(self) -> dict[str, Any]:
+        """The head's constructor arguments: every field but the family and the critic's, as plain
+        JSON-able values (lists, not tuples or OmegaConf containers)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name not in self.NOT_HEAD_ARGUMENTS}
+
+
+def _plain(value: Any) -> Any:
+    """Lists for sequences, recursively (a checkpoint's JSON spec, and a config equal to its reload)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 class PolicyHead(nn.Module, abc.ABC):
     """Base class of policy heads. Actions live in ``[-1, 1]^A`` (the env rescales them).
 
-    Subclasses set ``family`` (the registry name), ``has_exact_kl`` and ``has_entropy``, keep their
-    constructor arguments in ``self.spec_kwargs`` (JSON-able, used to rebuild the head from a
-    checkpoint), and implement ``sample``, ``act``, ``log_ratio`` and ``imitation_loss``.
+    Subclasses set ``family`` (the registry name), ``has_exact_kl`` and ``has_entropy``, and implement
+    ``sample``, ``act``, ``log_ratio`` and ``imitation_loss``. A head declares its hyperparameters
+    as ``Config``, a ``HeadConfig`` subclass: the constructor then takes ``config`` or the same
+    fields as keyword arguments (``GaussianHead(11, 3, hidden_sizes=[32])``), checks them once and
+    keeps them as ``self.config``, and ``spec_kwargs`` (the JSON-able arguments that rebuild the head
+    from a checkpoint) is derived from it. A head without a ``Config`` sets ``self.spec_kwargs`` itself.
     """
 
     family: ClassVar[str] = ""
+    Config: ClassVar[type[HeadConfig] | None] = None
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION,
                                                                Capability.CANDIDATES})
     has_exact_kl: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
 
-    def __init__(self, obs_dim: int, act_dim: int):
+    def __init__(self, obs_dim: int, act_dim: int, config: HeadConfig | None = None, **hyperparameters: Any):
         super().__init__()
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.spec_kwargs: dict[str, Any] = {}
+        if self.Config is None:
+            if config is not None or hyperparameters:
+                raise TypeError(f"{type(self).__name__} declares no Config; it takes its arguments itself")
+            return
+        if config is not None and not isinstance(config, self.Config):
+            raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}, got {type(config).__name__}")
+        try:  # dataclasses.replace re-runs __post_init__: the checks run once, on the final values
+            self.config = dataclasses.replace(config or self.Config(), **hyperparameters)
+        except TypeError as error:  # an unknown argument: name the head and its fields
+            known = sorted(f.name for f in dataclasses.fields(self.Config) if f.name not in HeadConfig.NOT_HEAD_ARGUMENTS)
+            raise TypeError(f"{type(self).__name__}: {error}; its hyperparameters are {known}") from None
+        self.spec_kwargs = self.config.head_kwargs()
 
     @abc.abstractmethod
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:

@@ -54,12 +54,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, List, Sequence
 
 import torch
 from torch import nn
 
-from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.errors import require
+from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
 from genpol.nets import MLP, activation_class, sinusoidal_time_embedding
@@ -125,89 +127,127 @@ class ConsistencyNetwork(nn.Module):
         return self.body(torch.cat([noisy, embedding, obs], dim=-1))
 
 
-class ConsistencyHead(ChunkedActions, PolicyHead):
-    """Consistency policy. See the module docstring for the method and the defaults' sources.
+@dataclass
+class ConsistencyConfig(HeadConfig):
+    """Consistency policy (Ding & Jin 2024): few-step sampler, consistency-training BC, and genpol's
+    stochastic multistep sampler with per-step Gaussian log-probs for the on-policy updaters."""
 
-    Args:
-        obs_dim, act_dim: sizes (``act_dim`` = ``act_steps * A`` in a chunked env).
-        act_steps, horizon_steps: action chunks, as DPPO's diffusion head: the network predicts
-            ``horizon_steps`` actions per observation and the env executes the first ``act_steps``
-            (1, 1: single actions). Q-gradient learners need single actions.
-        hidden_sizes, activation, time_dim: F_theta (reference: 3 x 256 Mish, 16-dim time embedding).
-        sampling_steps: T, network calls per action (2; the reference uses 5 on some tasks).
-        sigma_data, eps, tau_max, tau_min_sampling: the parameterization and the sampling noise levels.
-        rho, ct_initial_scales, ct_final_scales, ct_total_steps: consistency training's boundaries and
-            N(k) schedule (N reaches ct_final_scales + 1 after ct_total_steps training steps).
-        target_decay, target_every, target_start: the EMA target network.
-        ct_distance: ``l2`` (mean squared error, the reference) or ``pseudo_huber``.
-        ct_noise_sampling: how a training pair of levels is drawn: ``uniform`` over n (the reference) or
-            ``lognormal`` (improved CT's discretized log-normal, mean -1.1, std 2.0).
-        ct_loss_scale: weight each sample's loss by 100 / (tau_{n+1} - tau_n) (reference default).
-        min_sampling_std: the std floor of the on-policy sampler (and the std of its last step).
-        scale_input: feed F_theta c_in(tau) a_tau, c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM, Song et al.);
-            False feeds a_tau raw, as the reference does ("no c_in").
-        clamp_gradient: the backward pass of ``rsample``'s clamp to [-1, 1]: ``inward`` (default),
-            ``straight_through`` or ``zero`` (torch's, the reference's); ``genpol.heads.bounds``.
-    """
+    family: str = "consistency"
+    """Head family; selects the head class."""
+    act_steps: int = 1
+    """Actions executed per chunk (1: single actions; Q-gradient learners need 1)."""
+    horizon_steps: int = 1
+    """Actions predicted per chunk (>= act_steps)."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of F_theta (reference: 3 x 256)."""
+    activation: str = "mish"
+    """Activation of F_theta."""
+    time_dim: int = 16
+    """Size of the noise-level embedding."""
+    sampling_steps: int = 2
+    """T: network calls per action (reference: 2, 5 on some tasks)."""
+    sigma_data: float = 0.5
+    """sigma_data of c_skip / c_out."""
+    eps: float = 0.002
+    """Smallest noise level; f(a, eps) = a."""
+    tau_max: float = 80.0
+    """Largest noise level (the sampler's start)."""
+    tau_min_sampling: float = 2.0
+    """Smallest noise level the sampler re-noises to (levels: linspace(this, tau_max, T))."""
+    rho: float = 7.0
+    """rho of the Karras boundaries."""
+    ct_initial_scales: int = 2
+    """N(0) of the consistency-training schedule."""
+    ct_final_scales: int = 150
+    """N grows to this + 1 over ct_total_steps."""
+    ct_total_steps: int = 20000
+    """Training steps over which N grows (the yaml ties it to pipeline.pretrain_steps)."""
+    target_decay: float = 0.995
+    """EMA decay of the consistency-training target network (0 with target_every=1: the online network
+    without gradient, improved CT's target)."""
+    target_every: int = 5
+    """Training steps between target updates."""
+    target_start: int = 1000
+    """Training step from which the target is an EMA (before: a copy)."""
+    ct_distance: str = "l2"
+    """Consistency-training distance: ``l2`` or ``pseudo_huber``."""
+    ct_noise_sampling: str = "uniform"
+    """How CT draws its pair of noise levels: uniform over the N - 1 pairs (reference) or lognormal (improved CT)."""
+    ct_loss_scale: bool = True
+    """Weight each sample by 100 / (tau_{n+1} - tau_n) (the reference's scale_consis_loss)."""
+    min_sampling_std: float = 0.1
+    """On-policy sampler: std floor of every step and std of the last one (exploration)."""
+    scale_input: bool = True
+    """Scale F_theta's noisy-action input by c_in = 1 / sqrt(tau^2 + sigma_data^2) (EDM); false: raw, as the reference."""
+    clamp_gradient: str = "inward"
+    """Backward pass of the Q-gradient sampler's clamp to [-1, 1]: inward (a saturated action's gradient passes
+    when it points back into the box), straight_through, or zero (torch's clamp, the reference's)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "mish"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
+        require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
+                self.horizon_steps)
+        require(self.sampling_steps >= 1, "policy.sampling_steps", ">= 1", self.sampling_steps)
+        require(self.time_dim >= 2 and self.time_dim % 2 == 0, "policy.time_dim", "an even number >= 2", self.time_dim)
+        require(0 < self.eps < self.tau_min_sampling <= self.tau_max, "policy.tau_min_sampling",
+                f"in (eps={self.eps}, tau_max={self.tau_max}]", self.tau_min_sampling)
+        require(self.sigma_data > 0, "policy.sigma_data", "> 0", self.sigma_data)
+        require(2 <= self.ct_initial_scales <= self.ct_final_scales, "policy.ct_initial_scales",
+                f"in [2, ct_final_scales={self.ct_final_scales}]", self.ct_initial_scales)
+        require(self.ct_total_steps >= 1, "policy.ct_total_steps", ">= 1", self.ct_total_steps)
+        require(0.0 <= self.target_decay < 1.0, "policy.target_decay", "in [0, 1)", self.target_decay)
+        require(self.target_every >= 1, "policy.target_every", ">= 1", self.target_every)
+        require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
+                self.ct_distance)
+        require(self.ct_noise_sampling in ("uniform", "lognormal"), "policy.ct_noise_sampling", "uniform or lognormal",
+                self.ct_noise_sampling)
+        require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)
+        require(self.clamp_gradient in CLAMP_GRADIENTS, "policy.clamp_gradient", f"one of {CLAMP_GRADIENTS}",
+                self.clamp_gradient)
+
+
+class ConsistencyHead(ChunkedActions, PolicyHead):
+    """Consistency policy; hyperparameters: ``ConsistencyConfig``. See the module docstring for the
+    method and the defaults' sources. ``act_dim`` is ``act_steps * A`` in a chunked env: the network
+    predicts ``horizon_steps`` actions per observation and the env executes the first ``act_steps``,
+    as DPPO's diffusion head (Q-gradient learners need single actions)."""
 
     family = "consistency"
+    Config = ConsistencyConfig
     capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION, Capability.REPARAMETERIZED,
                               Capability.CANDIDATES})
     has_exact_kl = True
     has_entropy = False
 
-    def __init__(self, obs_dim: int, act_dim: int, act_steps: int = 1, horizon_steps: int = 1,
-                 hidden_sizes: Sequence[int] = (256, 256, 256),
-                 activation: str = "mish", time_dim: int = 16, sampling_steps: int = 2, sigma_data: float = 0.5,
-                 eps: float = 0.002, tau_max: float = 80.0, tau_min_sampling: float = 2.0, rho: float = 7.0,
-                 ct_initial_scales: int = 2, ct_final_scales: int = 150, ct_total_steps: int = 20_000,
-                 target_decay: float = 0.995, target_every: int = 5, target_start: int = 1000,
-                 ct_distance: str = "l2", ct_loss_scale: bool = True, min_sampling_std: float = 0.1,
-                 scale_input: bool = True, clamp_gradient: str = "inward", ct_noise_sampling: str = "uniform"):
-        super().__init__(obs_dim, act_dim)
-        if act_steps < 1 or act_dim % act_steps or horizon_steps < act_steps:
-            raise ValueError(f"consistency chunks need act_dim ({act_dim}) a multiple of act_steps ({act_steps}) "
-                             f"and horizon_steps ({horizon_steps}) >= act_steps")
-        if sampling_steps < 1:
-            raise ValueError(f"consistency sampling_steps must be >= 1, got {sampling_steps}")
-        if not 0 < eps < tau_min_sampling <= tau_max:
-            raise ValueError(f"consistency noise levels need 0 < eps ({eps}) < tau_min_sampling "
-                             f"({tau_min_sampling}) <= tau_max ({tau_max})")
-        if ct_distance not in ("l2", "pseudo_huber"):
-            raise ValueError(f"consistency ct_distance must be 'l2' or 'pseudo_huber', got '{ct_distance}'")
-        if ct_noise_sampling not in ("uniform", "lognormal"):
-            raise ValueError("consistency ct_noise_sampling must be 'uniform' or 'lognormal', "
-                             f"got '{ct_noise_sampling}'")
-        if clamp_gradient not in CLAMP_GRADIENTS:
-            raise ValueError(f"consistency clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
-        if min_sampling_std <= 0:
-            raise ValueError(f"consistency min_sampling_std must be > 0 (the last step's std), got {min_sampling_std}")
-        self.spec_kwargs = {
-            "act_steps": act_steps, "horizon_steps": horizon_steps,
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
-            "sampling_steps": sampling_steps, "sigma_data": sigma_data, "eps": eps, "tau_max": tau_max,
-            "tau_min_sampling": tau_min_sampling, "rho": rho, "ct_initial_scales": ct_initial_scales,
-            "ct_final_scales": ct_final_scales, "ct_total_steps": ct_total_steps, "target_decay": target_decay,
-            "target_every": target_every, "target_start": target_start, "ct_distance": ct_distance,
-            "ct_loss_scale": ct_loss_scale, "min_sampling_std": min_sampling_std, "scale_input": scale_input,
-            "clamp_gradient": clamp_gradient, "ct_noise_sampling": ct_noise_sampling,
-        }
-        self.scale_input, self.clamp_gradient = scale_input, clamp_gradient
+    def __init__(self, obs_dim: int, act_dim: int, config: ConsistencyConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        act_steps, horizon_steps, sampling_steps = c.act_steps, c.horizon_steps, c.sampling_steps
+        eps, tau_max, min_sampling_std = c.eps, c.tau_max, c.min_sampling_std
+        if act_dim % act_steps:
+            raise ValueError(f"consistency chunks need act_dim ({act_dim}) a multiple of policy.act_steps ({act_steps})")
+        self.scale_input, self.clamp_gradient = c.scale_input, c.clamp_gradient
         self.act_steps, self.horizon_steps = act_steps, horizon_steps
         self.chunk_dim = horizon_steps * (act_dim // act_steps)  # what the network denoises
         self.executed_dim = act_dim  # the chunk's first act_steps actions
-        self.sigma_data, self.eps, self.tau_max, self.rho = sigma_data, eps, tau_max, rho
+        self.sigma_data, self.eps, self.tau_max, self.rho = c.sigma_data, eps, tau_max, c.rho
         self.sampling_steps = sampling_steps
-        self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = ct_initial_scales, ct_final_scales, ct_total_steps
-        self.target_decay, self.target_every, self.target_start = target_decay, target_every, target_start
-        self.ct_distance, self.ct_loss_scale, self.ct_noise_sampling = ct_distance, ct_loss_scale, ct_noise_sampling
+        self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = (c.ct_initial_scales, c.ct_final_scales,
+                                                                            c.ct_total_steps)
+        self.target_decay, self.target_every, self.target_start = c.target_decay, c.target_every, c.target_start
+        self.ct_distance, self.ct_loss_scale, self.ct_noise_sampling = c.ct_distance, c.ct_loss_scale, c.ct_noise_sampling
         self.min_sampling_std = min_sampling_std
-        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim, eps, tau_max)
+        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim, eps, tau_max)
         self.target = copy.deepcopy(self.network)
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
         self.ct_step = 0  # consistency-training steps taken (saved as extra state)
-        levels = torch.linspace(tau_min_sampling, tau_max, sampling_steps).flip(0) if sampling_steps > 1 \
+        levels = torch.linspace(c.tau_min_sampling, tau_max, sampling_steps).flip(0) if sampling_steps > 1 \
             else torch.tensor([tau_max])
         self.register_buffer("sampling_taus", levels, persistent=False)
         # std of transition i (x_i -> x_{i+1}): the re-noising level of step i + 1, the floor for the last

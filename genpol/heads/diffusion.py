@@ -47,12 +47,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
 
 import torch
 from torch import nn
 
-from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.errors import require
+from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
 from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
@@ -77,82 +79,134 @@ class Denoiser(nn.Module):
         return self.body(torch.cat([x, embedding, obs], dim=-1))
 
 
-class DiffusionHead(ChunkedActions, PolicyHead):
-    """DPPO's diffusion policy. See the module docstring for the method and the defaults' sources.
+@dataclass
+class DiffusionConfig(HeadConfig):
+    """DPPO diffusion head (defaults: DPPO's Gym fine-tuning config, DDPM K = 20, K' = 10; single
+    actions here, and ``policy=diffusion`` sets DPPO's Gym chunks of 4)."""
 
-    Args:
-        obs_dim: observation size.
-        act_dim: the env's action size = ``act_steps * A`` (chunked env).
-        act_steps: executed actions per chunk; horizon_steps: predicted actions per chunk (>= act_steps).
-        denoising_steps: K, the DDPM training steps (and sampling steps without DDIM).
-        ft_denoising_steps: K', the last steps that are fine-tuned (K' = K from scratch).
-        use_ddim, ddim_steps: sample with DDIM in ``ddim_steps`` steps (then K' <= ddim_steps).
-        hidden_sizes, activation, time_dim: the denoiser.
-        min_sampling_std, min_logprob_std, randn_clip, denoised_clip, logprob_clamp: see above.
-        gamma_denoising: denoising discount of the per-step advantages.
-        clip_base, clip_final: per-step clip range at the noisiest and the last fine-tuned step
-            (``unit_clip``). ``clip_base`` None: ``clip_final`` at every step. ``clip_final`` None
-            (then ``clip_base`` must be None too): no per-step clip, the updater's clip applies.
-        ddim_eta: DDIM's eta during (stochastic) sampling.
-        ddim_eval_eta: DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; ``ddim_eta``
-            follows the means of the chain that fine-tuning trains (see the module docstring).
-        clamp_gradient: the backward pass of ``rsample``'s final clamp to [-1, 1] (Diffusion-QL's
-            Q-gradient): ``inward`` (default), ``straight_through`` or ``zero`` (torch's, Diffusion-QL's);
-            see ``genpol.heads.bounds``. The forward value is the clamp in every mode.
+    family: str = "diffusion"
+    """Head family; selects the head class."""
+    act_steps: int = 1
+    """Actions executed per chunk (the env runs chunks of this length; policy=diffusion: 4, DPPO's Gym)."""
+    horizon_steps: int = 1
+    """Actions predicted per chunk (>= act_steps; policy=diffusion: 4)."""
+    denoising_steps: int = 20
+    """K: DDPM steps (pretraining and, without DDIM, sampling)."""
+    ft_denoising_steps: int = 10
+    """K': the last denoising steps that are fine-tuned; the earlier ones keep their pretrained weights,
+    so K' < K needs pipeline=offline_to_online with pretrain_steps > 0 (from scratch: K' = K)."""
+    use_ddim: bool = False
+    """Sample with DDIM."""
+    ddim_steps: int = 5
+    """DDIM sampling steps."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [512, 512, 512])
+    """Residual MLP widths of the denoiser (all equal)."""
+    activation: str = "mish"
+    """Activation of the denoiser."""
+    time_dim: int = 16
+    """Time-embedding size."""
+    min_sampling_std: float = 0.1
+    """Lower clip of each denoising step's std while sampling (exploration)."""
+    min_logprob_std: float = 0.1
+    """Lower clip of each denoising step's std in log-probabilities (stability)."""
+    randn_clip: float = 3.0
+    """Clip of the Gaussian noise of each step."""
+    denoised_clip: float = 1.0
+    """Clip of the predicted clean action x0."""
+    logprob_clamp: List[float] = field(default_factory=lambda: [-5.0, 2.0])
+    """Clamp of the per-element log-probabilities."""
+    gamma_denoising: float = 0.99
+    """Denoising discount of the per-step advantages."""
+    clip_base: Optional[float] = None
+    """PPO clip at the noisiest fine-tuned step, rising exponentially to learner.clip_range at the last
+    step (DPPO Robomimic: 0.001 to 0.01). None: learner.clip_range at every step (DPPO Gym: 0.01)."""
+    clip_final: Optional[float] = None
+    """PPO clip at the last denoising step: always learner.clip_range, the one source of truth. Left
+    None it is filled in from there when clip_base is set; a different value is a config error."""
+    ddim_eta: float = 1.0
+    """DDIM's eta while sampling stochastically."""
+    ddim_eval_eta: float = 0.0
+    """DDIM's eta in deterministic evaluation (no noise): 0 is DPPO's; equal to ddim_eta it follows the
+    means of the chain that fine-tuning trains (policy=diffusion_ddim)."""
+    clamp_gradient: str = "inward"
+    """Backward pass of rsample's final clamp to [-1, 1] (Q-gradient learners, Diffusion-QL): inward (a saturated
+    action's gradient passes when it points back into the box), straight_through, or zero (torch's clamp)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "mish"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
+        require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
+                 self.horizon_steps)
+        sampled = self.ddim_steps if self.use_ddim else self.denoising_steps
+        require(1 <= self.ft_denoising_steps <= sampled, "policy.ft_denoising_steps",
+                 f"in [1, {sampled}] (the sampling steps)", self.ft_denoising_steps)
+        require(self.min_sampling_std >= 0 and self.min_logprob_std > 0, "policy.min_logprob_std",
+                 "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
+        require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
+                 self.hidden_sizes)
+        require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
+                 "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
+        for key in ("ddim_eta", "ddim_eval_eta"):
+            require(0.0 <= getattr(self, key) <= 1.0, f"policy.{key}", "in [0, 1]", getattr(self, key))
+        require(self.clamp_gradient in CLAMP_GRADIENTS, "policy.clamp_gradient", f"one of {CLAMP_GRADIENTS}",
+                self.clamp_gradient)
+        for key in ("clip_base", "clip_final"):
+            value = getattr(self, key)
+            if value is not None:
+                require(0.0 < value < 1.0, f"policy.{key}", "in (0, 1) or null", value)
+
+
+class DiffusionHead(ChunkedActions, PolicyHead):
+    """DPPO's diffusion policy; hyperparameters: ``DiffusionConfig``. See the module docstring for the
+    method and the defaults' sources. ``act_dim`` is the env's action size, ``act_steps * A`` (chunked env).
+
+    The per-step clip (``unit_clip``) rises from ``clip_base`` at the noisiest fine-tuned step to
+    ``clip_final`` at the last; ``clip_base`` None: ``clip_final`` at every step; ``clip_final`` None
+    (then ``clip_base`` must be None too): no per-step clip, the updater's clip applies. ``rsample``'s
+    final clamp to [-1, 1] has the forward value of a clamp in every ``clamp_gradient`` mode
+    (``genpol.heads.bounds``).
     """
 
     family = "diffusion"
+    Config = DiffusionConfig
     # rsample: the stochastic chain keeps its graph, so Q-gradient learners (Diffusion-QL) train through it
     capabilities = PolicyHead.capabilities | {Capability.REPARAMETERIZED}
     has_exact_kl = True
     has_entropy = False
 
-    def __init__(self, obs_dim: int, act_dim: int, act_steps: int = 1, horizon_steps: int = 1,
-                 denoising_steps: int = 20, ft_denoising_steps: int = 10, use_ddim: bool = False,
-                 ddim_steps: int = 5, hidden_sizes: Sequence[int] = (512, 512, 512), activation: str = "mish",
-                 time_dim: int = 16, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
-                 randn_clip: float = 3.0, denoised_clip: float = 1.0, logprob_clamp: Sequence[float] = (-5.0, 2.0),
-                 gamma_denoising: float = 0.99, clip_base: float | None = None, clip_final: float | None = None,
-                 ddim_eta: float = 1.0, ddim_eval_eta: float = 0.0, clamp_gradient: str = "inward"):
-        super().__init__(obs_dim, act_dim)
-        if clamp_gradient not in CLAMP_GRADIENTS:
-            raise ValueError(f"diffusion clamp_gradient must be one of {CLAMP_GRADIENTS}, got '{clamp_gradient}'")
+    def __init__(self, obs_dim: int, act_dim: int, config: DiffusionConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        act_steps, horizon_steps, ft_denoising_steps = c.act_steps, c.horizon_steps, c.ft_denoising_steps
+        use_ddim, ddim_steps, denoising_steps = c.use_ddim, c.ddim_steps, c.denoising_steps
+        clip_base, clip_final = c.clip_base, c.clip_final
         if act_dim % act_steps:
-            raise ValueError(f"act_dim {act_dim} is not a multiple of act_steps {act_steps}")
-        if horizon_steps < act_steps:
-            raise ValueError(f"horizon_steps ({horizon_steps}) must be >= act_steps ({act_steps})")
-        steps_sampled = ddim_steps if use_ddim else denoising_steps
-        if not 1 <= ft_denoising_steps <= steps_sampled:
-            raise ValueError(f"ft_denoising_steps must be in [1, {steps_sampled}], got {ft_denoising_steps}")
-        if clip_final is None and clip_base is not None:
+            raise ValueError(f"act_dim {act_dim} is not a multiple of policy.act_steps {act_steps}")
+        if clip_final is None and clip_base is not None:  # the config leaves it to the learner's clip_range
             raise ValueError("clip_base needs clip_final: the schedule rises from clip_base to clip_final")
-        self.spec_kwargs = {
-            "act_steps": act_steps, "horizon_steps": horizon_steps, "denoising_steps": denoising_steps,
-            "ft_denoising_steps": ft_denoising_steps, "use_ddim": use_ddim, "ddim_steps": ddim_steps,
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_dim": time_dim,
-            "min_sampling_std": min_sampling_std, "min_logprob_std": min_logprob_std, "randn_clip": randn_clip,
-            "denoised_clip": denoised_clip, "logprob_clamp": list(logprob_clamp),
-            "gamma_denoising": gamma_denoising, "clip_base": clip_base, "clip_final": clip_final,
-            "ddim_eta": ddim_eta, "ddim_eval_eta": ddim_eval_eta, "clamp_gradient": clamp_gradient,
-        }
+        steps_sampled = ddim_steps if use_ddim else denoising_steps
         self.act_steps, self.horizon_steps = act_steps, horizon_steps
         self.single_act_dim = act_dim // act_steps
         self.chunk_dim = horizon_steps * self.single_act_dim
         self.executed_dim = act_dim
         self.num_steps, self.ft_steps = steps_sampled, ft_denoising_steps
         self.use_ddim = use_ddim
-        self.min_sampling_std, self.min_logprob_std = min_sampling_std, min_logprob_std
-        self.randn_clip, self.denoised_clip = randn_clip, denoised_clip
-        self.logprob_clamp = tuple(logprob_clamp)
-        self.ddim_eta, self.ddim_eval_eta = ddim_eta, ddim_eval_eta
-        self.clamp_gradient = clamp_gradient
-        self.denoiser = Denoiser(obs_dim, self.chunk_dim, hidden_sizes, activation, time_dim)
+        self.min_sampling_std, self.min_logprob_std = c.min_sampling_std, c.min_logprob_std
+        self.randn_clip, self.denoised_clip = c.randn_clip, c.denoised_clip
+        self.logprob_clamp = tuple(c.logprob_clamp)
+        self.ddim_eta, self.ddim_eval_eta = c.ddim_eta, c.ddim_eval_eta
+        self.clamp_gradient = c.clamp_gradient
+        self.denoiser = Denoiser(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim)
         self.frozen_denoiser = None
         if ft_denoising_steps < steps_sampled:  # early steps run the pretrained weights, frozen
             self.frozen_denoiser = self._frozen_copy()
         self._register_schedule(denoising_steps, use_ddim, ddim_steps)
         j = torch.arange(ft_denoising_steps, dtype=torch.float32)
-        self.register_buffer("unit_weights", gamma_denoising ** (ft_denoising_steps - 1 - j), persistent=False)
+        self.register_buffer("unit_weights", c.gamma_denoising ** (ft_denoising_steps - 1 - j), persistent=False)
         # None: no per-step clip, the updater's clip_range applies to every step
         unit_clip = None if clip_final is None else self.clip_schedule(ft_denoising_steps, clip_base, clip_final)
         self.register_buffer("unit_clip", unit_clip, persistent=False)

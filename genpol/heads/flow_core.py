@@ -13,11 +13,14 @@ converts.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, List, Sequence
 
 import torch
 from torch import nn
 
+from genpol.errors import require
+from genpol.heads.base import HeadConfig
 from genpol.nets import MLP, sinusoidal_time_embedding
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [B, A], t [B]) -> v [B, A]
@@ -26,6 +29,33 @@ VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [B, A], 
 def from_fpo_code_convention(tau: torch.Tensor, velocity: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """FPO code's ``(tau, u = noise - action)`` -> genpol's ``(t = 1 - tau, v = action - noise)``."""
     return 1.0 - tau, -velocity
+
+
+@dataclass
+class FlowConfig(HeadConfig):
+    """The velocity network and ODE sampler of the flow heads (FPO's and PolicyFlow's configs extend it)."""
+
+    hidden_sizes: List[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    """Hidden layer widths of the velocity network."""
+    activation: str = "silu"
+    """Activation of the velocity network."""
+    time_embed_dim: int = 8
+    """Size of the sinusoidal time embedding."""
+    output_scale: float = 0.25
+    """Multiplies the velocity network's output."""
+    integration_steps: int = 10
+    """ODE steps from noise to action."""
+    integrator: str = "euler"
+    """``euler`` or ``midpoint``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
+                 "an even number >= 2", self.time_embed_dim)
+        require(self.output_scale > 0, "policy.output_scale", "> 0", self.output_scale)
+        require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        require(self.integrator in ("euler", "midpoint"), "policy.integrator", "euler or midpoint",
+                 self.integrator)
 
 
 class VelocityNetwork(nn.Module):

@@ -23,63 +23,79 @@ rollout network. It is off by default (FPO's recipe); genpol's extension, measur
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List
 
 import torch
 
+from genpol.errors import require
 from genpol.heads.base import PolicyHead, RatioTerms, Record
-from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_error,
+from genpol.heads.flow_core import (FlowConfig, VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_error,
                                    flow_matching_loss, integrate, velocity_at_interpolants)
 
 LOG_RATIO_CLAMP = 3.0  # FPO's gridworld and FPO++ clamp each loss difference to [-3, 3]
 
 
-class FPOHead(VelocitySnapshot, PolicyHead):
-    """Flow Policy Optimization head.
+@dataclass
+class FPOConfig(FlowConfig):
+    """FPO: flow policy with the flow-matching-loss ratio (defaults: FPO's playground settings)."""
 
-    Args:
-        obs_dim, act_dim: sizes.
-        hidden_sizes, activation, time_embed_dim, output_scale: the velocity network (FPO's
-            playground: 4 x 32 SiLU, output x 0.25).
-        integration_steps, integrator: the sampler (FPO: 10 Euler steps).
-        n_mc: (t, noise) pairs drawn per action (FPO: 8; FPO++ manipulation: 16).
-        ratio_mode: ``average`` (FPO) or ``per_sample`` (FPO++), see the module docstring.
-        t_sampling: ``grid`` - t from the sampler's grid {0, 0.1, ..., 0.9} (FPO's
-            ``discretize_t_for_training``), or ``uniform`` on [0, 1).
-        loss_weighting: ``eps`` (FPO's ``u_but_supervise_as_eps``: the velocity error times t^2, i.e. the
-            error of the implied noise prediction) or ``velocity`` (unweighted).
-        brownian_coef, brownian_beta: weight and temperature of the Brownian regularizer (0: off, FPO).
-    """
+    family: str = "fpo"
+    """Head family; selects the head class."""
+    n_mc: int = 8
+    """(t, noise) pairs drawn per action."""
+    ratio_mode: str = "average"
+    """``average`` (FPO: one ratio from averaged losses) or ``per_sample`` (FPO++: one per pair)."""
+    t_sampling: str = "grid"
+    """``grid`` (t on the sampler's grid) or ``uniform``."""
+    loss_weighting: str = "eps"
+    """``eps`` (FPO's u_but_supervise_as_eps, weight t^2) or ``velocity`` (unweighted)."""
+    brownian_coef: float = 0.0
+    """Weight of PolicyFlow's Brownian regularizer on FPO's velocity field (0: off, as in FPO; it
+    counters mode collapse; 0.1 with FPO++'s per-sample ratio and ASPO keeps 3-4 MultiGoal goals)."""
+    brownian_beta: float = 1.0
+    """Temperature beta of the Brownian regularizer."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "silu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.n_mc >= 1, "policy.n_mc", ">= 1", self.n_mc)
+        require(self.ratio_mode in ("average", "per_sample"), "policy.ratio_mode", "average or per_sample",
+                 self.ratio_mode)
+        require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
+        require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
+        require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
+        require(self.loss_weighting in ("eps", "velocity"), "policy.loss_weighting", "eps or velocity",
+                 self.loss_weighting)
+
+
+class FPOHead(VelocitySnapshot, PolicyHead):
+    """Flow Policy Optimization head; hyperparameters: ``FPOConfig`` (FPO's playground: a 4 x 32 SiLU
+    velocity network with output x 0.25, 10 Euler steps, 8 pairs per action; FPO++ manipulation: 16).
+    ``t_sampling="grid"`` draws t from the sampler's grid {0, 0.1, ..., 0.9} (FPO's
+    ``discretize_t_for_training``); ``loss_weighting="eps"`` is FPO's ``u_but_supervise_as_eps``, the
+    velocity error times t^2, i.e. the error of the implied noise prediction."""
 
     family = "fpo"
+    Config = FPOConfig
     has_exact_kl = False
     has_entropy = False
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (32, 32, 32, 32),
-                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 0.25,
-                 integration_steps: int = 10, integrator: str = "euler", n_mc: int = 8,
-                 ratio_mode: str = "average", t_sampling: str = "grid", loss_weighting: str = "eps",
-                 brownian_coef: float = 0.0, brownian_beta: float = 1.0):
-        super().__init__(obs_dim, act_dim)
-        if ratio_mode not in ("average", "per_sample"):
-            raise ValueError(f"FPO ratio_mode must be 'average' or 'per_sample', got '{ratio_mode}'")
-        if t_sampling not in ("grid", "uniform"):
-            raise ValueError(f"FPO t_sampling must be 'grid' or 'uniform', got '{t_sampling}'")
-        self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_embed_dim": time_embed_dim,
-            "output_scale": output_scale, "integration_steps": integration_steps, "integrator": integrator,
-            "n_mc": n_mc, "ratio_mode": ratio_mode, "t_sampling": t_sampling, "loss_weighting": loss_weighting,
-            "brownian_coef": brownian_coef, "brownian_beta": brownian_beta,
-        }
-        self.velocity = VelocityNetwork(obs_dim, act_dim, hidden_sizes, activation, time_embed_dim, output_scale)
-        self.integration_steps = integration_steps
-        self.integrator = integrator
-        self.n_mc = n_mc
-        self.ratio_mode = ratio_mode
-        self.t_sampling = t_sampling
-        self.loss_weighting = loss_weighting
-        self.brownian_coef = brownian_coef
-        self.brownian_beta = brownian_beta
+    def __init__(self, obs_dim: int, act_dim: int, config: FPOConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale)
+        self.integration_steps = c.integration_steps
+        self.integrator = c.integrator
+        self.n_mc = c.n_mc
+        self.ratio_mode = c.ratio_mode
+        self.t_sampling = c.t_sampling
+        self.loss_weighting = c.loss_weighting
+        self.brownian_coef = c.brownian_coef
+        self.brownian_beta = c.brownian_beta
         self.init_snapshot()
 
     def generate(self, obs: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:

@@ -8,12 +8,13 @@ the log-std is a free parameter vector initialised to ``log_std_init``.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List
 
 import torch
 from torch import nn
 
-from genpol.heads.base import PolicyHead, RatioTerms, Record
+from genpol.heads.base import HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.nets import MLP
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -36,40 +37,39 @@ def diagonal_gaussian_kl(
     return 0.5 * (var_ratio + mean_term - 1.0 - 2 * (log_std_p - log_std_q)).sum(dim=-1)
 
 
+@dataclass
+class GaussianConfig(HeadConfig):
+    """Diagonal Gaussian head (MLP mean, state-independent log-std) and its critic (``policy=gaussian``)."""
+
+    family: str = "gaussian"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the mean network."""
+    activation: str = "tanh"
+    """Activation of the mean network."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of every action dimension."""
+    orthogonal_init: bool = True
+    """Orthogonal initialization (gain sqrt(2), output gain 0.01 for the mean: a near-zero initial mean)."""
+
+
 class GaussianHead(PolicyHead):
-    """``a ~ N(mu_theta(s), diag(exp(log_std))^2)``.
+    """``a ~ N(mu_theta(s), diag(exp(log_std))^2)``; hyperparameters: ``GaussianConfig``.
 
     Record: ``action [B, A]``, ``log_prob [B]``, ``mean [B, A]`` and ``log_std [B, A]`` (the old
     distribution, for the exact KL). ``log_ratio`` is the exact log-prob difference, ``[B, 1]``.
-
-    Args:
-        obs_dim, act_dim: sizes.
-        hidden_sizes: widths of the mean network's hidden layers.
-        activation: activation of the mean network.
-        log_std_init: initial value of every log-std entry.
-        orthogonal_init: orthogonal weights, with gain 0.01 on the output layer (near-zero initial mean).
     """
 
     family = "gaussian"
+    Config = GaussianConfig
     has_exact_kl = True
     has_entropy = True
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        hidden_sizes: Sequence[int] = (64, 64),
-        activation: str = "tanh",
-        log_std_init: float = 0.0,
-        orthogonal_init: bool = True,
-    ):
-        super().__init__(obs_dim, act_dim)
-        self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation,
-            "log_std_init": log_std_init, "orthogonal_init": orthogonal_init,
-        }
-        self.mean_net = MLP(obs_dim, hidden_sizes, act_dim, activation, orthogonal_init, output_gain=0.01)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+    def __init__(self, obs_dim: int, act_dim: int, config: GaussianConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        self.mean_net = MLP(obs_dim, c.hidden_sizes, act_dim, c.activation, c.orthogonal_init, output_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(c.log_std_init)))
 
     def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [B, D]`` -> ``(mean [B, A], log_std [B, A])``."""

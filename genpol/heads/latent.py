@@ -31,12 +31,14 @@ Conventions: flow_core's (t = 0 noise, t = 1 action); GoRL's code runs the mirro
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List
 
 import torch
 from torch import nn
 
-from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.errors import require
+from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record, check_network
 from genpol.heads.flow_core import VelocityNetwork, flow_matching_loss, integrate
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 from genpol.heads.latent_ddim import DDIMSchedule
@@ -46,51 +48,77 @@ MIN_SCALE, MAX_SCALE = 1e-3, 10.0
 ATANH_LIMIT = 1.0 - 1e-6  # actions at the bounds map to a finite pre-tanh value
 
 
+@dataclass
+class GoRLConfig(HeadConfig):
+    """GoRL latent-decoder head (Gaussian encoder in z-space, frozen flow decoder, tanh) and its
+    critic; defaults are GoRL's (Brax DMC sizes). Stage settings live in ``pipeline=gorl``."""
+
+    family: str = "gorl"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [32, 32, 32, 32])
+    """Hidden layer widths of the encoder (it outputs the latent mean and raw scale)."""
+    activation: str = "silu"
+    """Activation of the encoder."""
+    decoder_hidden_sizes: List[int] = field(default_factory=lambda: [64, 64, 64, 64])
+    """Hidden layer widths of the decoder's velocity network."""
+    decoder_activation: str = "silu"
+    """Activation of the decoder."""
+    time_embed_dim: int = 8
+    """Size of the decoder's sinusoidal time embedding."""
+    integration_steps: int = 10
+    """Decoder steps from x = z to the pre-tanh action: Euler (flow) or deterministic DDIM (ddim)."""
+    zero_init_decoder: bool = True
+    """Zero decoder weights, so stage 0's decoder is exactly the identity (GoRL); the ddim decoder is
+    bypassed (g(s, z) = z) until the first distilled decoder is loaded."""
+    decoder: str = "flow"
+    """flow: conditional flow matching, Euler from x = z; ddim: epsilon-prediction DDPM network,
+    deterministic DDIM (eta 0) from x_T = z (GoRL's PPO + Diffusion)."""
+    diffusion_timesteps: int = 10
+    """T of the ddim decoder's cosine DDPM schedule (a multiple of integration_steps); unused by flow."""
+    latent_l2_coef: float = 0.0
+    """Penalty c_z (mean(mu^2) + mean(sigma^2)) on the encoder; pipeline=gorl sets it per stage."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256, 256, 256, 256])
+    """Hidden layer widths of the value network (Brax: 256 x 5)."""
+    critic_activation: str = "silu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_network("decoder_hidden_sizes", self.decoder_hidden_sizes, "decoder_activation", self.decoder_activation)
+        require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
+                "an even number >= 2", self.time_embed_dim)
+        require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
+        require(self.decoder in ("flow", "ddim"), "policy.decoder", "flow or ddim", self.decoder)
+        if self.decoder == "ddim":
+            require(self.diffusion_timesteps % self.integration_steps == 0, "policy.diffusion_timesteps",
+                    f"a multiple of policy.integration_steps ({self.integration_steps}) for the ddim decoder",
+                    self.diffusion_timesteps)
+        require(self.latent_l2_coef >= 0, "policy.latent_l2_coef", ">= 0", self.latent_l2_coef)
+
+
 class LatentDecoderHead(PolicyHead):
-    """GoRL: Gaussian encoder in latent space, frozen flow (or DDIM) decoder, tanh.
+    """GoRL: Gaussian encoder in latent space, frozen flow (or DDIM) decoder, tanh; hyperparameters:
+    ``GoRLConfig`` (GoRL's: a 4 x 32 SiLU encoder, a 4 x 64 SiLU decoder with an 8-dim time embedding
+    and output scale 1.0, 10 decoder steps). The latent has the action's size (z_dim = act_dim).
 
     Record: ``z [B, A]``, ``log_prob [B]``, ``mean [B, A]``, ``log_std [B, A]`` (the old encoder
     distribution, for the exact ratio and KL). ``log_ratio`` is ``[B, 1]``.
-
-    Args:
-        obs_dim, act_dim: sizes; the latent has the action's size (z_dim = act_dim).
-        hidden_sizes, activation: the encoder MLP (GoRL: 4 x 32 SiLU, outputs mean and raw scale).
-        decoder_hidden_sizes, decoder_activation, time_embed_dim: the decoder's network, the velocity
-            (flow) or the noise (ddim) (GoRL: 4 x 64 SiLU, 8-dim time embedding, output scale 1.0).
-        integration_steps: decoder steps, Euler (flow) or DDIM (ddim) (GoRL: 10).
-        zero_init_decoder: all decoder weights 0, so the decoder is the identity (stage 0); the
-            ddim decoder is bypassed until ``load_decoder`` (see the module docstring).
-        decoder: ``flow`` (conditional flow matching, Euler from x = z) or ``ddim``.
-        diffusion_timesteps: T of the ddim decoder's DDPM training schedule (a multiple of
-            integration_steps).
-        latent_l2_coef: weight c_z of the penalty c_z (mean(mu^2) + mean(sigma^2)) added to the policy
-            loss; the GoRL pipeline sets it per stage.
     """
 
     family = "gorl"
+    Config = GoRLConfig
     capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.CANDIDATES})
     has_exact_kl = True
     has_entropy = True
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (32, 32, 32, 32),
-                 activation: str = "silu", decoder_hidden_sizes: Sequence[int] = (64, 64, 64, 64),
-                 decoder_activation: str = "silu", time_embed_dim: int = 8, integration_steps: int = 10,
-                 zero_init_decoder: bool = True, latent_l2_coef: float = 0.0, decoder: str = "flow",
-                 diffusion_timesteps: int = 10):
-        super().__init__(obs_dim, act_dim)
-        if decoder not in ("flow", "ddim"):
-            raise ValueError(f"unknown GoRL decoder '{decoder}'; choose flow or ddim")
-        self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation,
-            "decoder_hidden_sizes": list(decoder_hidden_sizes), "decoder_activation": decoder_activation,
-            "time_embed_dim": time_embed_dim, "integration_steps": integration_steps,
-            "zero_init_decoder": zero_init_decoder, "latent_l2_coef": latent_l2_coef, "decoder": decoder,
-            "diffusion_timesteps": diffusion_timesteps,
-        }
+    def __init__(self, obs_dim: int, act_dim: int, config: GoRLConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        decoder, integration_steps, zero_init_decoder = c.decoder, c.integration_steps, c.zero_init_decoder
         self.decoder_kind = decoder
-        self.schedule = DDIMSchedule(diffusion_timesteps, integration_steps) if decoder == "ddim" else None
+        self.schedule = DDIMSchedule(c.diffusion_timesteps, integration_steps) if decoder == "ddim" else None
         self.integration_steps = integration_steps
-        self.latent_l2_coef = latent_l2_coef
+        self.latent_l2_coef = c.latent_l2_coef
         self.encoder = self.new_encoder()
         self.decoder = self.new_decoder()
         if zero_init_decoder:

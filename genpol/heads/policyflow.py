@@ -25,55 +25,72 @@ x0 = 0, which makes x1 a deterministic function of s: Gaussian PPO as a built-in
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List
 
 import torch
 from torch import nn
 
+from genpol.errors import require
 from genpol.heads.base import PolicyHead, RatioTerms, Record
-from genpol.heads.flow_core import (VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_loss,
+from genpol.heads.flow_core import (FlowConfig, VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_loss,
                                    integrate, solver_grid)
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 
 
-class PolicyFlowHead(VelocitySnapshot, PolicyHead):
-    """PolicyFlow head. See the module docstring.
+@dataclass
+class PolicyFlowConfig(FlowConfig):
+    """PolicyFlow: flow prior plus learnable Gaussian noise, velocity-variation ratio, Brownian regularizer."""
 
-    Args:
-        obs_dim, act_dim: sizes.
-        hidden_sizes, activation, time_embed_dim, output_scale: the velocity network.
-        integration_steps, integrator: the sampler (PolicyFlow: 10 midpoint steps).
-        log_std_init: initial log sigma of the exploration noise (clamped to [-5, 2]).
-        brownian_coef: weight of the Brownian regularizer (PolicyFlow default 0.01).
-        brownian_beta: its temperature beta (1.0).
-        degenerate_to_gaussian: x0 = 0 always (the Gaussian-PPO ablation).
-    """
+    family: str = "policyflow"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64, 64])
+    """Hidden layer widths of the velocity network."""
+    output_scale: float = 1.0
+    """Multiplies the velocity network's output."""
+    integrator: str = "midpoint"
+    """``euler`` or ``midpoint`` (PolicyFlow's)."""
+    log_std_init: float = 0.0
+    """Initial log std of the exploration noise (clamped to [-5, 2])."""
+    brownian_coef: float = 0.01
+    """Weight of the Brownian regularizer."""
+    brownian_beta: float = 1.0
+    """Temperature beta of the Brownian regularizer."""
+    degenerate_to_gaussian: bool = False
+    """x0 = 0: the policy becomes a Gaussian around a deterministic flow output (ablation)."""
+    critic_hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value network."""
+    critic_activation: str = "elu"
+    """Activation of the value network."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
+        require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
+
+
+class PolicyFlowHead(VelocitySnapshot, PolicyHead):
+    """PolicyFlow head; hyperparameters: ``PolicyFlowConfig`` (PolicyFlow's: 10 midpoint steps, Brownian
+    weight 0.01, beta 1). See the module docstring."""
 
     family = "policyflow"
+    Config = PolicyFlowConfig
     has_exact_kl = True  # exact for the first-order ratio model; see the module docstring
     has_entropy = True
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (64, 64, 64),
-                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 1.0,
-                 integration_steps: int = 10, integrator: str = "midpoint", log_std_init: float = 0.0,
-                 brownian_coef: float = 0.01, brownian_beta: float = 1.0, degenerate_to_gaussian: bool = False):
-        super().__init__(obs_dim, act_dim)
-        self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "time_embed_dim": time_embed_dim,
-            "output_scale": output_scale, "integration_steps": integration_steps, "integrator": integrator,
-            "log_std_init": log_std_init, "brownian_coef": brownian_coef, "brownian_beta": brownian_beta,
-            "degenerate_to_gaussian": degenerate_to_gaussian,
-        }
-        self.velocity = VelocityNetwork(obs_dim, act_dim, hidden_sizes, activation, time_embed_dim, output_scale)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
-        self.integration_steps = integration_steps
-        self.integrator = integrator
-        self.brownian_coef = brownian_coef
-        self.brownian_beta = brownian_beta
-        self.degenerate_to_gaussian = degenerate_to_gaussian
-        self.register_buffer("time_grid", solver_grid(integration_steps, integrator), persistent=False)
+    def __init__(self, obs_dim: int, act_dim: int, config: PolicyFlowConfig | None = None, **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(c.log_std_init)))
+        self.integration_steps = c.integration_steps
+        self.integrator = c.integrator
+        self.brownian_coef = c.brownian_coef
+        self.brownian_beta = c.brownian_beta
+        self.degenerate_to_gaussian = c.degenerate_to_gaussian
+        self.register_buffer("time_grid", solver_grid(c.integration_steps, c.integrator), persistent=False)
         self.init_snapshot()
 
     def clamped_log_std(self) -> torch.Tensor:

@@ -28,13 +28,15 @@ expectation at the sampling parameters.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, List, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from genpol.heads.base import Capability, PolicyHead, RatioTerms, Record
+from genpol.errors import require
+from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.gaussian import diagonal_gaussian_log_prob
 from genpol.nets import activation_class
 from genpol.onednn import OneDNNLinear
@@ -63,51 +65,59 @@ def tanh_gaussian_log_prob(
     return diagonal_gaussian_log_prob(pre_tanh, mean, log_std) - tanh_log_abs_det_jacobian(pre_tanh, epsilon)
 
 
+@dataclass
+class TanhGaussianConfig(HeadConfig):
+    """Squashed Gaussian head (SAC's actor: state-dependent log-std, a = tanh(u)), ``policy=tanh_gaussian``.
+    Its critic fields size a value network for on-policy learners; SAC's Q-critics are sized in the
+    learner group."""
+
+    family: str = "tanh_gaussian"
+    """Head family; selects the head class."""
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the actor (SB3's net_arch; an activation after every one)."""
+    activation: str = "relu"
+    """Activation of the actor (SB3: ReLU)."""
+    log_std_min: float = -20.0
+    """Lower clamp of the state-dependent log-std (SB3 and RLPD: -20)."""
+    log_std_max: float = 2.0
+    """Upper clamp of the log-std (SB3 and RLPD: 2)."""
+    log_prob_epsilon: float = 1e-6
+    """eps in log(1 - tanh(u)^2 + eps) (SB3); 0 gives the exact form (RLPD)."""
+    init: str = "default"
+    """``default`` (PyTorch's, as SB3) or ``xavier_uniform`` (RLPD's, biases zero)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.log_std_min < self.log_std_max, "policy.log_std_min", f"< log_std_max ({self.log_std_max})",
+                self.log_std_min)
+        require(self.log_prob_epsilon >= 0, "policy.log_prob_epsilon", ">= 0", self.log_prob_epsilon)
+        require(self.init in ("default", "xavier_uniform"), "policy.init", "default or xavier_uniform", self.init)
+
+
 class TanhGaussianHead(PolicyHead):
-    """``a = tanh(u)``, ``u ~ N(mu_theta(s), diag(exp(log_std_theta(s)))^2)``: SAC's actor.
+    """``a = tanh(u)``, ``u ~ N(mu_theta(s), diag(exp(log_std_theta(s)))^2)``: SAC's actor;
+    hyperparameters: ``TanhGaussianConfig``.
 
     Record: ``pre_tanh [B, A]`` (u), ``noise [B, A]`` (the standard-normal draw), ``gaussian_log_prob
     [B]`` (log N(u), what ``log_ratio`` subtracts) and ``log_prob [B]`` (log pi(a), with the tanh
     Jacobian). ``log_ratio`` is ``[B, 1]``.
-
-    Args:
-        obs_dim, act_dim: sizes.
-        hidden_sizes: widths of the latent MLP (SB3's ``net_arch``, [256, 256]).
-        activation: activation after every latent layer (SB3: ReLU).
-        log_std_min, log_std_max: clamp of the state-dependent log-std (SB3 and RLPD: -20, 2).
-        log_prob_epsilon: eps inside ``log(1 - tanh(u)^2 + eps)``; 1e-6 is SB3's, 0 the exact form.
-        init: ``"default"`` (PyTorch's, as SB3) or ``"xavier_uniform"`` (RLPD's, biases zero).
     """
 
     family = "tanh_gaussian"
+    Config = TanhGaussianConfig
     capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION, Capability.REPARAMETERIZED,
                               Capability.LOG_PROB, Capability.CANDIDATES})
     has_exact_kl = False
     has_entropy = True  # a reparameterized one-sample estimate, see the module docstring
 
-    def __init__(
-        self,
-        obs_dim: int,
-        act_dim: int,
-        hidden_sizes: Sequence[int] = (256, 256),
-        activation: str = "relu",
-        log_std_min: float = -20.0,
-        log_std_max: float = 2.0,
-        log_prob_epsilon: float = 1e-6,
-        init: str = "default",
-    ):
-        super().__init__(obs_dim, act_dim)
-        if log_prob_epsilon < 0:
-            raise ValueError(f"log_prob_epsilon must be >= 0, got {log_prob_epsilon}")
-        if init not in ("default", "xavier_uniform"):
-            raise ValueError(f"init must be 'default' or 'xavier_uniform', got '{init}'")
-        self.spec_kwargs = {
-            "hidden_sizes": list(hidden_sizes), "activation": activation, "log_std_min": log_std_min,
-            "log_std_max": log_std_max, "log_prob_epsilon": log_prob_epsilon, "init": init,
-        }
-        self.log_std_min = log_std_min
-        self.log_std_max = log_std_max
-        self.log_prob_epsilon = log_prob_epsilon
+    def __init__(self, obs_dim: int, act_dim: int, config: TanhGaussianConfig | None = None,
+                 **hyperparameters: Any):
+        super().__init__(obs_dim, act_dim, config, **hyperparameters)
+        c = self.config
+        self.log_std_min = c.log_std_min
+        self.log_std_max = c.log_std_max
+        self.log_prob_epsilon = c.log_prob_epsilon
+        hidden_sizes, activation, init = c.hidden_sizes, c.activation, c.init
         act = activation_class(activation)
         layers: list[nn.Module] = []
         fan_in = obs_dim
