@@ -102,7 +102,7 @@ def one_step(ref: Path, max_grad_norm: float, joint_clip: bool, seed: int) -> di
     envs = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (OBS_DIM,)),
                            single_action_space=gym.spaces.Box(-1, 1, (ACT_DIM,)))
     agent = agent_module.Agent(envs, policy_layers=3).double()
-    head, critic = GaussianHead(OBS_DIM, ACT_DIM, (64, 64), "tanh").double(), ValueNetwork(OBS_DIM, (64, 64)).double()
+    head, critic = GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(64, 64), activation="tanh").double(), ValueNetwork(OBS_DIM, (64, 64)).double()
     copy_weights(agent, head, critic)
 
     # the batch: the old policy is the current one with perturbed weights (ratios away from 1)
