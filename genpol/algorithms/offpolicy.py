@@ -64,7 +64,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.device = device
         self.critic = QEnsemble(obs_dim, act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
                                 activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
-                                init=cfg.critic_init).to(device)
+                                layer_norm_eps=cfg.critic_layer_norm_eps, init=cfg.critic_init).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.num_min_qs = cfg.num_min_qs or cfg.num_qs
         self.actor_params = [p for p in head.parameters() if p.requires_grad]

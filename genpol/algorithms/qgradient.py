@@ -9,7 +9,8 @@ One gradient step, on the off-policy learners' replay, critics and Polyak target
    random critic pair, a_theta = ``head.rsample(s)`` (through the whole sampling chain); L_BC is the
    head's ``imitation_loss`` (the CT loss of the consistency head) on the batch's actions; online
    from scratch ``bc_coef`` = 0 (Q-loss only);
-3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before).
+3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before:
+   the references' EMA stays at the initial actor until step 1000, a departure, docs/fidelity.md).
 
 Offline (``pipeline=offline_to_online``, ``genpol.runners.offline_rl``): the same gradient step on
 batches of dataset transitions only (``gradient_step(batch)``), no env steps; the critics, their

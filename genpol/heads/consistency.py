@@ -25,8 +25,9 @@ Consistency training (``imitation_loss``, Consistency-BC): N(k) Karras boundarie
 [eps, tau_max]) with N growing from 2 to 150 over ``ct_total_steps`` (the CM paper's schedule);
 n ~ U{0..N-2}, xi ~ N(0, I), loss d(f_theta(a + tau_{n+1} xi, tau_{n+1}), f_target(a + tau_n xi, tau_n)),
 optionally weighted by 100 / (tau_{n+1} - tau_n) (the reference's ``scale_consis_loss``). The target
-network is an EMA of the online one (decay 0.995, every 5 steps from step 1000; before that a copy,
-as Diffusion-QL's EMA helpers do). The head counts its own training steps: every ``imitation_loss``
+network is an EMA of the online one (decay 0.995, every 5 steps from step 1000; before that a copy
+of it every 5 steps: genpol's choice, since Diffusion-QL's and Ding & Jin's EMA helpers leave the
+target at its initial random weights until step 1000, a departure measured in docs/fidelity.md). The head counts its own training steps: every ``imitation_loss``
 call made in training mode is one step, and it first refreshes the target from the weights the
 previous steps produced. Target and step count are saved with the head (exact resume).
 
@@ -168,7 +169,8 @@ class ConsistencyConfig(HeadConfig):
     target_every: int = 5
     """Training steps between target updates."""
     target_start: int = 1000
-    """Training step from which the target is an EMA (before: a copy)."""
+    """Training step from which the target is an EMA (before: a copy every target_every steps; the
+    reference leaves it at its initial weights until then, docs/fidelity.md)."""
     ct_distance: str = "l2"
     """Consistency-training distance: ``l2`` or ``pseudo_huber``."""
     ct_noise_sampling: str = "uniform"

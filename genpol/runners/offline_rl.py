@@ -9,7 +9,9 @@ dataset: a TD step of the twin critics with next actions from the EMA actor, an 
 
 With ``learner.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
 ``learner.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
-stepped there once per epoch of 1000 steps, here every step), computed from the learner's checkpointed
+stepped there once per ``train`` call, an epoch of 1000 steps; Ding & Jin's consistency code calls it
+once per 50 000 steps with T_max 2000, so its rate only falls to 0.999 lr: a departure,
+docs/fidelity.md; here every step), computed from the learner's checkpointed
 ``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``learner.lr``.
 
 As the BC runner, callbacks do the I/O every ``log_every`` gradient steps, and ``global_step`` is the

@@ -39,7 +39,8 @@ RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pip
 # Fields added with a default that computes something new: the value that reproduces what a run saved
 # before the field existed computed. A key missing from a saved config is compared against this value
 # instead of the default, so such a run resumes only when the old behaviour is asked for.
-LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "shared", "learner.clip_edits": True}
+LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "shared", "learner.clip_edits": True,
+                 "learner.critic_layer_norm_eps": 1e-5}
 
 _NO_DEFAULT = object()
 
