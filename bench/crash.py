@@ -1,13 +1,22 @@
-"""Crash anywhere, lose nothing: SIGKILL at uniformly random moments, then the same command until the
-run finishes; every resumed run must end bit for bit where the uninterrupted run ends (CPU).
+"""Crash anywhere, lose nothing: SIGKILL (or SIGTERM) at uniformly random moments, then the same command
+until the run finishes; every resumed run must end bit for bit where the uninterrupted run ends (CPU).
 
 For each configuration: one uninterrupted run (its wall time sets the window), then N trials. A
-trial starts the run, sends SIGKILL after a moment drawn uniformly from that window (wherever the
+trial starts the run, sends the signal after a moment drawn uniformly from that window (wherever the
 run is: collecting, updating, writing a checkpoint, evaluating, switching phase), and re-runs the
-same command until it exits 0. Its final checkpoint's policy weights and whole training state are
-then compared with the uninterrupted run's, tensor by tensor.
+same command until it exits 0. Its final checkpoint's policy weights, whole training state and
+metrics rows are then compared with the uninterrupted run's, tensor by tensor.
 
-    python bench/crash.py --configs ppo sac --trials 20 --seed 0
+With ``--signal term`` the run must stop as documented: exit 4 (``EXIT_STOPPED``) with no
+``summary.json`` once its handler is installed (a SIGTERM in the first second of interpreter start,
+before that, ends it as signal 15 and is reported as such), or 0 if it had already finished.
+
+Configurations whose resume is inexact by design (``INEXACT``: EnvPool exposes no simulator state,
+and resets every env on resume) are checked for the documented behaviour instead: the resumed run
+finishes, warns, and is repeatable: two resumes from the same killed state end identically.
+Configurations with ``DATASET`` train on a random-policy Hopper-v5 file in D4RL's format, made once.
+
+    python bench/crash.py --configs ppo sac --trials 20 --seed 0 [--signal term]
 
 Writes ``bench/results/crash.json``: per configuration N, how many matched, and for each mismatch
 the moment of the kill and the first tensor that differs. ``tests/test_crash.py`` runs two kills of
@@ -17,6 +26,7 @@ two configurations in CI with the seed printed, so a failure replays with ``--se
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -47,6 +57,25 @@ CONFIGS: dict[str, list[str]] = {
              "learner.batch_size=16", "learner.num_samples=3", "learner.n_edit=2", "policy.hidden_sizes=[32,32]",
              "policy.denoising_steps=4", "policy.ft_denoising_steps=4", "learner.critic_hidden_sizes=[32,32]",
              "learner.edit_hidden_sizes=[32]"],
+    # RLPD: half of every batch from the offline dataset, 3 critics, utd 2
+    "rlpd": ["+experiment=rlpd", "env=hopper", "DATASET", "total_steps=512", "learner.learning_starts=128",
+             "learner.num_qs=3", "learner.utd=2", "learner.iteration_steps=64", "learner.batch_size=32",
+             "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]", "learner.compile=false"],
+    # offline-to-online, both phases: consistency BC + Q offline, then Consistency-AC online
+    "consistency_ac": ["+experiment=consistency_ac", "env=hopper", "DATASET", "total_steps=384",
+                       "pipeline.pretrain_steps=300", "pipeline.pretrain_log_every=50", "policy.hidden_sizes=[32,32,32]",
+                       "learner.critic_hidden_sizes=[32,32]", "learner.learning_starts=64", "learner.batch_size=32",
+                       "learner.iteration_steps=64", "learner.act_candidates=4"],
+    # DPPO offline-to-online: diffusion BC, then PPO fine-tuning of the last denoising steps
+    "dppo": ["+experiment=dppo_hopper", "DATASET", "env.num_envs=2", "total_steps=512", "pipeline.pretrain_steps=200",
+             "pipeline.pretrain_log_every=50", "policy.denoising_steps=4", "policy.ft_denoising_steps=2",
+             "policy.hidden_sizes=[32,32,32]", "policy.critic_hidden_sizes=[32,32]", "learner.rollout_steps=32",
+             "learner.minibatch_size=64", "learner.epochs=1", "pipeline.compile_sampling=false", "update_threads=1"],
+    # a batched simulator of the user's own (tests/custom_envs/batched.py, with its state_dict)
+    "custom_env": ["env=custom", "env.id=custom_envs.batched:make_env", "total_steps=1536", "learner.rollout_steps=128",
+                   "learner.epochs=2"],
+    # EnvPool: inexact by design (INEXACT)
+    "envpool": ["env=envpool", "env.id=Hopper-v5", "total_steps=1536", "learner.rollout_steps=128", "learner.epochs=2"],
     # GoRL across a stage boundary: encoder, collection, decoder fit, the next stage's encoder
     "gorl": ["env=multigoal", "env.normalize_obs=true", "policy=gorl", "pipeline=gorl", "total_steps=2048",
              "pipeline.stage_weights=[1,3]", "learner.rollout_steps=32", "learner.minibatch_size=128",
@@ -56,17 +85,45 @@ CONFIGS: dict[str, list[str]] = {
 }
 
 
+INEXACT = {"envpool"}  # resume is documented as inexact: checked for repeatability instead
+SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM}
+_DATASETS: dict[Path, str] = {}
+
+
+def dataset_path(workdir: Path) -> str:
+    """A random-policy Hopper-v5 dataset in D4RL's format under ``workdir``, made on first use."""
+    if workdir not in _DATASETS:
+        path = workdir / "hopper_random-v5.hdf5"
+        if not path.exists():
+            subprocess.run([sys.executable, "-m", "genpol.data.collect", "--policy", "random", "--env", "gym:Hopper-v5",
+                            "--steps", "1000", "--num-envs", "2", "--d4rl", str(path)], cwd=ROOT, check=True,
+                           capture_output=True)
+        _DATASETS[workdir] = str(path)
+    return _DATASETS[workdir]
+
+
+def overrides_of(name: str, workdir: Path) -> list[str]:
+    """``CONFIGS[name]`` with ``DATASET`` replaced by the path of the random Hopper dataset."""
+    return [f"dataset.path={dataset_path(workdir)}" if item == "DATASET" else item for item in CONFIGS[name]]
+
+
 def train_command(run_dir: Path, overrides: list[str]) -> list[str]:
     return [sys.executable, "-m", "genpol.train", *COMMON, *overrides, f"run_dir={run_dir}"]
 
 
-def run_until_done(run_dir: Path, overrides: list[str], attempts: int = 4) -> None:
-    """The same command until it exits 0 (a resume after the kill finishes the run)."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+def child_env() -> dict[str, str]:
+    """The children's environment: warnings off, and tests/ on the path for the custom env's module."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
+
+
+def run_until_done(run_dir: Path, overrides: list[str], attempts: int = 4) -> str:
+    """The same command until it exits 0 (a resume after the kill finishes the run); its stderr."""
     for _ in range(attempts):
-        result = subprocess.run(train_command(run_dir, overrides), cwd=ROOT, capture_output=True, text=True, env=env)
+        result = subprocess.run(train_command(run_dir, overrides), cwd=ROOT, capture_output=True, text=True,
+                                env=child_env())
         if result.returncode == 0:
-            return
+            return result.stderr
     raise RuntimeError(f"{run_dir} did not finish in {attempts} attempts:\n{result.stderr[-3000:]}")
 
 
@@ -98,7 +155,8 @@ def first_difference(a: Any, b: Any, where: str = "") -> str | None:
 
 
 def final_state(run_dir: Path) -> dict[str, Any]:
-    """The latest checkpoint's name, policy weights and training state (what an exact resume must match)."""
+    """The latest checkpoint's name, policy weights and training state, and the global steps of the
+    metrics file's rows: what an exact resume must match."""
     from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
 
     path = list_checkpoints(run_dir / "checkpoints")[-1]
@@ -106,46 +164,77 @@ def final_state(run_dir: Path) -> dict[str, Any]:
     # clocks, not state: the seconds a run has spent (a resumed run counts the killed attempt's too)
     state.pop("wall_time", None)
     state.get("callbacks", {}).get("Summary", {}).pop("elapsed", None)
-    return {"name": path.name, "policy": load_policy_files(path)[1], "training_state": state}
+    # the metrics file too: a resume appends no duplicated or missing iteration
+    rows = [json.loads(line)["global_step"] for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    return {"name": path.name, "policy": load_policy_files(path)[1], "training_state": state, "progress_steps": rows}
 
 
 def reference_run(name: str, workdir: Path) -> tuple[Path, float, dict[str, Any]]:
     """The uninterrupted run: its directory, wall time and final state."""
     run_dir = workdir / f"{name}-reference"
+    overrides = overrides_of(name, workdir)  # the dataset is made before the clock starts
     start = time.perf_counter()
-    run_until_done(run_dir, CONFIGS[name], attempts=1)
+    run_until_done(run_dir, overrides, attempts=1)
     return run_dir, time.perf_counter() - start, final_state(run_dir)
 
 
-def trial(name: str, workdir: Path, index: int, moment: float, reference: dict[str, Any]) -> dict[str, Any]:
-    """One kill at ``moment`` seconds after the start, then runs until done; the comparison."""
-    run_dir = workdir / f"{name}-trial{index}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    process = subprocess.Popen(train_command(run_dir, CONFIGS[name]), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+def stop_at(run_dir: Path, overrides: list[str], moment: float, stop: str) -> dict[str, Any]:
+    """Start the run and send ``stop``'s signal ``moment`` seconds later: how it ended. A stopped run
+    (SIGTERM after its handler is installed) must exit 4 and leave no summary.json."""
+    process = subprocess.Popen(train_command(run_dir, overrides), cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=child_env())
     try:
         process.wait(timeout=moment)
-        killed = False  # it finished first
+        return {"killed": False, "exit": process.returncode, "as_documented": process.returncode == 0}
     except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGKILL)
+        process.send_signal(SIGNALS[stop])
         process.wait()
-        killed = True
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) if killed else []
-    run_until_done(run_dir, CONFIGS[name])
-    final = final_state(run_dir)
-    difference = first_difference({"name": reference["name"], "policy": reference["policy"],
-                                   "training_state": reference["training_state"]}, final)
+    code = process.returncode
+    if stop == "kill":
+        documented = code == -signal.SIGKILL
+    else:  # 4: stopped after a checkpoint; -15: before the handler existed; 0: it finished meanwhile
+        documented = (code == 4 and not (run_dir / "summary.json").exists()) or code in (-signal.SIGTERM, 0)
+    return {"killed": True, "exit": code, "as_documented": documented}
+
+
+def trial(name: str, workdir: Path, index: int, moment: float, reference: dict[str, Any],
+          stop: str = "kill") -> dict[str, Any]:
+    """One signal at ``moment`` seconds after the start, then runs until done; the comparison. For an
+    ``INEXACT`` configuration the stopped run is resumed twice, from two copies, and the two compared."""
+    run_dir = workdir / f"{name}-trial{index}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    return {"moment_s": round(moment, 3), "killed": killed, "checkpoints_at_kill": checkpoints,
+    overrides = overrides_of(name, workdir)
+    stopped = stop_at(run_dir, overrides, moment, stop)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) if stopped["killed"] else []
+    twin = run_dir.with_name(run_dir.name + "-twin")
+    if name in INEXACT:
+        shutil.rmtree(twin, ignore_errors=True)
+        shutil.copytree(run_dir, twin)
+    stderr = run_until_done(run_dir, overrides)
+    final = final_state(run_dir)
+    if name in INEXACT:  # repeatable, finished, and warned when it resumed from a checkpoint
+        run_until_done(twin, overrides)
+        difference = first_difference(final_state(twin), final)
+        if checkpoints and "cannot continue its episodes" not in stderr:
+            difference = difference or "no warning that the resume is inexact"
+        shutil.rmtree(twin, ignore_errors=True)
+    else:
+        difference = first_difference(reference, final)
+    if not stopped["as_documented"]:
+        difference = difference or f"stopped with exit {stopped['exit']}, not as documented"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"moment_s": round(moment, 3), "signal": stop, **stopped, "checkpoints_at_kill": checkpoints,
             "identical": difference is None, "first_difference": difference}
 
 
-def crash_test(name: str, trials: int, seed: int, workdir: Path) -> dict[str, Any]:
-    """``trials`` random kills of configuration ``name`` (moments from ``random.Random(seed)``)."""
+def crash_test(name: str, trials: int, seed: int, workdir: Path, stop: str = "kill") -> dict[str, Any]:
+    """``trials`` random stops of configuration ``name`` by ``stop`` (``kill`` or ``term``; moments from
+    ``random.Random``, seeded by the configuration, the seed and, for SIGTERM, the signal)."""
     _, duration, reference = reference_run(name, workdir)
-    draws = random.Random(f"{name}-{seed}")
-    results = [trial(name, workdir, index, draws.uniform(0.0, duration), reference) for index in range(trials)]
-    return {"config": CONFIGS[name], "seed": seed, "reference_wall_s": round(duration, 2), "trials": len(results),
+    draws = random.Random(f"{name}-{seed}" if stop == "kill" else f"{name}-{stop}-{seed}")
+    results = [trial(name, workdir, index, draws.uniform(0.0, duration), reference, stop) for index in range(trials)]
+    return {"config": CONFIGS[name], "signal": stop, "exact": name not in INEXACT, "seed": seed,
+            "reference_wall_s": round(duration, 2), "trials": len(results),
             "killed": sum(r["killed"] for r in results), "identical": sum(r["identical"] for r in results),
             "mismatches": [r for r in results if not r["identical"]], "runs": results}
 
@@ -155,19 +244,22 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--signal", choices=list(SIGNALS), default="kill",
+                        help="kill: SIGKILL; term: SIGTERM, which must stop the run with exit 4")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="genpol-crash-") as directory:
         for name in args.configs:
-            results[name] = crash_test(name, args.trials, args.seed, Path(directory))
-            row = results[name]
-            print(f"{name}: {row['identical']} of {row['trials']} identical ({row['killed']} killed mid-run)", flush=True)
+            key = name if args.signal == "kill" else f"{name} (SIGTERM)"
+            results[key] = crash_test(name, args.trials, args.seed, Path(directory), args.signal)
+            row = results[key]
+            print(f"{key}: {row['identical']} of {row['trials']} identical ({row['killed']} stopped mid-run)", flush=True)
     for row in results.values():
         row.update(date=date_stamp(), machine=machine())
     # configurations measured at other times keep their rows (each with its own date and machine)
     merged = {**read_results("crash.json").get("results", {}), **results}
     write_results("crash.json", {"results": merged})
-    print("| configuration | trials | killed mid-run | identical | first mismatch |\n|---|---|---|---|---|")
+    print("| configuration | trials | stopped mid-run | identical | first mismatch |\n|---|---|---|---|---|")
     for name, row in merged.items():
         mismatch = row["mismatches"][0] if row["mismatches"] else None
         where = f"{mismatch['first_difference']} (kill at {mismatch['moment_s']} s)" if mismatch else "-"

@@ -92,20 +92,6 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
     assert torch.equal(torch.as_tensor(policy.predict(np.zeros((3, 2)))[0]), torch.as_tensor(action))
 
 
-@pytest.mark.parametrize("env_args", [
-    ["env=dmc", "env.id=cartpole-balance", "env.num_envs=2", "pipeline.eval_episodes=2"],
-    # 4 envs everywhere (training and evaluation): one compilation, shared with test_playground.py
-    ["env=playground", "env.id=CartpoleBalance", "env.num_envs=4", "pipeline.eval_episodes=4"],
-], ids=["dmc", "playground"])
-def test_tiny_ppo_run_on_other_backends(tmp_path, env_args):
-    pytest.importorskip("mujoco_playground") if "env=playground" in env_args else None
-    run_cli("-m", "genpol.train", *env_args, "total_steps=1024", "learner.rollout_steps=128", "learner.epochs=1",
-            "pipeline.video=false", "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["env_steps"] >= 1024 and np.isfinite(summary["eval_return_mean"])
-    assert summary["checkpoint"] is not None
-
-
 def test_cluster_launchers(tmp_path):
     """launcher=slurm composes (submitit's SLURM launcher), and launcher=submitit_local runs a sweep
     as separate processes through the same job packaging."""

@@ -39,8 +39,7 @@ def test_every_updater_learns_multigoal_with_a_gaussian(tmp_path, updater, extra
 @pytest.mark.parametrize("policy,extra", [
     ("fpo", ["learner.minibatch_size=256"]),
     ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo"]),
-    ("policyflow", ["+experiment=policyflow"]),
-], ids=["fpo", "fpo++-aspo", "policyflow"])
+], ids=["fpo", "fpo++-aspo"])  # PolicyFlow: test_flow_heads_reach_at_least_three_goals, which also asks for the return
 def test_flow_heads_learn_multigoal(tmp_path, policy, extra):
     from genpol.api import train
 
@@ -52,11 +51,8 @@ def test_flow_heads_learn_multigoal(tmp_path, policy, extra):
 
 @pytest.mark.parametrize("policy,extra,min_return", [
     ("policyflow", ["+experiment=policyflow", "policy.brownian_coef=0.05"], THRESHOLD),
-    # FPO++ keeps its modes only with a spread that costs return (8-11 over seeds 0-3): ask for twice
-    # the random policy's 2.98 rather than the goal-reaching threshold
-    ("fpo", ["learner.minibatch_size=256", "policy.ratio_mode=per_sample", "learner=aspo", "policy.brownian_coef=0.1"],
-     6.0),
-], ids=["policyflow", "fpo++-brownian"])
+    # FPO++ with the regularizer at 0.1 (>= 3 goals, return > 6) left CI for time: bench/learning_checks.py
+], ids=["policyflow"])
 def test_flow_heads_reach_at_least_three_goals(tmp_path, policy, extra, min_return):
     """The multimodality claim at CI budget: 100 stochastic episodes of a trained flow head end at
     >= 3 distinct goals (each in >= 2 % of the episodes), with the Brownian regularizer keeping the

@@ -115,25 +115,9 @@ def test_config_refuses_what_this_learner_cannot_do():
         validate(compose_config(["env=multigoal", "policy=gaussian", "learner=consistency_ac"]))
 
 
-def test_consistency_ac_learns_multigoal_online(tmp_path):
-    """3000 env steps, 4 envs (measured 24 s at load 5, 37 s at load 14, on a 2-core CPU; seed 0): the training episodes,
-    acted by softmax-Q over 10 candidates with epsilon-random exploration, return 11.2 in the last
-    iteration, from 0.5 in the first (a random policy: 2.98). CT term on the replay's actions (bc_coef 1);
-    the Q-loss alone is test_q_loss_only_from_scratch_learns_multigoal."""
-    from genpol.api import train
-
-    train(env="multigoal", policy="consistency", learner="consistency_ac", total_steps=3000, run_dir=tmp_path / "run",
-          seed=0, overrides=["pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=4",
-                             "policy.hidden_sizes=[64,64,64]", "learner.critic_hidden_sizes=[64,64]",
-                             "learner.learning_starts=200", "learner.iteration_steps=500", "learner.batch_size=128",
-                             "learner.act_candidates=10", "env.num_envs=4"])
-    rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
-    assert rows[-1]["charts/episodic_return"] > 8.0, [row.get("charts/episodic_return") for row in rows]
-    assert np.isfinite(rows[-1]["losses/q_loss"]) and "losses/bc_loss" in rows[-1]
-
-
 def test_q_loss_only_from_scratch_learns_multigoal(tmp_path):
-    """8.4's online recipe: Q-loss only (bc_coef 0), epsilon-random exploration from 1.0. 1500 env steps,
+    """8.4's online recipe: Q-loss only (bc_coef 0), epsilon-random exploration from 1.0. (With the CT
+    term, bc_coef 1, over 3000 steps: bench/learning_checks.py, which left CI for time.) 1500 env steps,
     4 envs, 32-wide networks (measured 12-18 s on a loaded 2-core CPU). The last 500 steps' training
     episodes returned 6.5, 14.5 and 3.1 (seeds 0, 1, 2; a random policy: 2.98). With torch's clamp
     (policy.clamp_gradient=zero) or a plain straight-through clamp the same runs freeze at a corner of

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Sequence
+from typing import Any, List
 
 import torch
 import torch.nn.functional as F
