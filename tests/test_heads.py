@@ -14,6 +14,7 @@ from conftest import REPO
 from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 from genpol.heads.latent import LatentDecoderHead
+from genpol.heads.normalizing_flow import NormalizingFlowHead
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
 from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
@@ -42,12 +43,24 @@ HEAD_FACTORIES = {
     # GoRL: a trained (non-zero) decoder, so the contract covers the decoder's path too
     "gorl": lambda: _trained_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16),
                                                        decoder_hidden_sizes=(16, 16), latent_l2_coef=1e-3)),
+    # couplings randomized (they start as the identity), so the contract sees a non-Gaussian flow
+    "normalizing-flow": lambda: _randomized_couplings(NormalizingFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,),
+                                                                          coupling_layers=3,
+                                                                          coupling_hidden_sizes=(16,))),
     "gorl-identity": lambda: LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), decoder_hidden_sizes=(16,)),
     # GoRL's DDIM decoder, distilled (not bypassed), so the contract runs the DDIM sampler
     "gorl-ddim": lambda: _distilled_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,),
                                                               decoder_hidden_sizes=(16, 16), decoder="ddim",
                                                               integration_steps=5)),
 }
+
+
+def _randomized_couplings(head):
+    with torch.no_grad():
+        for coupling in head.couplings:
+            for parameter in coupling.parameters():
+                parameter.normal_(0.0, 0.3)
+    return head
 
 
 def _trained_decoder(head):

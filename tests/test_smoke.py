@@ -49,6 +49,7 @@ CASES = {
     "policy-fpo": ["env=pendulum", "policy=fpo", *ON_POLICY],
     "policy-policyflow": ["env=pendulum", "policy=policyflow", *ON_POLICY],
     "policy-tanh_gaussian": ["env=pendulum", "policy=tanh_gaussian", *ON_POLICY],
+    "policy-normalizing_flow": ["env=pendulum", "policy=normalizing_flow", "policy.coupling_hidden_sizes=[16]", *ON_POLICY],
     "policy-custom": ["env=pendulum", "policy=custom", "policy.family=laplace_head:LaplaceHead", *ON_POLICY],
     "policy-consistency": ["env=pendulum", "policy=consistency", "policy.hidden_sizes=[32,32,32]",
                            "policy.critic_hidden_sizes=[32,32]", *ON_POLICY],

@@ -12,12 +12,13 @@ from genpol.heads.diffusion import DiffusionHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.latent import LatentDecoderHead
+from genpol.heads.normalizing_flow import NormalizingFlowHead
 from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead,
-                               LatentDecoderHead)
+                               LatentDecoderHead, NormalizingFlowHead)
 }
 # Acting wrappers that own critics (EXPO's on-the-fly policy, Consistency-AC's softmax-Q choice) live
 # with their learners in genpol.algorithms: a head knows no learner. A checkpoint still names them by
@@ -25,7 +26,7 @@ HEADS: dict[str, type[PolicyHead]] = {
 ACTING_HEADS: dict[str, str] = {"expo": "genpol.algorithms.edit:OnTheFlyPolicy",
                                 "softmax_q": "genpol.algorithms.softmax_q:SoftmaxQPolicy"}
 
-__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "NormalizingFlowHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 
