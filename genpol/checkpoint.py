@@ -95,12 +95,23 @@ def save_checkpoint(
     # new one needs its whole size free (replay included); a write that fails anyway is caught below
     needed = tensor_bytes(policy_weights) + tensor_bytes(training_state)
     free = shutil.disk_usage(checkpoints_dir).free
+    previous = list_checkpoints(checkpoints_dir)
+    intact = (f"the previous checkpoint {previous[-1]} is intact" if previous else "no earlier checkpoint exists")
     if needed > free:
-        previous = list_checkpoints(checkpoints_dir)
         raise CheckpointError(
             f"checkpoint {final} needs about {human_bytes(needed)} and {checkpoints_dir} has {human_bytes(free)} free; "
-            f"{'the previous checkpoint ' + str(previous[-1]) + ' is intact' if previous else 'no earlier checkpoint exists'}"
-            ". Free disk space, or save less (learner.save_replay=false, a smaller learner.buffer_size)")
+            f"{intact}. Free disk space, or save less (learner.save_replay=false, a smaller learner.buffer_size)")
+    # and the run's steady state: keep checkpoints of about this size plus the one being written. Found
+    # at the first checkpoint, not when the disk fills hours later (the sizes of later ones are alike:
+    # buffers are allocated at their configured size)
+    if keep is not None and len(previous) < keep:
+        steady = needed * (keep + 1 - len(previous))
+        if steady > free:
+            raise CheckpointError(
+                f"pipeline.keep_checkpoints={keep}: the run will hold {keep} checkpoints of about {human_bytes(needed)} "
+                f"and write one more beside them, {human_bytes(steady)} more than now, but {checkpoints_dir} has "
+                f"{human_bytes(free)} free; {intact}. Lower pipeline.keep_checkpoints, free disk space, or save less "
+                "(learner.save_replay=false, a smaller learner.buffer_size)")
     try:
         _write_files(tmp, policy_spec, policy_weights, training_state)
     # a full disk, a read-only or vanished directory (torch.save reports a failed write as a RuntimeError)

@@ -148,6 +148,31 @@ def test_memory_is_checked_against_what_the_device_has(monkeypatch):
     memory.require_memory("learner.buffer_size", 10**11, 10**13, "cpu", "the replay buffer")
 
 
+def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
+    """The rollout's bytes by hand for a Gaussian head on Hopper (11 observation floats, six float and two
+    bool fields, a record of action 3 + log-prob 1 + mean 3 + log-std 3 floats: 90 bytes a step); a
+    config of 10^9 steps is refused naming learner.rollout_steps, and measuring the record draws nothing
+    from the run's random stream."""
+    from types import SimpleNamespace
+
+    from genpol.algorithms.onpolicy import rollout_bytes
+    from genpol.algorithms.registry import build_on_policy
+    from genpol.api import compose_config
+    from genpol.heads import GaussianHead
+
+    head = GaussianHead(11, 3)
+    torch.manual_seed(7)
+    assert rollout_bytes(head, 64, 2, 11, torch.device("cpu")) == 64 * 2 * (44 + 24 + 2 + 40)
+    after = torch.rand(3)
+    torch.manual_seed(7)
+    assert torch.equal(after, torch.rand(3))  # the random stream untouched
+    cfg = validate(compose_config(["env=hopper", "learner.rollout_steps=1000000000", "run_dir=/tmp/x"]))
+    with pytest.raises(ConfigError, match=r"learner.rollout_steps=1000000000 needs [0-9.]+ [GT]B for the rollout storage "
+                                          r"of env.num_envs=8 envs and the model, but cpu has .* available: lower "
+                                          r"learner.rollout_steps"):
+        build_on_policy(cfg, head, SimpleNamespace(obs_dim=11, act_dim=3, num_envs=8))
+
+
 def test_a_dataset_that_cannot_fit_is_refused_before_its_arrays_are_read(tmp_path, monkeypatch):
     """A D4RL file whose arrays (three copies: read, dataset, replay) exceed the memory available."""
     import numpy as np

@@ -214,6 +214,27 @@ def test_a_checkpoint_that_cannot_fit_on_the_disk_is_not_started(tmp_path, monke
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000000000128", "step_000000000256"]
 
 
+def test_a_disk_that_cannot_hold_keep_checkpoints_is_found_at_the_first_one(tmp_path, monkeypatch):
+    """pipeline.keep_checkpoints=3 holds 3 checkpoints and writes a 4th beside them: with room for 3.5
+    (each counted as 1 MB) the first checkpoint already refuses, naming the key and the sizes, and
+    nothing is written; keep_checkpoints=2 (3 at the peak) fits and trains."""
+    import collections
+
+    import genpol.checkpoint as checkpoint_module
+
+    usage = checkpoint_module.shutil.disk_usage
+    monkeypatch.setattr(checkpoint_module, "tensor_bytes", lambda tree: 500_000)  # policy + state: 1 MB
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage",
+                        lambda path: collections.namedtuple("usage", "total used free")(*usage(path)[:2], 3_500_000))
+    with pytest.raises(CheckpointError, match=r"pipeline.keep_checkpoints=3: the run will hold 3 checkpoints of about "
+                                              r"1.0 MB and write one more beside them, 4.0 MB more than now, but .* "
+                                              r"has 3.5 MB free; no earlier checkpoint exists. Lower "
+                                              r"pipeline.keep_checkpoints"):
+        tiny_run(tmp_path, overrides=["pipeline.video=false", "pipeline.keep_checkpoints=3"])
+    assert not list(checkpoint_module.list_checkpoints(tmp_path / "run" / "checkpoints"))
+    tiny_run(tmp_path / "two", overrides=["pipeline.video=false", "pipeline.keep_checkpoints=2"])
+
+
 # ---------------------------------------------------------------- one writer per run directory
 def test_a_held_run_dir_is_refused_at_once_naming_the_holder(tmp_path):
     with hold_run_dir(tmp_path / "run"):

@@ -22,9 +22,25 @@ from torch import nn
 
 from genpol.algorithms.base import Algorithm
 from genpol.heads.base import Capability, PolicyHead, Record
+from genpol.memory import require_memory
 from genpol.storage import RolloutStorage
 
 Pending = tuple[Record, torch.Tensor]  # (the head's record, V(obs)) of an act, until its step is stored
+
+
+def rollout_bytes(head: PolicyHead, rollout_steps: int, num_envs: int, obs_dim: int, device: torch.device) -> int:
+    """Bytes of a rollout of ``rollout_steps x num_envs`` steps: the observation, six float and two
+    bool fields per step (``RolloutStorage``), and the head's record, measured on one sample drawn
+    with the random state forked (the run's draws are not disturbed)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        _, record = head.sample(torch.zeros(1, obs_dim, device=device))
+    per_step = 4 * obs_dim + 6 * 4 + 2 + sum(tensor.numel() * tensor.element_size() for tensor in record.values())
+    return rollout_steps * num_envs * per_step
+
+
+def model_bytes(*modules: nn.Module) -> int:
+    """Parameters, their gradients and Adam's two moments: four copies of every parameter."""
+    return 4 * sum(p.numel() * p.element_size() for module in modules for p in module.parameters())
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -57,6 +73,10 @@ class OnPolicyAlgorithm(Algorithm):
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.lr_schedule = lr_schedule
         self.device = next(critic.parameters()).device
+        # refused here, before the rollout is allocated, naming the key that sizes it
+        require_memory("learner.rollout_steps", rollout_steps,
+                       rollout_bytes(head, rollout_steps, num_envs, obs_dim, self.device) + model_bytes(head, critic),
+                       self.device, f"the rollout storage of env.num_envs={num_envs} envs and the model")
         self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
