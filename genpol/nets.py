@@ -86,7 +86,8 @@ class ValueNetwork(nn.Module):
 
 def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """``t [...]`` in [0, 1] -> ``[..., dim]``: sin and cos of ``2^k * pi * t`` for k = 0 .. dim/2 - 1
-    (FPO's embedding: low frequencies, because t only spans [0, 1])."""
+    (low frequencies, because t only spans [0, 1]). Close to FPO's, not equal: FPO's code embeds
+    cos and sin of ``2^k tau`` of tau = 1 - t, without pi (a departure, docs/fidelity.md)."""
     if dim % 2:
         raise ValueError(f"time embedding dimension must be even, got {dim}")
     frequencies = torch.pi * 2.0 ** torch.arange(dim // 2, device=t.device, dtype=t.dtype)
