@@ -30,6 +30,11 @@ class GoalCoverage:
         """Goals reached in at least ``min_fraction`` of the episodes."""
         return int((self.goal_counts >= min_fraction * self.trajectories.shape[1]).sum())
 
+    def lobe_fraction(self, degrees: float = 25.0) -> float:
+        """Share of the start actions whose direction lies within ``degrees`` of a goal's (the four
+        axes): clean lobes score near 1, a uniform spread ``8 * degrees / 360`` (0.56 at 25)."""
+        return lobe_fraction(torch.as_tensor(self.start_actions), degrees)
+
 
 def angular_entropy(actions: torch.Tensor, bins: int = 16) -> float:
     """Entropy of the direction of 2-D ``actions [S, 2]`` over ``bins`` equal angular bins."""
@@ -37,6 +42,13 @@ def angular_entropy(actions: torch.Tensor, bins: int = 16) -> float:
     p = torch.histc(angles, bins, -math.pi, math.pi) / actions.shape[0]
     p = p[p > 0]
     return float(-(p * p.log()).sum())
+
+
+def lobe_fraction(actions: torch.Tensor, degrees: float = 25.0) -> float:
+    """Share of 2-D ``actions [S, 2]`` pointing within ``degrees`` of one of the four axes."""
+    angles = torch.rad2deg(torch.atan2(actions[:, 1], actions[:, 0]))
+    off_axis = (angles.remainder(90.0) + 45.0).remainder(90.0) - 45.0  # signed distance to the nearest axis
+    return float((off_axis.abs() <= degrees).float().mean())
 
 
 @torch.no_grad()

@@ -18,6 +18,17 @@ def test_random_policy_stays_far_below_the_threshold():
     assert returns.mean() < 4.0, returns.mean()
 
 
+def test_lobe_fraction_by_hand():
+    """Directions 0, 90, 174.3, 45 and -73.3 degrees: four within 25 degrees of an axis; a uniform
+    spread of directions scores 8 x 25 / 360."""
+    from genpol.multigoal_analysis import lobe_fraction
+
+    actions = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.1], [1.0, 1.0], [0.3, -1.0]])
+    assert lobe_fraction(actions) == pytest.approx(0.8)
+    assert lobe_fraction(torch.randn(200_000, 2, generator=torch.Generator().manual_seed(0))) == pytest.approx(
+        8 * 25 / 360, abs=0.005)
+
+
 @pytest.mark.parametrize("updater,extra", [
     ("ppo", ["learner.minibatch_size=256"]),
     ("ppo", ["learner.minibatch_size=256", "learner.lr_schedule=adaptive"]),
