@@ -1,0 +1,431 @@
+"""Update-level parity of genpol's PolicyFlow with a THIRD-PARTY port, on identical inputs, in float64.
+
+PolicyFlow (Yang, Liu, Chen; ICLR 2026) has no official code. The reference here is the third-party
+port SUPERGUPPY0907/rsl_rl (``rsl_rl/algorithms/policyflow.py``, ``rsl_rl/modules/actor_critic_policyflow.py``,
+``rsl_rl/modules/policyflow/``), NOT the authors' code: agreement with it says nothing about the paper
+beyond what that port encodes. It is not part of genpol: take a snapshot anywhere and point ``--ref`` at
+its root. This script imports those files from there; what they import and do not need here (tensordict,
+``rsl_rl.utils``, ``rsl_rl.networks``, ``rsl_rl.storage``) is shimmed in this process only: ``TensorDict``
+as a dict, ``resolve_optimizer`` (adamw -> ``torch.optim.AdamW``), ``resolve_nn_activation`` (elu ->
+``nn.ELU``), a storage that yields the one prepared minibatch.
+
+Their ``PolicyFlow.update`` runs for exactly one minibatch (``mini_batches=1``, ``learning_epochs=1``); genpol's
+side is ``MinibatchUpdater.eager_step`` with ``PPOClipLoss`` on a ``PolicyFlowHead``. Both see the same batch:
+observations, x0, x1 (their sampler, old weights), delta, the old log std and log-prob, advantages (theirs
+normalized over the rollout as their storage does, genpol normalizing the same minibatch itself), returns and
+old values; the current network is the old one perturbed (so dv != 0) and the old one is both sides' frozen
+snapshot (their ``model_last``). The evaluation time t is fed explicitly: ``torch.randint`` is replaced, for
+each call, by the same prescribed indices into each side's time grid, which in the matched rows both hold
+k / 20 in float64 (their grid has one more point, t = 1, that is never drawn here: a departure).
+
+The velocity network: theirs is ``FlowMlp(x, FourierMLP(t) + Linear(obs))`` (an MLP on ``[x, emb]``, the time
+embedding a random-frequency Fourier feature followed by a Linear-Mish-Linear MLP, the observation entering
+through a linear layer added to it); genpol's ``VelocityNetwork`` is one MLP on ``[obs, x, sin/cos(2^k pi t)]``.
+No genpol option builds theirs, so genpol's head gets, in this process only, a ``velocity`` module wrapping
+copies of their flow and condition networks (weights copied by name) and a snapshot that is a frozen copy of
+their ``model_last``: everything else (ratio, entropy, Brownian term, KL, loss, clip, Adam) is genpol's.
+
+Compared per row (largest absolute and relative difference): dv, the log-ratio, the policy (clipped surrogate),
+entropy, Brownian and value terms, the KL their adaptive learning rate uses and the learning rate after that
+rule, each parameter's gradient as the optimizer sees it, each parameter after the step, and the action prior
+x1 each sampler draws from the same x0.
+
+genpol settings for a match: ``learner.vf_coef=1.0``, ``learner.clip_range_vf=0.2``, ``learner.ent_coef`` and
+``policy.brownian_coef`` = their scales, ``learner.adam_eps=1e-8``, ``learner.grad_clip=joint``, their AdamW
+weight decay 0 (their default 1e-5 is a departure row).
+
+    python bench/parity/policyflow.py --ref /path/to/SUPERGUPPY0907-rsl_rl
+
+Writes ``bench/results/parity_policyflow.json`` (a list of rows: method, repository, commit, differences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
+
+from common import date_stamp, machine, write_results  # noqa: E402
+
+from genpol.heads.policyflow import PolicyFlowHead  # noqa: E402
+from genpol.nets import ValueNetwork  # noqa: E402
+from genpol.storage.rollout import Batch  # noqa: E402
+from genpol.updaters.losses import PPOClipLoss  # noqa: E402
+from genpol.updaters.minibatch import MinibatchUpdater  # noqa: E402
+from genpol.updaters.schedules import AdaptiveLR  # noqa: E402
+
+OBS_DIM, ACT_DIM, BATCH, HIDDEN, EMB = 11, 3, 64, [64, 64], 16
+LR, DESIRED_KL, RATIO_CLIP, VALUE_CLIP, STEPS = 1e-4, 0.01, 0.2, 0.2, 10
+OLD_POLICY_NOISE = 0.05  # current network = old + this x N(0, 1) per weight
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    label: str
+    grad_clip: float = 0.0  # their grad_norm_clip (0: none) and genpol's learner.max_grad_norm (None if 0)
+    joint_clip: bool = True  # genpol's learner.grad_clip=joint (theirs: always one clip over all parameters)
+    their_weight_decay: float = 0.0  # their AdamW weight decay (their default 1e-5)
+    adam_eps: float = 1e-8  # genpol's learner.adam_eps (their AdamW: 1e-8)
+    log_std_base: float = 0.0  # the old log std (current = this + 0.1 N(0, 1) per dimension)
+    degenerate: bool = False  # their degenerate2gaussian, genpol's policy.degenerate_to_gaussian
+    their_entropy: float = 0.01  # their gaussian_entropy_loss_scale
+    their_brownian: float = 0.01  # their brownian_reg_loss_scale
+    genpol_ent_coef: float = 0.01  # genpol's learner.ent_coef
+    genpol_brownian: float = 0.01  # genpol's policy.brownian_coef
+    float64_grids: bool = True  # False: each side's float32-built time grid and sampler schedule
+
+
+SETTINGS = [
+    Setting("matched: no gradient clip"),
+    Setting("matched: their default joint clip 1.0 (learner.grad_clip=joint)", grad_clip=1.0),
+    Setting("matched: joint clip 0.05 (active)", grad_clip=0.05),
+    Setting("matched: their config file's scales 0.0025 (ent_coef, brownian_coef 0.0025)", their_entropy=0.0025,
+            their_brownian=0.0025, genpol_ent_coef=0.0025, genpol_brownian=0.0025),
+    Setting("matched: degenerate to Gaussian, genpol policy.brownian_coef=0", degenerate=True, genpol_brownian=0.0),
+    Setting("native grids (each side's float32-built time grid and sampler schedule)", float64_grids=False),
+    Setting("departure: genpol's default per-network clip (0.05)", grad_clip=0.05, joint_clip=False),
+    Setting("departure: their default AdamW weight decay 1e-5", their_weight_decay=1e-5),
+    Setting("departure: genpol's default learner.adam_eps=1e-5", adam_eps=1e-5),
+    Setting("departure: log std 2.5 (inside their [-20, 4], above genpol's [-5, 2])", log_std_base=2.5),
+    Setting("departure: degenerate to Gaussian, genpol keeps the Brownian term", degenerate=True),
+]
+
+
+# --------------------------------------------------------------------------- their code, with shims
+def load_theirs(ref: Path) -> types.SimpleNamespace:
+    """Their algorithm and actor-critic modules, with what they import and this harness does not need
+    shimmed (tensordict, rsl_rl.utils / networks / storage)."""
+    tensordict = types.ModuleType("tensordict")
+    tensordict.TensorDict = dict
+    sys.modules["tensordict"] = tensordict
+    package = types.ModuleType("rsl_rl")
+    package.__path__ = [str(ref / "rsl_rl")]
+    sys.modules["rsl_rl"] = package
+    utils = types.ModuleType("rsl_rl.utils")
+    utils.resolve_nn_activation = lambda name: {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "mish": nn.Mish,
+                                                "silu": nn.SiLU}[name.lower()]()
+    utils.resolve_optimizer = lambda name: {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[name.lower()]
+    sys.modules["rsl_rl.utils"] = utils
+    networks = types.ModuleType("rsl_rl.networks")
+    networks.EmpiricalNormalization = None  # observation normalization off (their config's default)
+    sys.modules["rsl_rl.networks"] = networks
+    storage = types.ModuleType("rsl_rl.storage")
+
+    class RolloutStorage:  # only its Transition is used by PolicyFlow.__init__
+        class Transition:
+            pass
+
+    storage.RolloutStorage = RolloutStorage
+    sys.modules["rsl_rl.storage"] = storage
+    modules = types.ModuleType("rsl_rl.modules")
+    modules.__path__ = [str(ref / "rsl_rl" / "modules")]
+    sys.modules["rsl_rl.modules"] = modules
+    actor_critic = importlib.import_module("rsl_rl.modules.actor_critic_policyflow")
+    modules.ActorCriticPolicyFlow = actor_critic.ActorCriticPolicyFlow
+    spec = importlib.util.spec_from_file_location("rsl_rl.algorithms.policyflow",
+                                                  ref / "rsl_rl" / "algorithms" / "policyflow.py")
+    algorithm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(algorithm)
+    return types.SimpleNamespace(ActorCriticPolicyFlow=actor_critic.ActorCriticPolicyFlow,
+                                 PolicyFlow=algorithm.PolicyFlow, AdaptiveKLScheduler=algorithm.AdaptiveKLScheduler)
+
+
+class OneMinibatchStorage:
+    """Their storage's interface for one update: one minibatch, then ``clear``."""
+
+    def __init__(self, batch: tuple):
+        self.batch = batch
+
+    def mini_batch_generator(self, num_mini_batches: int, num_epochs: int = 1) -> Iterator[tuple]:
+        assert num_mini_batches == 1 and num_epochs == 1
+        yield self.batch
+
+    def clear(self) -> None:
+        pass
+
+
+class TheirVelocity(nn.Module):
+    """genpol's ``velocity(obs, x, t)`` interface around copies of their flow and condition networks."""
+
+    def __init__(self, flow: nn.Module, condition: nn.Module):
+        super().__init__()
+        self.flow = copy.deepcopy(flow).requires_grad_(True)
+        self.condition = copy.deepcopy(condition).requires_grad_(True)
+
+    def forward(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor, t_embed: Any = None) -> torch.Tensor:
+        return self.flow(x, t, self.condition(obs))
+
+
+@contextlib.contextmanager
+def fed_indices(index: torch.Tensor) -> Iterator[list[int]]:
+    """``torch.randint`` returns ``index`` (the evaluation-time draw) on both sides; yields the ``high``s seen."""
+    original, highs = torch.randint, []
+
+    def fake(*args: Any, **kwargs: Any) -> torch.Tensor:
+        high = kwargs.get("high", args[1] if len(args) > 1 else None)
+        highs.append(int(high))
+        return index.clone()
+
+    torch.randint = fake
+    try:
+        yield highs
+    finally:
+        torch.randint = original
+
+
+class GradientRecorder:
+    """Keeps each parameter's gradient as the optimizer's step sees it (after any clip)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.gradients: dict[int, torch.Tensor] = {}
+        optimizer.register_step_pre_hook(self.record)
+
+    def record(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
+        self.gradients = {id(p): p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"]
+                          if p.grad is not None}
+
+
+def difference(a: Any, b: Any) -> dict[str, float]:
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    absolute = (a - b).abs().max().item()
+    scale = b.abs().max().item() or a.abs().max().item()  # b == 0 (a term one side drops): relative to a
+    return {"abs": absolute, "rel": absolute / max(scale, 1e-300)}
+
+
+def worst(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
+
+
+def linears(module: nn.Module) -> list[nn.Linear]:
+    return [layer for layer in module.modules() if isinstance(layer, nn.Linear)]
+
+
+# --------------------------------------------------------------------------- one update on both sides
+def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, Any]:
+    torch.manual_seed(seed)
+    obs_dict = {"policy": torch.zeros(BATCH, OBS_DIM)}
+    policy = theirs.ActorCriticPolicyFlow(obs_dict, {"policy": ["policy"], "critic": ["policy"]}, ACT_DIM,
+                                          actor_hidden_dims=HIDDEN, critic_hidden_dims=HIDDEN, flow_embedding_dim=EMB,
+                                          flow_sample_steps=STEPS).double()
+    actor = policy.actor
+    head = PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=HIDDEN, activation="elu", integrator="midpoint",
+                          integration_steps=STEPS, brownian_coef=s.genpol_brownian,
+                          degenerate_to_gaussian=s.degenerate).double()
+    critic = ValueNetwork(OBS_DIM, HIDDEN, activation="elu").double()
+    with torch.no_grad():
+        for source, target in zip(linears(policy.critic), linears(critic.net)):
+            target.weight.copy_(source.weight)
+            target.bias.copy_(source.bias)
+
+    native = {"their_grid": actor.time_steps_tensor.clone(), "genpol_grid": head.time_grid.clone()}
+    if s.float64_grids:  # both grids k / 20 in float64 (theirs keeps its extra t = 1 last)
+        grid = torch.arange(2 * STEPS, dtype=torch.float64) / (2 * STEPS)
+        head.time_grid = grid.clone()
+        actor.time_steps_tensor = torch.cat([grid, torch.ones(1, dtype=torch.float64)])
+        actor.sample_step_schedule_tensor = torch.arange(STEPS + 1, dtype=torch.float64) / STEPS
+
+    # the batch, drawn with the old weights (their model == model_last at construction)
+    obs = torch.randn(BATCH, OBS_DIM, dtype=torch.float64)
+    x0 = torch.zeros(BATCH, ACT_DIM, dtype=torch.float64) if s.degenerate else torch.randn(BATCH, ACT_DIM,
+                                                                                           dtype=torch.float64)
+    old_log_std = torch.full((ACT_DIM,), s.log_std_base, dtype=torch.float64)
+    with torch.no_grad():
+        x1, _ = actor.sample(x0, obs, BATCH)
+        old_std = old_log_std.exp().expand(BATCH, ACT_DIM)
+        delta = torch.randn(BATCH, ACT_DIM, dtype=torch.float64) * old_std
+        old_log_prob = torch.distributions.Normal(torch.zeros_like(delta), old_std).log_prob(delta).sum(-1)
+        for parameter in actor.model.parameters():  # the current policy: old + noise (snapshot stays old)
+            parameter.add_(OLD_POLICY_NOISE * torch.randn_like(parameter))
+        actor.model["variance"]._log_std.copy_(old_log_std + 0.1 * torch.randn(ACT_DIM, dtype=torch.float64))
+    raw_advantages = 2 * torch.randn(BATCH, dtype=torch.float64) + 0.3
+    advantages = (raw_advantages - raw_advantages.mean()) / (raw_advantages.std() + 1e-8)  # their storage
+    returns, old_values = torch.randn(BATCH, dtype=torch.float64), torch.randn(BATCH, dtype=torch.float64)
+    index = torch.randint(0, 2 * STEPS, (BATCH,))  # t = grid[index], the same nominal t on both sides
+
+    # genpol's head: their networks (current) as velocity, their model_last as the snapshot
+    head.velocity = TheirVelocity(actor.model["flow"], actor.model["condition"])
+    head.init_snapshot()
+    snapshot = TheirVelocity(actor.model_last["flow"], actor.model_last["condition"])
+    head.__dict__["snapshot"] = snapshot.requires_grad_(False)
+    with torch.no_grad():
+        head.log_std.copy_(actor.model["variance"]._log_std)
+
+    # the sampler from the same x0 (current weights on both sides)
+    with torch.no_grad():
+        their_x1, _ = actor.sample(x0, obs, BATCH)
+        our_x1 = head.flow(obs, x0)
+
+    # their update
+    captured: dict[str, Any] = {}
+    original_variation = policy.compute_flow_variation
+
+    def variation(*args: Any, **kwargs: Any) -> Any:
+        out = original_variation(*args, **kwargs)
+        captured["variation"] = [o.detach().clone() for o in out]
+        return out
+
+    policy.compute_flow_variation = variation
+    algorithm = theirs.PolicyFlow(policy, desired_kl=DESIRED_KL, learning_rate=LR, mini_batches=1, learning_epochs=1,
+                                  gaussian_entropy_loss_scale=s.their_entropy, brownian_reg_loss_scale=s.their_brownian,
+                                  ratio_clip=RATIO_CLIP, value_clip=VALUE_CLIP, value_loss_scale=1.0,
+                                  grad_norm_clip=s.grad_clip, degenerate2gaussian=s.degenerate,
+                                  optimizer="adamw", optimizer_kwargs={"weight_decay": s.their_weight_decay})
+    their_recorder = GradientRecorder(algorithm.optimizer)
+    algorithm.storage = OneMinibatchStorage((
+        {"policy": obs}, x1 + delta, old_values.unsqueeze(-1), advantages.unsqueeze(-1), returns.unsqueeze(-1),
+        x1, x0, delta, old_std, old_log_prob.unsqueeze(-1), (None, None), None))
+    their_params = {name: p for name, p in policy.named_parameters() if p.requires_grad}
+    with fed_indices(index) as their_highs:
+        their = algorithm.update()
+    their_dv, their_std = captured["variation"][:2]
+    their_log_ratio = torch.distributions.Normal(their_dv, their_std).log_prob(delta).sum(-1) - old_log_prob
+    their_grad_norm = torch.cat([g.view(-1) for g in their_recorder.gradients.values()]).norm().item()
+    # their KL formula without its 1e-5 inside the log: what separates it from genpol's closed form
+    their_kl_no_eps = (torch.log(their_std / old_std) + (old_std.square() + their_dv.square())
+                       / (2 * their_std.square()) - 0.5).sum(-1).mean()
+
+    # genpol's update
+    genpol_terms: dict[str, Any] = {}
+    original_change, original_log_ratio = head._velocity_change, head.log_ratio
+
+    def change(*args: Any) -> Any:
+        out = original_change(*args)
+        genpol_terms["dv"] = (out[2] - out[3]).detach().clone()
+        return out
+
+    def log_ratio(*args: Any) -> Any:
+        terms = original_log_ratio(*args)
+        genpol_terms["terms"] = terms
+        return terms
+
+    head._velocity_change, head.log_ratio = change, log_ratio
+    adaptive = AdaptiveLR(LR, target_kl=DESIRED_KL)
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=RATIO_CLIP, ent_coef=s.genpol_ent_coef, vf_coef=1.0,
+                                                         clip_range_vf=VALUE_CLIP, normalize_advantage=True),
+                               lr=LR, epochs=1, minibatch_size=BATCH, max_grad_norm=s.grad_clip or None,
+                               target_kl=None, adam_eps=s.adam_eps, adaptive_lr=adaptive, joint_clip=s.joint_clip)
+    our_recorder = GradientRecorder(updater.optimizer)
+    record = {"x0": x0, "x1": x1, "delta": delta, "log_std": old_log_std.expand(BATCH, ACT_DIM).clone(),
+              "log_prob": old_log_prob}
+    with fed_indices(index) as our_highs:
+        named = updater.eager_step(Batch(obs=obs, record=record, advantages=raw_advantages, returns=returns,
+                                         values=old_values))
+    genpol_lr = adaptive.step(float(named["kl"]))
+    terms = genpol_terms["terms"]
+
+    # pair the parameters by name: genpol's velocity.{flow,condition}.*, log_std, critic.net.* with theirs
+    pairs = [(head.log_std, their_params["actor.model.variance._log_std"])]
+    pairs += [(p, their_params[f"actor.model.{name}"]) for name, p in head.velocity.named_parameters()]
+    pairs += [(o, t) for lo, lt in zip(linears(critic.net), linears(policy.critic))
+              for o, t in ((lo.weight, lt.weight), (lo.bias, lt.bias))]
+    assert len(pairs) == len(their_params)
+    gradients = [difference(our_recorder.gradients[id(o)], their_recorder.gradients[id(t)]) for o, t in pairs]
+    parameters = [difference(o.detach(), t.detach()) for o, t in pairs]
+    brownian_theirs = their.get("brownian_reg_loss", 0.0) / s.their_brownian if s.their_brownian else 0.0
+    result = {
+        "dv": difference(genpol_terms["dv"], their_dv),
+        "log_ratio": difference(terms.log_ratio.squeeze(-1).detach(), their_log_ratio),
+        "loss_terms": {
+            "policy_clipped_surrogate": difference(named["policy"], their["policy_loss"]),
+            "entropy": difference(-s.genpol_ent_coef * named["entropy"], their["gaussian_entropy_loss"]),
+            "brownian_scaled": difference(terms.aux_loss.detach(), s.their_brownian * brownian_theirs
+                                          if not s.degenerate else 0.0),
+            "value": difference(named["value"], their["value_loss"]),
+        },
+        "values": {"policy": float(named["policy"]), "brownian_unscaled_genpol": float(named["head/brownian"]),
+                   "brownian_unscaled_theirs": brownian_theirs if not s.degenerate else None,
+                   "brownian_scaled_genpol": float(terms.aux_loss), "kl_genpol": float(named["kl"]),
+                   "kl_theirs": their["metrics"]["kl"], "their_gradient_norm": their_grad_norm,
+                   "clipfrac": float(named["clipfrac"]) if "clipfrac" in named else None},
+        "kl": difference(named["kl"], their["metrics"]["kl"]),
+        "kl_vs_theirs_without_1e-5": difference(named["kl"], their_kl_no_eps),
+        "lr_after_adaptive_rule": {"genpol": genpol_lr, "theirs": algorithm.learning_rate},
+        "gradients": worst(gradients), "parameters_after_step": worst(parameters),
+        "per_parameter_gradient_rel": [g["rel"] for g in gradients],
+        "sampler_x1": difference(our_x1, their_x1),
+        "randint_high": {"genpol": our_highs, "theirs": their_highs},
+    }
+    if not s.float64_grids:
+        result["grids"] = {"theirs": native["their_grid"].tolist(), "genpol": native["genpol_grid"].tolist(),
+                           "first_2N": difference(native["genpol_grid"], native["their_grid"][:2 * STEPS])}
+    return result
+
+
+def adaptive_rule(theirs: types.SimpleNamespace) -> dict[str, Any]:
+    """The KL-adaptive learning rate over one epoch of 4 minibatches: theirs steps once per epoch on the mean
+    KL (``AdaptiveKLScheduler``, min_lr 1e-6), genpol's ``AdaptiveLR`` after every minibatch (min_lr 1e-5)."""
+    out = {}
+    for label, lr, kls in (("KLs 0.05, 0.001, 0.001, 0.001 from lr 1e-4", 1e-4, [0.05, 0.001, 0.001, 0.001]),
+                           ("KLs 0.05 x 4 from lr 1e-5 (min_lr)", 1e-5, [0.05] * 4),
+                           ("KL 0 x 4 from lr 1e-4", 1e-4, [0.0] * 4)):
+        optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
+        scheduler = theirs.AdaptiveKLScheduler(optimizer, kl_threshold=DESIRED_KL)
+        scheduler.step(torch.tensor(kls).mean())
+        ours = AdaptiveLR(lr, target_kl=DESIRED_KL)
+        for kl in kls:
+            genpol_lr = ours.step(kl)
+        out[label] = {"theirs": scheduler.get_last_lr()[0], "genpol": genpol_lr}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", type=Path, required=True, help="a snapshot of SUPERGUPPY0907/rsl_rl")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    ref = args.ref.resolve()
+    commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if not commit and (ref / "COMMIT").exists():  # a snapshot reconstructed file by file, its commit noted beside it
+        commit = (ref / "COMMIT").read_text().strip()
+    theirs = load_theirs(ref)
+    rows = []
+    for setting in SETTINGS:
+        with contextlib.redirect_stdout(sys.stderr):  # their constructors print the networks
+            result = one_step(theirs, setting, args.seed)
+        rows.append({"method": "policyflow",
+                     "repository": "SUPERGUPPY0907/rsl_rl (third-party port; PolicyFlow has no official code)",
+                     "commit": commit or "unknown", "file": "rsl_rl/algorithms/policyflow.py: PolicyFlow.update; "
+                     "rsl_rl/modules/policyflow/flow.py: ContinuousNormalizingFlow.compute_flow_variation, sample",
+                     "setting": setting.label, "options": dataclasses.asdict(setting), "dtype": "float64",
+                     "date": date_stamp(), "machine": machine(), **result})
+    rule = adaptive_rule(theirs)
+    rows.append({"method": "policyflow", "repository": rows[0]["repository"], "commit": commit or "unknown",
+                 "file": "rsl_rl/algorithms/policyflow.py: AdaptiveKLScheduler, PolicyFlow.update",
+                 "setting": "departure: adaptive learning-rate rule (per-epoch mean KL, min_lr 1e-6; genpol per "
+                            "minibatch, min_lr 1e-5, no increase at KL 0)", "date": date_stamp(),
+                 "learning_rate_after_one_epoch": rule})
+    write_results("parity_policyflow.json", rows)  # a list of rows, as every bench/results/parity*.json
+    print("| setting | dv rel | log-ratio rel | policy / entropy / brownian / value rel | KL rel (theirs w/o 1e-5) "
+          "| lr after rule (genpol / theirs) | gradients rel | parameters rel | sampler x1 rel |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows[:-1]:
+        t = row["loss_terms"]
+        print(f"| {row['setting']} | {row['dv']['rel']:.1e} | {row['log_ratio']['rel']:.1e} "
+              f"| {t['policy_clipped_surrogate']['rel']:.1e} / {t['entropy']['rel']:.1e} / "
+              f"{t['brownian_scaled']['rel']:.1e} / {t['value']['rel']:.1e} "
+              f"| {row['kl']['rel']:.1e} ({row['kl_vs_theirs_without_1e-5']['rel']:.1e}) "
+              f"| {row['lr_after_adaptive_rule']['genpol']:.3g} / {row['lr_after_adaptive_rule']['theirs']:.3g} "
+              f"| {row['gradients']['rel']:.1e} | {row['parameters_after_step']['rel']:.1e} "
+              f"| {row['sampler_x1']['rel']:.1e} |")
+    print("\nadaptive learning rate after one epoch of 4 minibatches (genpol / theirs):")
+    for label, lrs in rows[-1]["learning_rate_after_one_epoch"].items():
+        print(f"* {label}: {lrs['genpol']:.3g} / {lrs['theirs']:.3g}")
+
+
+if __name__ == "__main__":
+    main()
