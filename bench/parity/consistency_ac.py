@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
+from shared import difference, worst  # noqa: E402
 
 import genpol.algorithms.offpolicy as offpolicy_module  # noqa: E402
 import genpol.heads.consistency as consistency_module  # noqa: E402
@@ -296,17 +297,6 @@ class GradientRecorder:
     def record(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.gradients = {id(p): None if p.grad is None else p.grad.detach().clone()
                           for group in optimizer.param_groups for p in group["params"]}
-
-
-def difference(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    """genpol's ``a`` against the authors' ``b``: max abs and max abs relative to max |b|."""
-    a, b = torch.as_tensor(a, dtype=torch.float64).reshape(-1), torch.as_tensor(b, dtype=torch.float64).reshape(-1)
-    absolute = (a - b).abs().max().item()
-    return {"abs": absolute, "rel": absolute / max(b.abs().max().item(), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
 
 
 def paired(ours: list[torch.Tensor | None], theirs: list[torch.Tensor | None]) -> dict[str, float]:

@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
+from shared import difference, worst  # noqa: E402
 
 import genpol.heads.diffusion as genpol_diffusion  # noqa: E402
 from genpol.heads.diffusion import DiffusionHead  # noqa: E402
@@ -256,16 +257,6 @@ class GradientRecorder:
     def record(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.gradients.update({id(p): p.grad.detach().clone() for group in optimizer.param_groups
                                for p in group["params"]})
-
-
-def difference(a: torch.Tensor | float, b: torch.Tensor | float) -> dict[str, float]:
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    absolute = (a - b).abs().max().item()
-    return {"abs": absolute, "rel": absolute / max(b.abs().max().item(), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
 
 
 def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, Any]:

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from shared import GymBox, difference, flatten, shim_tfp_for_recent_jax, unflatten, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; EXPO's batch_size 256
@@ -229,13 +230,8 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entr
     import types
 
     import jax
-    import jax._src.core as jax_core
 
-    # tfp 0.25's JAX backend reads APIs recent jax removed (rlpd.py's shims)
-    if not hasattr(jax.interpreters.xla, "pytype_aval_mappings"):
-        jax.interpreters.xla.pytype_aval_mappings = jax_core.pytype_aval_mappings
-    if "pytype_aval_mappings" not in vars(jax.core):
-        jax.core.pytype_aval_mappings = jax_core.pytype_aval_mappings
+    shim_tfp_for_recent_jax()
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import tensorflow_probability.substrates.jax  # noqa: F401  (their modules read it as an attribute)
@@ -263,22 +259,9 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entr
     utd = int(data["utd"])
 
     def tree(prefix: str) -> dict[str, Any]:
-        nested: dict[str, Any] = {}
-        for key, value in data.items():
-            if key.startswith(prefix + "/"):
-                *path, leaf = key[len(prefix) + 1:].split("/")
-                node = nested
-                for part in path:
-                    node = node.setdefault(part, {})
-                node[leaf] = jnp.asarray(value)
-        return nested
+        return unflatten(data, prefix, jnp.asarray)
 
-    class Box:  # what EXPOLearner.create reads of a gym space
-        def __init__(self, dim: int):
-            self.shape = (dim,)
-
-        def sample(self) -> np.ndarray:
-            return np.zeros(self.shape, np.float32)
+    Box = GymBox
 
     kwargs = dict(expo_config.get_config())
     kwargs.pop("model_cls")
@@ -395,33 +378,7 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entr
     np.savez(output_path, **out)
 
 
-def flatten(params: Any, prefix: str) -> dict[str, np.ndarray]:
-    """A nested parameter dict as ``<prefix>/<path>`` keys (no prefix for ``""``)."""
-    flat: dict[str, np.ndarray] = {}
-
-    def walk(node: Any, path: list[str]) -> None:
-        if hasattr(node, "items"):
-            for key, value in node.items():
-                walk(value, [*path, str(key)])
-        else:
-            flat["/".join(path)] = np.asarray(node)
-
-    walk(params, [prefix] if prefix else [])
-    return flat
-
-
 # =========================================================================== the comparison
-def difference(ours: np.ndarray, theirs: np.ndarray) -> dict[str, float]:
-    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    absolute = float(np.abs(ours - theirs).max())
-    return {"abs": absolute, "rel": absolute / max(float(np.abs(theirs).max()), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
-
-
 def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], init: dict[str, np.ndarray]
             ) -> dict[str, Any]:
     assert set(k for k in ours if not k.startswith("info/")) <= set(theirs), sorted(set(ours) - set(theirs))

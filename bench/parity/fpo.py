@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from shared import difference, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH, N_MC, STEPS, EMBED = 11, 3, 512, 8, 10, 8  # Hopper's sizes, +experiment=fpo's minibatch
@@ -425,17 +426,6 @@ def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embed
 
 
 # =========================================================================== the comparison
-def difference(ours: Any, theirs: Any) -> dict[str, float]:
-    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    absolute = float(np.abs(ours - theirs).max())
-    return {"abs": absolute, "rel": absolute / max(float(np.abs(theirs).max()), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
-
-
 def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], mode: str,
             inputs: dict[str, np.ndarray]) -> dict[str, Any]:
     def group(prefix: str, network: str, against: str | None = None) -> dict[str, float]:

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from shared import difference, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH, PAIRS, STEPS, EMBED = 17, 6, 512, 8, 10, 8  # CheetahRun's sizes; experiment's minibatch
@@ -523,17 +524,6 @@ def genpol_decoder(inputs: dict[str, np.ndarray], their_embedding: bool) -> dict
 
 
 # =========================================================================== the comparison
-def difference(ours: Any, theirs: Any) -> dict[str, float]:
-    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    absolute = float(np.abs(ours - theirs).max())
-    return {"abs": absolute, "rel": absolute / max(float(np.abs(theirs).max()), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
-
-
 def group(ours: dict[str, Any], theirs: dict[str, Any], ours_prefix: str, theirs_prefix: str, network: str,
           inputs: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     keys = sorted(k[len(ours_prefix) + 1:] for k in ours if k.startswith(f"{ours_prefix}/{network}/"))

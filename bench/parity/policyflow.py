@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
+from shared import difference, worst  # noqa: E402
 
 from genpol.heads.policyflow import PolicyFlowHead  # noqa: E402
 from genpol.nets import ValueNetwork  # noqa: E402
@@ -196,17 +197,6 @@ class GradientRecorder:
     def record(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.gradients = {id(p): p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"]
                           if p.grad is not None}
-
-
-def difference(a: Any, b: Any) -> dict[str, float]:
-    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
-    absolute = (a - b).abs().max().item()
-    scale = b.abs().max().item() or a.abs().max().item()  # b == 0 (a term one side drops): relative to a
-    return {"abs": absolute, "rel": absolute / max(scale, 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
 
 
 def linears(module: nn.Module) -> list[nn.Linear]:

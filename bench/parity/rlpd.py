@@ -33,10 +33,10 @@ parameter after the round (actor, critics, target critics after the soft updates
 the largest absolute and relative (to the largest magnitude of the authors' tensor) difference; the
 same for the step itself (parameters after minus before, the part Adam's learning rate scales down).
 
-Rows, per utd (1, and RLPD's 20): genpol eager as configured; eager with the critics' LayerNorm
-epsilon at flax's 1e-6 (genpol's is torch's 1e-5; ``QEnsemble(layer_norm_eps=)`` has it, the config has
-no key, so the harness sets the attribute); and ``learner.compile=true`` (what the experiment file
-runs) at 1e-6. Settings matched by the config itself: 10 critics, subset-min 2, critic LayerNorm,
+Rows, per utd (1, and RLPD's 20): genpol eager as configured (``learner.critic_layer_norm_eps`` at
+flax's 1e-6, which ``+experiment=rlpd`` sets since this harness found the difference); eager at torch's
+1e-5 (genpol's value before, the departure measured); and ``learner.compile=true`` (what the
+experiment file runs), as configured. Settings matched by the config itself: 10 critics, subset-min 2, critic LayerNorm,
 mean critic loss, mean-Q actor loss, target entropy -|A|/2, alpha-form temperature loss, entropy
 backup, gamma 0.99, tau 0.005, one Adam rate 3e-4 (eps 1e-8 on both sides), no gradient clip.
 
@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from shared import GymBox, difference, flatten, shim_tfp_for_recent_jax, unflatten, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; RLPD's batch_size 256
@@ -68,7 +69,8 @@ ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_thread
 # =========================================================================== genpol's side (torch)
 def genpol_round(utd: int, layer_norm_eps: float | None, seed: int, compiled: bool = False) -> dict[str, Any]:
     """One genpol ``rlpd_round`` at ``+experiment=rlpd``, with its inputs, draws and results as numpy
-    arrays in flax's layout. ``layer_norm_eps`` None keeps genpol's (1e-5). ``compiled``: with
+    arrays in flax's layout. ``layer_norm_eps`` None keeps the configured epsilon (1e-6); a value
+    replaces it on both ensembles. ``compiled``: with
     ``learner.compile=true`` (what the experiment file sets); the actor's noise and the TD targets are
     drawn and computed inside the compiled graphs there, so they are not recorded (the noise comes from
     the same generator in the same order as eager, ``fallback_random``: the eager run's record serves)."""
@@ -193,14 +195,8 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     import types
 
     import jax
-    import jax._src.core as jax_core
 
-    # shims for APIs that tensorflow-probability 0.25's JAX backend reads and recent jax removed
-    # (tfp registers its NumpyVariable there; nothing here uses that class)
-    if not hasattr(jax.interpreters.xla, "pytype_aval_mappings"):
-        jax.interpreters.xla.pytype_aval_mappings = jax_core.pytype_aval_mappings
-    if "pytype_aval_mappings" not in vars(jax.core):
-        jax.core.pytype_aval_mappings = jax_core.pytype_aval_mappings
+    shim_tfp_for_recent_jax()
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import tensorflow_probability.substrates.jax  # noqa: F401  (their modules read it as an attribute)
@@ -227,22 +223,9 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     utd = int(data["utd"])
 
     def tree(prefix: str) -> dict[str, Any]:
-        nested: dict[str, Any] = {}
-        for key, value in data.items():
-            if key.startswith(prefix + "/"):
-                *path, leaf = key[len(prefix) + 1:].split("/")
-                node = nested
-                for part in path:
-                    node = node.setdefault(part, {})
-                node[leaf] = jnp.asarray(value)
-        return nested
+        return unflatten(data, prefix, jnp.asarray)
 
-    class Box:  # what SACLearner.create reads of a gym space
-        def __init__(self, dim: int):
-            self.shape = (dim,)
-
-        def sample(self) -> np.ndarray:
-            return np.zeros(self.shape, np.float32)
+    Box = GymBox
 
     kwargs = dict(rlpd_config.get_config())  # their defaults, as train_finetuning.py passes them
     kwargs.pop("model_cls")
@@ -340,33 +323,7 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     np.savez(output_path, **out)
 
 
-def flatten(params: Any, prefix: str) -> dict[str, np.ndarray]:
-    """A nested parameter dict as ``<prefix>/<path>`` keys (no prefix for ``""``)."""
-    flat: dict[str, np.ndarray] = {}
-
-    def walk(node: Any, path: list[str]) -> None:
-        if hasattr(node, "items"):
-            for key, value in node.items():
-                walk(value, [*path, str(key)])
-        else:
-            flat["/".join(path)] = np.asarray(node)
-
-    walk(params, [prefix] if prefix else [])
-    return flat
-
-
 # =========================================================================== the comparison
-def difference(ours: np.ndarray, theirs: np.ndarray) -> dict[str, float]:
-    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    absolute = float(np.abs(ours - theirs).max())
-    return {"abs": absolute, "rel": absolute / max(float(np.abs(theirs).max()), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
-
-
 def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], init: dict[str, np.ndarray]
             ) -> dict[str, Any]:
     assert set(k for k in ours if not k.startswith("info/")) <= set(theirs), \
@@ -425,10 +382,10 @@ def main() -> None:
     ref = args.ref.resolve()
     commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown (not a git checkout)"
-    settings = [(None, False, "eager, LayerNorm eps 1e-5 (genpol's)"),
-                (1e-6, False, "eager, QEnsemble layer_norm_eps=1e-6 (flax's; no config key)")]
+    settings = [(None, False, "eager, as configured (learner.critic_layer_norm_eps=1e-6, flax's)"),
+                (1e-5, False, "eager, learner.critic_layer_norm_eps=1e-5 (torch's; genpol before 2026-12-02)")]
     if not args.eager_only:
-        settings.append((1e-6, True, "learner.compile=true (the experiment's), layer_norm_eps=1e-6"))
+        settings.append((None, True, "learner.compile=true (the experiment's), as configured"))
     rows, their_results = [], {}
     with tempfile.TemporaryDirectory(prefix="parity_rlpd_") as folder:
         for utd in args.utd:

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
+from shared import difference, worst  # noqa: E402
 
 from genpol.heads import GaussianHead  # noqa: E402
 from genpol.nets import ValueNetwork  # noqa: E402
@@ -84,15 +85,6 @@ class GradientRecorder:
 
     def record(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.gradients = [p.grad.detach().clone() for group in optimizer.param_groups for p in group["params"]]
-
-
-def difference(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    absolute = (a - b).abs().max().item()
-    return {"abs": absolute, "rel": absolute / max(b.abs().max().item(), 1e-300)}
-
-
-def worst(rows: list[dict[str, float]]) -> dict[str, float]:
-    return {"abs": max(r["abs"] for r in rows), "rel": max(r["rel"] for r in rows)}
 
 
 def one_step(ref: Path, max_grad_norm: float, joint_clip: bool, seed: int) -> dict[str, Any]:
