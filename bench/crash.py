@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, date_stamp, machine, read_results, write_results
+from common import ROOT, date_stamp, machine, read_results, update_results
 
 COMMON = ["env.num_envs=2", "pipeline.checkpoint_every=1", "pipeline.video=false", "pipeline.eval_episodes=1",
           "logger.progress_bar=false"]
@@ -209,7 +209,8 @@ def trial(name: str, workdir: Path, index: int, moment: float, reference: dict[s
     twin = run_dir.with_name(run_dir.name + "-twin")
     if name in INEXACT:
         shutil.rmtree(twin, ignore_errors=True)
-        shutil.copytree(run_dir, twin)
+        if run_dir.exists():  # a stop before the run created its directory leaves nothing to copy
+            shutil.copytree(run_dir, twin)
     stderr = run_until_done(run_dir, overrides)
     final = final_state(run_dir)
     if name in INEXACT:  # repeatable, finished, and warned when it resumed from a checkpoint
@@ -247,18 +248,16 @@ def main() -> None:
     parser.add_argument("--signal", choices=list(SIGNALS), default="kill",
                         help="kill: SIGKILL; term: SIGTERM, which must stop the run with exit 4")
     args = parser.parse_args()
-    results = {}
     with tempfile.TemporaryDirectory(prefix="genpol-crash-") as directory:
         for name in args.configs:
             key = name if args.signal == "kill" else f"{name} (SIGTERM)"
-            results[key] = crash_test(name, args.trials, args.seed, Path(directory), args.signal)
-            row = results[key]
+            row = crash_test(name, args.trials, args.seed, Path(directory), args.signal)
+            row.update(date=date_stamp(), machine=machine())
             print(f"{key}: {row['identical']} of {row['trials']} identical ({row['killed']} stopped mid-run)", flush=True)
-    for row in results.values():
-        row.update(date=date_stamp(), machine=machine())
-    # configurations measured at other times keep their rows (each with its own date and machine)
-    merged = {**read_results("crash.json").get("results", {}), **results}
-    write_results("crash.json", {"results": merged})
+            # written after each configuration (a long run that fails later keeps what it measured);
+            # configurations measured at other times keep their rows, each with its own date and machine
+            update_results("crash.json", lambda old, key=key, row=row: {"results": {**old.get("results", {}), key: row}})
+    merged = read_results("crash.json")["results"]
     print("| configuration | trials | stopped mid-run | identical | first mismatch |\n|---|---|---|---|---|")
     for name, row in merged.items():
         mismatch = row["mismatches"][0] if row["mismatches"] else None
