@@ -49,7 +49,6 @@ import contextlib
 import copy
 import importlib
 import math
-import subprocess
 import sys
 import types
 import warnings
@@ -66,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
-from shared import difference, worst  # noqa: E402
+from shared import difference, reference_commit, worst  # noqa: E402
 
 import genpol.algorithms.offpolicy as offpolicy_module  # noqa: E402
 import genpol.heads.consistency as consistency_module  # noqa: E402
@@ -104,8 +103,7 @@ def import_authors(ref: Path, names: list[str]) -> dict[str, types.ModuleType]:
 
 
 def commit_of(ref: Path) -> str:
-    return subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
-                          text=True).stdout.strip() or "unknown (not a git checkout)"
+    return reference_commit(ref)
 
 
 # --------------------------------------------------------------------------- identical random draws

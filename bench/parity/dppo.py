@@ -57,7 +57,6 @@ import copy
 import dataclasses
 import importlib
 import importlib.util
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -70,7 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
-from shared import difference, worst  # noqa: E402
+from shared import difference, reference_commit, worst  # noqa: E402
 
 import genpol.heads.diffusion as genpol_diffusion  # noqa: E402
 from genpol.heads.diffusion import DiffusionHead  # noqa: E402
@@ -359,8 +358,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)  # their sampler and time embedding draw and build in the default dtype
     ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(ref)
     theirs = load_theirs(ref)
     rows = []
     for setting in SETTINGS:

@@ -58,20 +58,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import GymBox, difference, flatten, shim_tfp_for_recent_jax, unflatten, worst
+from shared import GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax, unflatten, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; EXPO's batch_size 256
 ALPHA0, PERTURB, SEED = 0.5, 0.02, 0
-ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 # the flags their D4RL scripts (train_finetuning.py) pass on top of configs/expo_config.py
 THEIR_FLAGS = {"backup_entropy": False, "hidden_dims": (256, 256, 256), "N": 8, "n_edit_samples": 8,
                "edit_action_scale": 0.05, "horizon": 1}
@@ -409,9 +406,8 @@ def run_jax(inputs: dict[str, np.ndarray], adjust: bool, args: argparse.Namespac
     tag = f"utd{int(inputs['utd'])}_adjust{int(adjust)}"
     inputs_path, output_path = folder / f"in_{tag}.npz", folder / f"out_{tag}.npz"
     np.savez(inputs_path, **inputs)
-    env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    command = [str(args.jax_python), __file__, "--jax-side", str(inputs_path), str(output_path), "--ref", str(args.ref)]
-    subprocess.run(command + (["--their-adjust-target-entropy"] if adjust else []), check=True, env=env)
+    run_jax_side(args.jax_python, __file__, "--jax-side", str(inputs_path), str(output_path), "--ref", str(args.ref),
+                 *(["--their-adjust-target-entropy"] if adjust else []))
     return dict(np.load(output_path))
 
 
@@ -444,8 +440,7 @@ def main() -> None:
     from common import date_stamp, machine, write_results
 
     ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(ref)
     matched = ["learner.adjust_target_entropy=false"]
     # (overrides, their adjust_target_entropy, label, utd 1 only)
     settings = [([], False, "as configured (adjust_target_entropy=true) vs their scripts' target", False),

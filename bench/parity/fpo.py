@@ -63,20 +63,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import difference, worst
+from shared import difference, reference_commit, run_jax_side, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH, N_MC, STEPS, EMBED = 11, 3, 512, 8, 10, 8  # Hopper's sizes, +experiment=fpo's minibatch
 PERTURB, OLD_PERTURB, RETURN_SCALE, SEED = 0.02, 0.2, 20.0, 0
-ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 VELOCITY_LAYERS, VALUE_LAYERS = 5, 6
 MATCHED = ["learner.adam_eps=1e-8", "learner.max_grad_norm=null", "learner.vf_coef=0.25",
            "policy.critic_hidden_sizes=[256,256,256,256,256]"]
@@ -454,8 +451,7 @@ def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], mode: st
 
 
 def run_jax(args: argparse.Namespace, *command: str) -> None:
-    env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    subprocess.run([str(args.jax_python), __file__, *command, "--ref", str(args.ref)], check=True, env=env)
+    run_jax_side(args.jax_python, __file__, *command, "--ref", str(args.ref))
 
 
 SETTINGS = [
@@ -497,8 +493,7 @@ def main() -> None:
     from common import date_stamp, machine, write_results
 
     args.ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(args.ref), "log", "-1", "--format=%H %cs"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(args.ref)
     with tempfile.TemporaryDirectory(prefix="parity_fpo_") as folder:
         init_path, in_path, out_path = Path(folder) / "init.npz", Path(folder) / "in.npz", Path(folder) / "out.npz"
         run_jax(args, "--jax-init", str(init_path), "--seed", str(args.seed))

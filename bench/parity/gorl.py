@@ -60,21 +60,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import difference, worst
+from shared import difference, reference_commit, run_jax_side, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH, PAIRS, STEPS, EMBED = 17, 6, 512, 8, 10, 8  # CheetahRun's sizes; experiment's minibatch
 PERTURB, OLD_PERTURB, RETURN_SCALE, SEED = 0.02, 0.05, 20.0, 0
 LR, DECODER_LR, ENT_COEF, VF_COEF = 1e-3, 3e-4, 1e-2, 0.25
-ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 NETWORKS = {"encoder": 5, "value": 6, "decoder": 5, "fresh": 5}
 # their run_gorl_fm.py stage settings (clip, grad-norm limit, z_regularization), stage 0 and later
 STAGES = {"stage0": (0.15, 0.5, 5e-4), "later": (0.3, 1.0, 1e-3)}
@@ -560,8 +557,7 @@ def compare_decoder(ours: dict[str, Any], theirs: dict[str, Any], label: str,
 
 
 def run_jax(args: argparse.Namespace, *command: str) -> None:
-    env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    subprocess.run([str(args.jax_python), __file__, *command, "--ref", str(args.ref)], check=True, env=env)
+    run_jax_side(args.jax_python, __file__, *command, "--ref", str(args.ref))
 
 
 ENCODER_SETTINGS = [
@@ -607,8 +603,7 @@ def main() -> None:
     from common import date_stamp, machine, write_results
 
     args.ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(args.ref), "log", "-1", "--format=%H %cs"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(args.ref)
     with tempfile.TemporaryDirectory(prefix="parity_gorl_") as folder:
         init_path, in_path, out_path = Path(folder) / "init.npz", Path(folder) / "in.npz", Path(folder) / "out.npz"
         run_jax(args, "--jax-init", str(init_path), "--seed", str(args.seed))

@@ -46,7 +46,6 @@ import contextlib
 import copy
 import dataclasses
 import importlib.util
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -59,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
-from shared import difference, worst  # noqa: E402
+from shared import difference, reference_commit, worst  # noqa: E402
 
 from genpol.heads.policyflow import PolicyFlowHead  # noqa: E402
 from genpol.nets import ValueNetwork  # noqa: E402
@@ -379,9 +378,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
     ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    if not commit and (ref / "COMMIT").exists():  # a snapshot reconstructed file by file, its commit noted beside it
-        commit = (ref / "COMMIT").read_text().strip()
+    commit = reference_commit(ref)
     theirs = load_theirs(ref)
     rows = []
     for setting in SETTINGS:

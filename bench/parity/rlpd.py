@@ -50,20 +50,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import GymBox, difference, flatten, shim_tfp_for_recent_jax, unflatten, worst
+from shared import GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax, unflatten, worst
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; RLPD's batch_size 256
 ALPHA0, PERTURB, SEED = 0.5, 0.02, 0
-ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 # =========================================================================== genpol's side (torch)
@@ -353,9 +350,7 @@ def compare(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], init: di
 def run_jax(inputs: dict[str, np.ndarray], args: argparse.Namespace, folder: Path) -> dict[str, np.ndarray]:
     inputs_path, output_path = folder / f"in_utd{int(inputs['utd'])}.npz", folder / f"out_utd{int(inputs['utd'])}.npz"
     np.savez(inputs_path, **inputs)
-    env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    subprocess.run([str(args.jax_python), __file__, "--jax-side", str(inputs_path), str(output_path),
-                    "--ref", str(args.ref)], check=True, env=env)
+    run_jax_side(args.jax_python, __file__, "--jax-side", str(inputs_path), str(output_path), "--ref", str(args.ref))
     return dict(np.load(output_path))
 
 
@@ -380,8 +375,7 @@ def main() -> None:
     from common import date_stamp, machine, write_results
 
     ref = args.ref.resolve()
-    commit = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(ref)
     settings = [(None, False, "eager, as configured (learner.critic_layer_norm_eps=1e-6, flax's)"),
                 (1e-5, False, "eager, learner.critic_layer_norm_eps=1e-5 (torch's; genpol before 2026-12-02)")]
     if not args.eager_only:

@@ -8,6 +8,9 @@ script's folder first on ``sys.path``).
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -87,3 +90,22 @@ def shim_tfp_for_recent_jax() -> None:
         jax.interpreters.xla.pytype_aval_mappings = jax_core.pytype_aval_mappings
     if "pytype_aval_mappings" not in vars(jax.core):
         jax.core.pytype_aval_mappings = jax_core.pytype_aval_mappings
+
+
+def reference_commit(ref: Path) -> str:
+    """``"<sha> <commit date>"`` of the snapshot at ``ref``; for a snapshot rebuilt file by file (no git),
+    the commit noted in ``ref/COMMIT``; else ``"unknown (not a git checkout)"``."""
+    found = subprocess.run(["git", "-C", str(ref), "log", "-1", "--format=%H %cs"], capture_output=True,
+                           text=True).stdout.strip()
+    if not found and (ref / "COMMIT").exists():
+        found = (ref / "COMMIT").read_text().strip()
+    return found or "unknown (not a git checkout)"
+
+
+ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def run_jax_side(jax_python: Path, script: str, *arguments: str) -> None:
+    """Run ``script`` (a harness, in its JAX mode) with the reference's venv, on one CPU thread."""
+    env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
+    subprocess.run([str(jax_python), script, *arguments], check=True, env=env)

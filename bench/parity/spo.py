@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one folder down)
 
 from common import date_stamp, machine, write_results  # noqa: E402
-from shared import difference, worst  # noqa: E402
+from shared import difference, reference_commit, worst  # noqa: E402
 
 from genpol.heads import GaussianHead  # noqa: E402
 from genpol.nets import ValueNetwork  # noqa: E402
@@ -159,8 +158,7 @@ def main() -> None:
     parser.add_argument("--ref", type=Path, required=True, help="a snapshot of the authors' repository")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", str(args.ref), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown (not a git checkout)"
+    commit = reference_commit(args.ref)
     rows = []
     for label, max_grad_norm, joint in (("no clip", 1e9, False), ("clip 0.5, per network (genpol's default)", 0.5, False),
                                         ("clip 0.5, learner.grad_clip=joint", 0.5, True)):

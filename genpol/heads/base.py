@@ -36,8 +36,8 @@ lacks (``check_capabilities``):
 from __future__ import annotations
 
 import abc
-import enum
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, List
 
@@ -173,7 +173,7 @@ class PolicyHead(nn.Module, abc.ABC):
             return
         if config is not None and not isinstance(config, self.Config):
             raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}, got {type(config).__name__}")
-        try:  # dataclasses.replace re-runs __post_init__: the checks run once, on the final values
+        try:  # dataclasses.replace re-runs __post_init__: the checks see the final values
             self.config = dataclasses.replace(config or self.Config(), **hyperparameters)
         except TypeError as error:  # an unknown argument: name the head and its fields
             known = sorted(f.name for f in dataclasses.fields(self.Config) if f.name not in HeadConfig.NOT_HEAD_ARGUMENTS)
