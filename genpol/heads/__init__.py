@@ -17,8 +17,8 @@ from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
 
 HEADS: dict[str, type[PolicyHead]] = {
-    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead, ConsistencyHead,
-                               LatentDecoderHead, NormalizingFlowHead)
+    head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead,
+                                   ConsistencyHead, LatentDecoderHead, NormalizingFlowHead)
 }
 # Acting wrappers that own critics (EXPO's on-the-fly policy, Consistency-AC's softmax-Q choice) live
 # with their learners in genpol.algorithms: a head knows no learner. A checkpoint still names them by

@@ -176,7 +176,8 @@ class PolicyHead(nn.Module, abc.ABC):
         try:  # dataclasses.replace re-runs __post_init__: the checks see the final values
             self.config = dataclasses.replace(config or self.Config(), **hyperparameters)
         except TypeError as error:  # an unknown argument: name the head and its fields
-            known = sorted(f.name for f in dataclasses.fields(self.Config) if f.name not in HeadConfig.NOT_HEAD_ARGUMENTS)
+            known = sorted(f.name for f in dataclasses.fields(self.Config)
+                           if f.name not in HeadConfig.NOT_HEAD_ARGUMENTS)
             raise TypeError(f"{type(self).__name__}: {error}; its hyperparameters are {known}") from None
         self.spec_kwargs = self.config.head_kwargs()
 
