@@ -77,12 +77,12 @@ def test_sac_checkpoint_evaluates_and_predicts(sac_run):
 def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_dataset):
     """The bundle through the API, eager (its compiled step runs in the smoke test and the parity
     harness; compiling here cost most of this test's time)."""
+    overrides = ["+experiment=rlpd", f"dataset.path={hopper_dataset}", "learner.compile=false",
+                 "learner.learning_starts=128", "learner.num_qs=4", "learner.utd=3", "learner.iteration_steps=128",
+                 "learner.batch_size=16", "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]",
+                 "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
     summary = train(env="hopper", policy="tanh_gaussian", learner="sac", total_steps=256, run_dir=tmp_path / "run",
-                    overrides=[
-        "+experiment=rlpd", f"dataset.path={hopper_dataset}", "learner.compile=false", "learner.learning_starts=128",
-        "learner.num_qs=4", "learner.utd=3", "learner.iteration_steps=128", "learner.batch_size=16",
-        "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]", "pipeline.video=false",
-        "pipeline.eval_episodes=1", "logger.progress_bar=false"])
+                    overrides=overrides)
     assert summary["offline_ratio"] == 0.5 and summary["dataset_transitions"] >= 600
     assert np.isfinite(summary["eval_normalized_score"])  # D4RL references of the hopper task
     from genpol.checkpoint import load_training_state, resolve_checkpoint
