@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax, unflatten, worst
+from shared import (GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax,
+                    stub_gym_and_packages, unflatten, worst)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; EXPO's batch_size 256
@@ -224,8 +225,6 @@ def flax_layout(algo: Any, gradients: dict[int, Any] | None = None, only: str | 
 def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entropy: bool) -> None:
     """Their ``EXPOLearner.update`` on the inputs of ``inputs_path``; results to ``output_path``.
     Imports jax, flax, optax, tfp and the authors' modules only (never torch or genpol)."""
-    import types
-
     import jax
 
     shim_tfp_for_recent_jax()
@@ -237,16 +236,7 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entr
 
     # their expo_learner imports gym for an isinstance check, expo.data.dataset for gym.utils.seeding;
     # expo.agents' __init__ imports the pixel (DrQ) agent, expo.data's the replay buffers: not needed
-    sys.path.insert(0, str(ref))
-    gym = types.ModuleType("gym")
-    gym.Space = object
-    gym.utils = types.ModuleType("gym.utils")
-    gym.utils.seeding = types.ModuleType("gym.utils.seeding")
-    sys.modules.update({"gym": gym, "gym.utils": gym.utils, "gym.utils.seeding": gym.utils.seeding})
-    for package in ("expo.agents", "expo.data"):
-        module = types.ModuleType(package)
-        module.__path__ = [str(ref / package.replace(".", "/"))]
-        sys.modules[package] = module
+    stub_gym_and_packages(ref, ("expo.agents", "expo.data"))
     from configs import expo_config
     import expo.agents.sac.expo_learner as learner_module
     from expo.agents.sac.expo_learner import EXPOLearner

@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared import GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax, unflatten, worst
+from shared import (GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax,
+                    stub_gym_and_packages, unflatten, worst)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH = 11, 3, 256  # Hopper's sizes; RLPD's batch_size 256
@@ -189,8 +190,6 @@ def flax_layout(algo: Any, gradients: dict[int, Any] | None = None, only: str | 
 def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     """Their ``SACLearner.update`` on the inputs of ``inputs_path``; results to ``output_path``.
     Imports jax, flax, optax, tfp and the authors' modules only (never torch or genpol)."""
-    import types
-
     import jax
 
     shim_tfp_for_recent_jax()
@@ -202,16 +201,7 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
     # their sac_learner imports gym only for a type annotation, rlpd.data.dataset for gym.utils.seeding;
     # rlpd.agents' and rlpd.data's __init__ import the pixel agents and replay buffers, not needed here
-    sys.path.insert(0, str(ref))
-    gym = types.ModuleType("gym")
-    gym.Space = object
-    gym.utils = types.ModuleType("gym.utils")
-    gym.utils.seeding = types.ModuleType("gym.utils.seeding")
-    sys.modules.update({"gym": gym, "gym.utils": gym.utils, "gym.utils.seeding": gym.utils.seeding})
-    for package in ("rlpd.agents", "rlpd.data"):
-        module = types.ModuleType(package)
-        module.__path__ = [str(ref / package.replace(".", "/"))]
-        sys.modules[package] = module
+    stub_gym_and_packages(ref, ("rlpd.agents", "rlpd.data"))
     from configs import rlpd_config
     from rlpd.agents.sac.sac_learner import SACLearner
     from rlpd.distributions.tanh_transformed import TanhTransformedDistribution

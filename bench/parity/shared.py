@@ -109,3 +109,22 @@ def run_jax_side(jax_python: Path, script: str, *arguments: str) -> None:
     """Run ``script`` (a harness, in its JAX mode) with the reference's venv, on one CPU thread."""
     env = {**os.environ, "XLA_FLAGS": ONE_THREAD_XLA, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
     subprocess.run([str(jax_python), script, *arguments], check=True, env=env)
+
+
+def stub_gym_and_packages(ref: Path, packages: tuple[str, ...]) -> None:
+    """Import the reference's modules from ``ref`` without what they do not need here: a stand-in ``gym``
+    (their learners import it for a type annotation and ``gym.utils.seeding``), and the ``packages``
+    registered without running their ``__init__`` (which import pixel agents and replay buffers)."""
+    import sys
+    import types
+
+    sys.path.insert(0, str(ref))
+    gym = types.ModuleType("gym")
+    gym.Space = object
+    gym.utils = types.ModuleType("gym.utils")
+    gym.utils.seeding = types.ModuleType("gym.utils.seeding")
+    sys.modules.update({"gym": gym, "gym.utils": gym.utils, "gym.utils.seeding": gym.utils.seeding})
+    for package in packages:
+        module = types.ModuleType(package)
+        module.__path__ = [str(ref / package.replace(".", "/"))]
+        sys.modules[package] = module
