@@ -166,8 +166,10 @@ def final_state(run_dir: Path) -> dict[str, Any]:
     # clocks, not state: the seconds a run has spent (a resumed run counts the killed attempt's too)
     state.pop("wall_time", None)
     state.get("callbacks", {}).get("Summary", {}).pop("elapsed", None)
-    # the metrics file too: a resume appends no duplicated or missing iteration
-    rows = [json.loads(line)["global_step"] for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    # the metrics files too (one per phase or stage): a resume appends no duplicated or missing iteration
+    rows = {str(metrics.relative_to(run_dir)): [json.loads(line)["global_step"]
+                                                for line in metrics.read_text().splitlines()]
+            for metrics in sorted(run_dir.rglob("progress.jsonl"))}
     return {"name": path.name, "policy": load_policy_files(path)[1], "training_state": state, "progress_steps": rows}
 
 
