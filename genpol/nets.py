@@ -95,6 +95,19 @@ def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
+def fpo_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """``t [...]`` in [0, 1] -> ``[..., dim]``: FPO's and GoRL's code's embedding, cos and sin of
+    ``2^k tau`` for k = 0 .. dim/2 - 1 of their time ``tau = 1 - t`` (bench/parity/fpo.py, gorl.py)."""
+    if dim % 2:
+        raise ValueError(f"time embedding dimension must be even, got {dim}")
+    angles = (1.0 - t).unsqueeze(-1) * 2.0 ** torch.arange(dim // 2, device=t.device, dtype=t.dtype)
+    return torch.cat([angles.cos(), angles.sin()], dim=-1)
+
+
+TIME_EMBEDDINGS = {"genpol": sinusoidal_time_embedding, "fpo": fpo_time_embedding}
+"""The flow networks' time embeddings by name (``policy.time_embedding``)."""
+
+
 class ResidualMLP(nn.Module):
     """``in_dim -> width -> [residual blocks] -> out_dim``: DPPO's denoiser body.
 

@@ -211,3 +211,23 @@ def test_fpo_log_ratio_is_exactly_zero_on_its_own_record(ratio_mode):
         log_ratio = head.log_ratio(obs, record).log_ratio
     assert log_ratio.shape == (6, 1 if ratio_mode == "average" else 4)
     assert torch.equal(log_ratio, torch.zeros_like(log_ratio))
+
+
+def test_the_fpo_time_embedding_is_the_authors_formula_and_travels_with_the_head():
+    """policy.time_embedding=fpo: cos and sin of 2^k (1 - t), k = 0..3, by hand at t = 0.3 (FPO's and
+    GoRL's code embed their tau = 1 - t so); the head, GoRL's decoder and a rebuilt spec use it."""
+    from genpol.heads import head_from_spec
+    from genpol.heads.latent import LatentDecoderHead
+    from genpol.nets import fpo_time_embedding
+
+    tau = 0.7
+    expected = [math.cos(tau * 2**k) for k in range(4)] + [math.sin(tau * 2**k) for k in range(4)]
+    got = fpo_time_embedding(torch.tensor([0.3], dtype=torch.float64), 8)[0]
+    assert torch.allclose(got, torch.tensor(expected, dtype=torch.float64), atol=1e-15)
+    head = FPOHead(3, 2, hidden_sizes=(8,), time_embedding="fpo")
+    t = torch.rand(5)
+    assert torch.equal(head.velocity.time_embedding(t), fpo_time_embedding(t, 8))
+    assert head_from_spec(head.spec()).config.time_embedding == "fpo"
+    gorl = LatentDecoderHead(3, 2, hidden_sizes=(8,), decoder_hidden_sizes=(8,), time_embedding="fpo")
+    assert torch.equal(gorl.decoder.time_embedding(t), fpo_time_embedding(t, 8))
+    assert torch.equal(FPOHead(3, 2, hidden_sizes=(8,)).velocity.time_embedding(t), sinusoidal_time_embedding(t, 8))

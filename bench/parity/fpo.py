@@ -49,9 +49,10 @@ magnitude of the authors' tensor) difference.
 Settings matched by options (genpol's defaults differ; each has a row with genpol's value):
 ``learner.adam_eps=1e-8`` (optax ``scale_by_adam``), ``learner.max_grad_norm=null`` (no clip),
 ``learner.vf_coef=0.25`` (``value_loss_coeff``), ``policy.critic_hidden_sizes=[256,256,256,256,256]``.
-Harness patches (no option in genpol; each has a row without it): their time embedding
-[cos(2^k tau), sin(2^k tau)] of tau = 1 - t in place of genpol's [sin(2^k pi t), cos(2^k pi t)], and
-advantage normalization by the population std (``jnp.std``) in place of torch's unbiased std.
+Their time embedding, [cos(2^k tau), sin(2^k tau)] of tau = 1 - t, is ``policy.time_embedding=fpo``
+(an option since this harness found it; genpol's default is [sin(2^k pi t), cos(2^k pi t)], a row).
+Harness patch (no option in genpol; a row without it): advantage normalization by the population std
+(``jnp.std``) in place of torch's unbiased std.
 
     /tmp/jaxvenv/bin/pip install jax optax jax_dataclasses
     python bench/parity/fpo.py --ref /path/to/fpo --jax-python /tmp/jaxvenv/bin/python
@@ -259,15 +260,6 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
 
 # =========================================================================== genpol's side (torch)
-def their_time_embedding(t: Any) -> Any:
-    """Their ``embed_timestep`` of tau = 1 - t: [cos(2^k tau), sin(2^k tau)], k = 0 .. 3 (a harness patch)."""
-    import torch
-
-    tau = 1.0 - t.to(torch.float64).unsqueeze(-1)
-    scaled = tau * 2.0 ** torch.arange(EMBED // 2, dtype=torch.float64)
-    return torch.cat([scaled.cos(), scaled.sin()], dim=-1)
-
-
 def population_normalize(advantages: Any) -> Any:
     """``(A - mean) / (std + 1e-8)`` with the population std, ``jnp.std`` (a harness patch)."""
     return (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
@@ -351,8 +343,7 @@ def genpol_inputs(init: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     inputs["batch/old_values"] = rng.standard_normal(BATCH)  # unused: no value clip on either side
 
     # genpol's FPOHead.sample on the old weights (with their time embedding), its draws replaced
-    _, head, critic, _ = build(MATCHED)
-    head.velocity.time_embedding = their_time_embedding
+    _, head, critic, _ = build([*MATCHED, THEIR_EMBEDDING])
     load_weights(head, critic, inputs, "old")
     randn, randint = torch.randn, torch.randint
 
@@ -387,9 +378,7 @@ def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embed
     from genpol.storage.rollout import Batch
     from genpol.updaters import losses
 
-    cfg, head, critic, updater = build(overrides)
-    if their_embedding:
-        head.velocity.time_embedding = their_time_embedding
+    cfg, head, critic, updater = build([*overrides, THEIR_EMBEDDING] if their_embedding else overrides)
     load_weights(head, critic, inputs, "current")
     obs, action = torch.from_numpy(inputs["batch/obs"]), torch.from_numpy(inputs["batch/action"])
     t, noise = torch.from_numpy(inputs["batch/t"]), torch.from_numpy(inputs["batch/noise"])
@@ -454,9 +443,11 @@ def run_jax(args: argparse.Namespace, *command: str) -> None:
     run_jax_side(args.jax_python, __file__, *command, "--ref", str(args.ref))
 
 
+THEIR_EMBEDDING = "policy.time_embedding=fpo"  # an option since 2026-12-02 (a harness patch before)
 SETTINGS = [
     # (label, overrides beyond +experiment=fpo (and learner.compile=false), their embedding, population std, their mode)
-    ("matched: options + both harness patches", MATCHED, True, True, "average"),
+    ("matched: options (policy.time_embedding=fpo among them) + the population-std patch", MATCHED, True, True,
+     "average"),
     ("matched, genpol's advantage std (unbiased)", MATCHED, True, False, "average"),
     ("matched, genpol's time embedding (2^k pi t)", MATCHED, False, True, "average"),
     ("matched, learner.adam_eps=1e-5 (genpol's default)", [*MATCHED, "learner.adam_eps=1e-5"], True, True, "average"),
@@ -520,9 +511,8 @@ def main() -> None:
     for label, overrides, embedding, population, mode in SETTINGS + ([] if args.eager_only else [COMPILED]):
         ours = genpol_step(inputs, overrides, embedding, population)
         rows.append({**common_fields, "setting": label,
-                     "overrides": ["+experiment=fpo", *with_eager(overrides)],
-                     "harness_patches": [p for p, on in (("their time embedding", embedding),
-                                                          ("population-std advantages", population)) if on],
+                     "overrides": ["+experiment=fpo", *with_eager(overrides), *([THEIR_EMBEDDING] if embedding else [])],
+                     "harness_patches": ["population-std advantages"] if population else [],
                      "their_average_losses_before_exp": mode == "average",
                      "differences": compare(ours, theirs, mode, inputs)})
     write_results("parity_fpo.json", rows)  # a list of rows, as every bench/results/parity*.json

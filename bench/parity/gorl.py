@@ -45,10 +45,11 @@ matched rows give it std = 1 - 1e-8 (rounded so that std + 1e-8 == 1.0 exactly) 
 
 Settings matched by options (genpol's defaults differ; each has a row with genpol's value):
 ``learner.adam_eps=1e-8`` (optax), ``learner.grad_clip=joint`` (their one global norm over encoder and
-critic). Harness patches (no option in genpol; each has a row without it): advantage normalization
-by the population std (``jnp.std``), the clip factor max_norm / (norm + 1e-8) (torch's
-``clip_grad_norm_`` adds 1e-6; one row), and the decoder's time embedding [cos(2^k tau), sin(2^k tau)]
-of tau = 1 - t in place of genpol's [sin(2^k pi t), cos(2^k pi t)].
+critic), and ``policy.time_embedding=fpo``, the decoder's time embedding [cos(2^k tau), sin(2^k tau)] of
+tau = 1 - t (an option since 2026-12-02; genpol's default [sin(2^k pi t), cos(2^k pi t)] has a row).
+Harness patches (no option in genpol; each has a row without it): advantage normalization by the
+population std (``jnp.std``), and the clip factor max_norm / (norm + 1e-8) (torch's ``clip_grad_norm_``
+adds 1e-6; one row).
 
     /tmp/jaxvenv/bin/pip install jax optax jax_dataclasses
     python bench/parity/gorl.py --ref /path/to/GoRL --jax-python /tmp/jaxvenv/bin/python
@@ -292,15 +293,6 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
 
 # =========================================================================== genpol's side (torch)
-def their_time_embedding(t: Any) -> Any:
-    """Their ``embed_timestep`` of tau = 1 - t: [cos(2^k tau), sin(2^k tau)], k = 0 .. 3 (a harness patch)."""
-    import torch
-
-    tau = 1.0 - t.to(torch.float64).unsqueeze(-1)
-    scaled = tau * 2.0 ** torch.arange(EMBED // 2, dtype=torch.float64)
-    return torch.cat([scaled.cos(), scaled.sin()], dim=-1)
-
-
 def population_normalize(advantages: Any) -> Any:
     """``(A - mean) / (std + 1e-8)`` with the population std, ``jnp.std`` (a harness patch)."""
     return (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
@@ -350,6 +342,9 @@ def their_layout(found: dict[str, Any], tensors: dict[int, Any] | None = None) -
     return out
 
 
+THEIR_EMBEDDING = "policy.time_embedding=fpo"  # GoRL's code embeds as FPO's: an option since 2026-12-02
+
+
 def build(overrides: list[str], stage: int = 0) -> tuple[Any, Any, Any, Any]:
     """``+experiment=gorl``'s head, critic and stage ``stage``'s updater (clip, grad norm, latent L2), float64."""
     import torch
@@ -395,8 +390,7 @@ def genpol_inputs(init: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     inputs["batch/returns"] = RETURN_SCALE * rng.standard_normal(BATCH)
     inputs["batch/old_values"] = rng.standard_normal(BATCH)  # unused: no value clip on either side
 
-    _, head, critic, _ = build(MATCHED)
-    head.decoder.time_embedding = their_time_embedding
+    _, head, critic, _ = build([*MATCHED, THEIR_EMBEDDING])
     found = modules(head, critic)
     load_weights(found, inputs, {"encoder": "old", "value": "current", "decoder": "current"})
     randn_like = torch.randn_like
@@ -484,14 +478,12 @@ def genpol_decoder(inputs: dict[str, np.ndarray], their_embedding: bool) -> dict
 
     from genpol.heads import latent
 
-    _, head, critic, _ = build(MATCHED)
+    _, head, critic, _ = build([*MATCHED, THEIR_EMBEDDING] if their_embedding else MATCHED)
     torch.set_default_dtype(torch.float64)
     try:
-        fresh = head.new_decoder()
+        fresh = head.new_decoder()  # the head's spec carries policy.time_embedding
     finally:
         torch.set_default_dtype(torch.float32)
-    if their_embedding:
-        head.decoder.time_embedding = fresh.time_embedding = their_time_embedding
     found = {"decoder": head.decoder.net, "fresh": fresh.net}
     load_weights(found, inputs, {"decoder": "current", "fresh": "current"})
     obs, actions = torch.from_numpy(inputs["batch/obs"]), torch.from_numpy(inputs["batch/pre_tanh"])
@@ -573,7 +565,7 @@ ENCODER_SETTINGS = [
     ("encoder later stages (clip 0.3, grad norm 1.0, latent L2 1e-3), matched", MATCHED, 1, True, "later"),
 ]
 DECODER_SETTINGS = [
-    # (label, their embedding patch, their decoder std)
+    # (label, their embedding (policy.time_embedding=fpo), their decoder std)
     ("decoder, matched: their time embedding, their std + 1e-8 == 1", True, "matched"),
     ("decoder, genpol's time embedding (sin, cos of 2^k pi t)", False, "matched"),
     ("decoder, their obs std = 1 as written (divides by 1 + 1e-8)", True, "std1"),
@@ -638,8 +630,7 @@ def main() -> None:
     for label, embedding, their_std in DECODER_SETTINGS:
         ours = genpol_decoder(inputs, embedding)
         rows.append({**common_fields, "setting": label, "part": "decoder",
-                     "overrides": ["+experiment=gorl", *MATCHED],
-                     "harness_patches": ["their time embedding"] if embedding else [],
+                     "overrides": ["+experiment=gorl", *MATCHED, *([THEIR_EMBEDDING] if embedding else [])],
                      "their_decoder_obs_std": float(theirs["decoder_std"]) if their_std == "matched" else 1.0,
                      "differences": compare_decoder(ours, theirs, their_std, inputs)})
     write_results("parity_gorl.json", rows)  # a list of rows, as every bench/results/parity*.json

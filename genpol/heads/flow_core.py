@@ -21,7 +21,7 @@ from torch import nn
 
 from genpol.errors import require
 from genpol.heads.base import HeadConfig
-from genpol.nets import MLP, sinusoidal_time_embedding
+from genpol.nets import MLP, TIME_EMBEDDINGS
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [B, A], t [B]) -> v [B, A]
 
@@ -47,9 +47,14 @@ class FlowConfig(HeadConfig):
     """ODE steps from noise to action."""
     integrator: str = "euler"
     """``euler`` or ``midpoint``."""
+    time_embedding: str = "genpol"
+    """``genpol`` (sin and cos of 2^k pi t) or ``fpo`` (FPO's code: cos and sin of 2^k (1 - t)); the
+    authors' is needed to load or compare their weights (docs/fidelity.md)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(self.time_embedding in TIME_EMBEDDINGS, "policy.time_embedding", f"one of {tuple(TIME_EMBEDDINGS)}",
+                self.time_embedding)
         require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
                  "an even number >= 2", self.time_embed_dim)
         require(self.output_scale > 0, "policy.output_scale", "> 0", self.output_scale)
@@ -65,13 +70,16 @@ class VelocityNetwork(nn.Module):
         obs_dim, act_dim: sizes.
         hidden_sizes, activation: the MLP (FPO: 4 x 32 SiLU).
         time_embed_dim: size of the sinusoidal embedding of t.
+        time_embedding: its kind, ``genpol`` or ``fpo`` (``genpol.nets.TIME_EMBEDDINGS``).
         output_scale: multiplies the output (FPO uses 0.25, which keeps early updates small).
     """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (64, 64, 64),
-                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 1.0):
+                 activation: str = "silu", time_embed_dim: int = 8, output_scale: float = 1.0,
+                 time_embedding: str = "genpol"):
         super().__init__()
         self.time_embed_dim = time_embed_dim
+        self.embed = TIME_EMBEDDINGS[time_embedding]
         self.output_scale = output_scale
         self.net = MLP(obs_dim + act_dim + time_embed_dim, hidden_sizes, act_dim, activation,
                        orthogonal_init=False)
@@ -89,7 +97,7 @@ class VelocityNetwork(nn.Module):
         step (FPO's recorded pairs) stores this once: in FPO's compiled minibatch step (512 samples x 8
         pairs) that cut the pointwise kernels from 2.46-3.23 to 2.00-2.09 ms (bench/fpo_profile.py, A/B in
         bench/results/fpo_tembed_ab.json)."""
-        return sinusoidal_time_embedding(t, self.time_embed_dim)
+        return self.embed(t, self.time_embed_dim)
 
 
 def integrate(velocity: VelocityFn, x0: torch.Tensor, steps: int, method: str = "euler") -> torch.Tensor:

@@ -87,7 +87,8 @@ class FPOHead(VelocitySnapshot, PolicyHead):
     def __init__(self, obs_dim: int, act_dim: int, config: FPOConfig | None = None, **hyperparameters: Any):
         super().__init__(obs_dim, act_dim, config, **hyperparameters)
         c = self.config
-        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale)
+        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale,
+                                        c.time_embedding)
         self.integration_steps = c.integration_steps
         self.integrator = c.integrator
         self.n_mc = c.n_mc

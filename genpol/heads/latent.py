@@ -42,7 +42,7 @@ from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Re
 from genpol.heads.flow_core import VelocityNetwork, flow_matching_loss, integrate
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 from genpol.heads.latent_ddim import DDIMSchedule
-from genpol.nets import MLP
+from genpol.nets import MLP, TIME_EMBEDDINGS
 
 MIN_SCALE, MAX_SCALE = 1e-3, 10.0
 ATANH_LIMIT = 1.0 - 1e-6  # actions at the bounds map to a finite pre-tanh value
@@ -65,6 +65,9 @@ class GoRLConfig(HeadConfig):
     """Activation of the decoder."""
     time_embed_dim: int = 8
     """Size of the decoder's sinusoidal time embedding."""
+    time_embedding: str = "genpol"
+    """The decoder's time embedding: ``genpol`` (sin and cos of 2^k pi t) or ``fpo`` (GoRL's code: cos
+    and sin of 2^k (1 - t)); the authors' is needed to load or compare their weights (docs/fidelity.md)."""
     integration_steps: int = 10
     """Decoder steps from x = z to the pre-tanh action: Euler (flow) or deterministic DDIM (ddim)."""
     zero_init_decoder: bool = True
@@ -87,6 +90,8 @@ class GoRLConfig(HeadConfig):
         check_network("decoder_hidden_sizes", self.decoder_hidden_sizes, "decoder_activation", self.decoder_activation)
         require(self.time_embed_dim >= 2 and self.time_embed_dim % 2 == 0, "policy.time_embed_dim",
                 "an even number >= 2", self.time_embed_dim)
+        require(self.time_embedding in TIME_EMBEDDINGS, "policy.time_embedding", f"one of {tuple(TIME_EMBEDDINGS)}",
+                self.time_embedding)
         require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
         require(self.decoder in ("flow", "ddim"), "policy.decoder", "flow or ddim", self.decoder)
         if self.decoder == "ddim":
@@ -142,7 +147,7 @@ class LatentDecoderHead(PolicyHead):
         (flow) or the noise (ddim), both an MLP on [observation, x, time embedding]."""
         spec = self.spec_kwargs
         return VelocityNetwork(self.obs_dim, self.act_dim, spec["decoder_hidden_sizes"], spec["decoder_activation"],
-                               spec["time_embed_dim"], output_scale=1.0)
+                               spec["time_embed_dim"], output_scale=1.0, time_embedding=spec["time_embedding"])
 
     def reset_encoder(self) -> None:
         """Re-initialize the encoder in place (GoRL trains a fresh encoder in every stage)."""

@@ -83,7 +83,8 @@ class PolicyFlowHead(VelocitySnapshot, PolicyHead):
     def __init__(self, obs_dim: int, act_dim: int, config: PolicyFlowConfig | None = None, **hyperparameters: Any):
         super().__init__(obs_dim, act_dim, config, **hyperparameters)
         c = self.config
-        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale)
+        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale,
+                                        c.time_embedding)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(c.log_std_init)))
         self.integration_steps = c.integration_steps
         self.integrator = c.integrator
