@@ -29,13 +29,12 @@ Pending = tuple[Record, torch.Tensor]  # (the head's record, V(obs)) of an act, 
 
 
 def rollout_bytes(head: PolicyHead, rollout_steps: int, num_envs: int, obs_dim: int, device: torch.device) -> int:
-    """Bytes of a rollout of ``rollout_steps x num_envs`` steps: the observation, six float and two
-    bool fields per step (``RolloutStorage``), and the head's record, measured on one sample drawn
-    with the random state forked (the run's draws are not disturbed)."""
+    """Bytes of ``head``'s rollout of ``rollout_steps x num_envs`` steps (``RolloutStorage.bytes_for``),
+    its record measured on one sample drawn with the random state forked (the run's draws are not
+    disturbed)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         _, record = head.sample(torch.zeros(1, obs_dim, device=device))
-    per_step = 4 * obs_dim + 6 * 4 + 2 + sum(tensor.numel() * tensor.element_size() for tensor in record.values())
-    return rollout_steps * num_envs * per_step
+    return RolloutStorage.bytes_for(rollout_steps, num_envs, obs_dim, record)
 
 
 def model_bytes(*modules: nn.Module) -> int:

@@ -69,6 +69,14 @@ class RolloutStorage:
     needs no change here.
     """
 
+    @staticmethod
+    def bytes_for(num_steps: int, num_envs: int, obs_dim: int, record: Record) -> int:
+        """Bytes of a full rollout: per step and env the float32 observation, five float32 fields
+        (rewards, values, truncation values, advantages, returns), two bool flags, and one sample's
+        ``record`` (a dict of ``[1, ...]`` tensors, as ``head.sample`` of one observation returns)."""
+        record_bytes = sum(tensor.numel() * tensor.element_size() for tensor in record.values())
+        return num_steps * num_envs * (4 * obs_dim + 5 * 4 + 2 + record_bytes)
+
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, device: torch.device | str = "cpu"):
         self.num_steps = num_steps
         self.num_envs = num_envs
