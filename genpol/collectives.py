@@ -131,13 +131,15 @@ def broadcast_modules(modules: dict[str, nn.Module | torch.Tensor]) -> None:
             offset += t.numel()
 
 
-def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    """``(A - mean) / (std + 1e-8)`` with the mean and unbiased std of all ranks' advantages ``[N]``
-    together (equal to ``losses.normalize_advantages`` on the concatenated batch)."""
+def normalize_advantages(advantages: torch.Tensor, std: str = "unbiased") -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` with the mean and the ``unbiased`` (n - 1) or ``population`` (n) std
+    of all ranks' advantages ``[N]`` together (equal to ``losses.normalize_advantages`` on the
+    concatenated batch)."""
     local = advantages.detach().to(torch.float64)
     moments = torch.stack([local.new_tensor(float(local.numel())), local.sum(), local.square().sum()])
     dist.all_reduce(moments)
     count, total, squares = moments.tolist()
     mean = total / count
-    std = max((squares - count * mean * mean) / (count - 1), 0.0) ** 0.5
+    dof = count - 1 if std == "unbiased" else count
+    std = max((squares - count * mean * mean) / dof, 0.0) ** 0.5
     return (advantages - mean) / (std + 1e-8)

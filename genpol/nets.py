@@ -68,7 +68,12 @@ class MLP(nn.Sequential):
 
 
 class ValueNetwork(nn.Module):
-    """State-value critic ``V(s)``: ``obs [B, D] -> value [B]``."""
+    """State-value critic ``V(s)``: ``obs [B, D] -> value [B]``.
+
+    ``residual``: DPPO's critic (their ``CriticObs`` with ``residual_style=True``, every DPPO config): a
+    ``ResidualMLP`` without an activation before its output layer, at torch's default initialization as
+    theirs (``orthogonal_init`` applies to the plain MLP only). It needs an odd number of equal widths.
+    """
 
     def __init__(
         self,
@@ -76,9 +81,15 @@ class ValueNetwork(nn.Module):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         orthogonal_init: bool = True,
+        residual: bool = False,
     ):
         super().__init__()
-        self.net = MLP(obs_dim, hidden_sizes, 1, activation, orthogonal_init, output_gain=1.0)
+        if residual and len(hidden_sizes) % 2 == 0:  # an input layer, then two-layer blocks: an odd count
+            raise ValueError(f"a residual value network needs an odd number of hidden widths, got {list(hidden_sizes)}")
+        if residual:
+            self.net = ResidualMLP(obs_dim, hidden_sizes, 1, activation, output_activation=False)
+        else:
+            self.net = MLP(obs_dim, hidden_sizes, 1, activation, orthogonal_init, output_gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs).squeeze(-1)
@@ -108,14 +119,33 @@ TIME_EMBEDDINGS = {"genpol": sinusoidal_time_embedding, "fpo": fpo_time_embeddin
 """The flow networks' time embeddings by name (``policy.time_embedding``)."""
 
 
+def dppo_time_embedding(timestep: torch.Tensor, dim: int) -> torch.Tensor:
+    """``timestep [...]`` (the integer diffusion timestep, as a float) -> ``[..., dim]``: DPPO's code's
+    embedding (Diffuser's), sin then cos of ``timestep * 10000^(-k / (dim/2 - 1))`` for k = 0 .. dim/2 - 1.
+    Geometric frequencies from 1 down to 1e-4 suit an integer timestep; needs ``dim >= 4`` (the exponent
+    divides by dim/2 - 1). The diffusion head's ``policy.time_embedding=dppo``."""
+    if dim % 2 or dim < 4:
+        raise ValueError(f"DPPO's time embedding needs an even dimension >= 4, got {dim}")
+    half = dim // 2
+    # the exponent as k * (-log(10000) / (half - 1)), then exp: their order of operations, so that the
+    # frequencies round as theirs do (the parity harness compares in float64 to 1e-15)
+    frequencies = torch.exp(torch.arange(half, device=timestep.device, dtype=timestep.dtype)
+                            * -(math.log(10000.0) / (half - 1)))
+    angles = timestep.unsqueeze(-1) * frequencies
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
 class ResidualMLP(nn.Module):
     """``in_dim -> width -> [residual blocks] -> out_dim``: DPPO's denoiser body.
 
     Each block is ``h + W2 act(W1 act(h))`` (pre-activation), so ``hidden_sizes=(512, 512, 512)``
     gives an input layer and one two-layer residual block of width 512. All hidden widths must match.
+    ``output_activation=False`` drops the activation before the output layer, as DPPO's own
+    ``ResidualMLP``; the output linear keeps its state-dict key (``output.1``) either way.
     """
 
-    def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "mish"):
+    def __init__(self, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "mish",
+                 output_activation: bool = True):
         super().__init__()
         width = hidden_sizes[0]
         if any(size != width for size in hidden_sizes):
@@ -126,7 +156,7 @@ class ResidualMLP(nn.Module):
             nn.Sequential(act(), OneDNNLinear(width, width), act(), OneDNNLinear(width, width))
             for _ in range(max((len(hidden_sizes) - 1) // 2, 0))
         )
-        self.output = nn.Sequential(act(), OneDNNLinear(width, out_dim))
+        self.output = nn.Sequential(act() if output_activation else nn.Identity(), OneDNNLinear(width, out_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.input(x)

@@ -43,7 +43,7 @@ def test_the_head_config_types_the_yaml_and_policy_custom_still_passes_kwargs(ex
     with pytest.raises(ConfigError, match=r"policy.hidden must be >= 1, got 0"):  # the Config's own check
         validate(compose_config(["env=multigoal", "policy=laplace", "policy.hidden=0"], config_dirs=dirs))
     with pytest.raises(ConfigError, match=r"policy.hiden: LaplaceHead's LaplaceConfig: has no such field; its fields "
-                                          r"are \['critic_activation', 'critic_hidden_sizes', 'family', 'hidden'"):
+                                          r"are \['critic_activation', 'critic_hidden_sizes', 'critic_residual', 'family', 'hidden'"):
         validate(compose_config(["env=multigoal", "policy=laplace", "+policy.hiden=3"], config_dirs=dirs))
     custom = validate(compose_config(["env=multigoal", "policy=custom", "policy.family=laplace_head:LaplaceHead",
                                       "+policy.kwargs.hidden=12"]))

@@ -28,14 +28,16 @@ gradient as the optimizers see it (after any clip), and every actor, critic and 
 after the step. Where gradients agree to ~1e-15, parameters after the step agree to ~1e-13..1e-12: Adam
 divides each element by its own magnitude, so an element near its eps (1e-8) carries its rounding,
 relative to itself, into the step. Rows without an update: their critic's fixed learning rate, the N(k)
-schedule of CT over an offline run, the EMA actor before and at step 1000, and their --lr_decay.
+schedule of CT over an offline run, the EMA actor's update steps around step 1000, and their --lr_decay,
+each beside genpol's option that reproduces it.
 
 Harness shims for the authors' code (not departures): their ``predict_consistency`` casts a float noise
 level to a float32 tensor when sampling, and ``OnlineAgent.train`` casts observations with ``.float()``;
-both are kept at float64 during their step. Harness patches of genpol (named in each row's
-``harness_patches``, each a departure with a row of its own): their time input in genpol's network,
-genpol's CT noise levels kept in float64, genpol's critic loss doubled, genpol's pseudo-Huber made
-elementwise (one row).
+both are kept at float64 during their step. genpol is not patched: the rows set genpol's options for the
+authors' behaviour (each row's ``genpol_options``; ``policy.time_input``, ``learner.critic_reduction=sum``,
+``learner.actor_ema_warmup=hold``, ``policy.target_warmup=hold``, ``learner.q_norm``,
+``learner.max_q_backup_samples``, ``policy.ct_distance=pseudo_huber_per_dim``), and a departure row leaves
+one of them at genpol's default.
 
     python bench/parity/consistency_ac.py --ref DING_JIN_SNAPSHOT --ref CPQL_SNAPSHOT
 
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import importlib
 import math
 import sys
@@ -67,11 +68,10 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one f
 from common import date_stamp, machine, write_results  # noqa: E402
 from shared import difference, reference_commit, worst  # noqa: E402
 
-import genpol.algorithms.offpolicy as offpolicy_module  # noqa: E402
-import genpol.heads.consistency as consistency_module  # noqa: E402
 from genpol.algorithms.qgradient import QGradientActor  # noqa: E402
 from genpol.config.offpolicy import QGradientConfig  # noqa: E402
-from genpol.heads.consistency import ConsistencyHead, ConsistencyNetwork, ct_num_scales  # noqa: E402
+from genpol.heads.consistency import ConsistencyHead, ct_num_scales, ema_update_due  # noqa: E402
+from genpol.runners.offline_rl import OfflineRLRunner  # noqa: E402
 from genpol.storage.replay import ReplayBatch  # noqa: E402
 from genpol.updaters.schedules import cosine_lr  # noqa: E402
 
@@ -181,64 +181,6 @@ def patched(target: Any, name: str, value: Any) -> Iterator[None]:
         setattr(target, name, saved)
 
 
-# --------------------------------------------------------------------------- harness patches of genpol
-class AuthorsTimeInput(ConsistencyNetwork):
-    """genpol's consistency network with the authors' time input: their ``SinusoidalPosEmb`` (transformer
-    frequencies) of ``authors_time(tau)`` instead of genpol's sin/cos(2^k pi u), u = log(tau/eps)/log(tau_max/eps).
-    Same parameters (time MLP and body), so the copied weights apply unchanged."""
-
-    def forward(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        embedding = self.time_mlp(self.authors_embedding(self.authors_time(tau)))
-        return self.body(torch.cat([noisy, embedding, obs], dim=-1))
-
-
-def raw_noise_level(tau: torch.Tensor) -> torch.Tensor:
-    """Ding & Jin's time input: the noise level itself (``agents/consistency.py`` passes t to the model)."""
-    return tau
-
-
-def cpql_noise_level(tau: torch.Tensor) -> torch.Tensor:
-    """CPQL's time input: 1000 * 0.25 * log(sigma + 1e-44) (``KarrasDenoiser.denoise``)."""
-    return 250.0 * torch.log(tau + 1e-44)
-
-
-def use_authors_time_input(head: ConsistencyHead, embedding: nn.Module, noise_level: Callable) -> None:
-    for network in (head.network, head.target):
-        network.__class__ = AuthorsTimeInput
-        network.authors_embedding = copy.deepcopy(embedding)
-        network.authors_time = noise_level
-
-
-def float64_boundaries(num_scales: int, eps: float = 0.002, tau_max: float = 80.0, rho: float = 7.0) -> torch.Tensor:
-    """genpol's ``karras_boundaries`` without its final ``.float()``: the CT noise levels in float64."""
-    ramp = torch.arange(num_scales, dtype=torch.float64) / (num_scales - 1)
-    return (eps ** (1 / rho) + ramp * (tau_max ** (1 / rho) - eps ** (1 / rho))) ** rho
-
-
-def elementwise_pseudo_huber(difference: torch.Tensor) -> torch.Tensor:
-    """``[B, A] -> [B]``: the pseudo-Huber of each action dim, averaged over the dims (Ding & Jin's
-    ``WeightedHuber`` with the mean they take), c = 0.00054 sqrt(A) as genpol's."""
-    c = 0.00054 * math.sqrt(difference.shape[-1])
-    return ((difference.square() + c * c).sqrt() - c).mean(dim=-1)
-
-
-@contextlib.contextmanager
-def genpol_patches(names: tuple[str, ...]) -> Iterator[None]:
-    """``float64 levels``: CT noise levels in float64; ``critic loss x2``: genpol's 0.5 sum_i MSE doubled to
-    the authors' sum_i MSE; ``elementwise pseudo-Huber``: genpol's pseudo_huber taken per action dim and
-    averaged. (The time input is patched on the head itself, ``use_authors_time_input``.)"""
-    with contextlib.ExitStack() as stack:
-        if "elementwise pseudo-Huber" in names:
-            stack.enter_context(patched(consistency_module, "pseudo_huber", elementwise_pseudo_huber))
-        if "float64 levels" in names:
-            stack.enter_context(patched(consistency_module, "karras_boundaries", float64_boundaries))
-        if "critic loss x2" in names:
-            original = offpolicy_module.critic_loss
-            stack.enter_context(patched(offpolicy_module, "critic_loss",
-                                        lambda q, target, reduction="sb3": 2 * original(q, target, reduction)))
-        yield
-
-
 # --------------------------------------------------------------------------- weights and parameters
 def linears(module: nn.Module) -> list[nn.Linear]:
     return [layer for layer in module.modules() if isinstance(layer, nn.Linear)]
@@ -312,8 +254,8 @@ class Setting:
     bc: float = 1.0  # genpol's bc_coef; CPQL's alpha (Ding & Jin's offline BC weight is 1)
     grad_norm: float = 1.0  # 0: no clip (the authors' convention), genpol max_grad_norm None
     pair: int = 0  # L_Q's critic pair: 0 = -Q1 / mean|Q2|, 1 = -Q2 / mean|Q1|
-    time_input: str = "authors"  # "authors" (harness patch) or "genpol"
-    patches: tuple[str, ...] = ("float64 levels", "critic loss x2")
+    time_input: str = "authors"  # "authors" (policy.time_input=ding_jin / cpql) or "genpol"
+    critic_sum: bool = True  # learner.critic_reduction=sum (theirs), else genpol's default sb3
     genpol: dict[str, Any] = field(default_factory=dict)  # head and learner options beyond the matched ones
     theirs: dict[str, Any] = field(default_factory=dict)  # their constructor options beyond the matched ones
     perturb_ema: bool = False  # CPQL: the EMA actor away from the online one (as after training)
@@ -322,30 +264,33 @@ class Setting:
 
 
 HEAD_KEYS = {"scale_input", "clamp_gradient", "ct_distance", "ct_noise_sampling", "target_decay", "target_every",
-             "sampling_steps"}
+             "sampling_steps", "time_input", "target_warmup", "ct_schedule_repeats"}
 
 
-def build_genpol(setting: Setting, kind: str, model: nn.Module, critic: nn.Module, critic_target: nn.Module,
-                 embedding: nn.Module) -> tuple[QGradientActor, dict[str, Any]]:
-    """genpol's learner at the authors' settings, holding their weights."""
+def build_genpol(setting: Setting, kind: str, model: nn.Module, critic: nn.Module, critic_target: nn.Module
+                 ) -> tuple[QGradientActor, dict[str, Any]]:
+    """genpol's learner at the authors' settings (its options for their behaviour), holding their weights."""
+    authors_time = "ding_jin" if kind == "ding" else "cpql"
     head_options = {"sampling_steps": SAMPLING_STEPS if kind == "ding" else 1,  # CPQL: the onestep sampler
                     "scale_input": kind == "cpql",  # Ding & Jin feed a_tau raw; CPQL scales by c_in
                     "clamp_gradient": "zero", "ct_loss_scale": True, "ct_distance": "l2",
                     "ct_noise_sampling": "uniform", "sigma_data": 0.5, "eps": 0.002, "tau_max": 80.0,
                     "tau_min_sampling": 2.0, "rho": 7.0, "ct_initial_scales": SCALES - 1,
                     "ct_final_scales": SCALES - 1, "ct_total_steps": 1,  # N = SCALES at genpol's first CT step
+                    "time_input": authors_time if setting.time_input == "authors" else "genpol",
+                    "target_warmup": "hold",  # their CT target is their EMA actor, held until step 1000
                     **{k: v for k, v in setting.genpol.items() if k in HEAD_KEYS}}
     assert ct_num_scales(1, 1, SCALES - 1, SCALES - 1) == SCALES
     head = ConsistencyHead(OBS_DIM, ACT_DIM, **head_options)
     copy_actor(model, head)
-    if setting.time_input == "authors":
-        use_authors_time_input(head, embedding, raw_noise_level if kind == "ding" else cpql_noise_level)
     layer_norm = kind == "cpql" and setting.agent == "offline"
     learner_options = {"lr": LR, "gamma": GAMMA, "tau": TAU, "batch_size": BATCH, "buffer_size": BATCH,
                        "eta": setting.eta, "bc_coef": setting.bc,
                        "max_grad_norm": setting.grad_norm if setting.grad_norm > 0 else None,
                        "critic_hidden_sizes": [256, 256, 256], "critic_activation": "mish",
                        "critic_layer_norm": layer_norm, "num_qs": 2, "learning_starts": 0,
+                       "critic_reduction": "sum" if setting.critic_sum else "sb3", "actor_ema_warmup": "hold",
+                       "critic_lr": 3e-4,  # their critic's Adam, whatever lr
                        **{k: v for k, v in setting.genpol.items() if k not in HEAD_KEYS}}
     algo = QGradientActor(head, QGradientConfig(**learner_options), total_steps=1000, num_envs=1, obs_dim=OBS_DIM,
                           act_dim=ACT_DIM, capacity=BATCH, device=torch.device("cpu"))
@@ -461,7 +406,9 @@ class DingJin:
         genpol's: next actions, actions, CT indices, CT noise, the pair's permutation."""
         backup = setting.theirs.get("max_q_backup", False)
         next_noise = sampler_noise(generator, SAMPLING_STEPS, BATCH * (10 if backup else 1))
-        genpol_next = [noise[::10] for noise in next_noise] if backup else next_noise  # genpol: the first of the 10
+        genpol_samples = setting.genpol.get("max_q_backup_samples", 1)
+        # genpol with one sample per next state: the first of their 10
+        genpol_next = [noise[::10] for noise in next_noise] if backup and genpol_samples == 1 else next_noise
         actor_noise = sampler_noise(generator, SAMPLING_STEPS)
         ct_noise = torch.randn(BATCH, ACT_DIM, generator=generator)
         ct_index = torch.randint(0, SCALES - 1, (BATCH,), generator=generator)
@@ -542,8 +489,7 @@ def one_step(reference: Any, setting: Setting, seed: int) -> dict[str, Any]:
         model.final_layer.bias.mul_(reference.output_scale)
         ema.load_state_dict(model.state_dict())
     perturb_(agent.critic_target, generator)  # target critics away from the critics
-    algo, options = build_genpol(setting, reference.kind, model, agent.critic, agent.critic_target,
-                                 reference.embedding())
+    algo, options = build_genpol(setting, reference.kind, model, agent.critic, agent.critic_target)
     if setting.perturb_ema:  # their actor_target (CPQL's EMA actor) and genpol's EMA actor, identically
         state = torch.Generator().manual_seed(seed + 1).get_state()
         perturb_(ema, torch.Generator().set_state(state))
@@ -569,7 +515,7 @@ def one_step(reference: Any, setting: Setting, seed: int) -> dict[str, Any]:
         return loss, q, target
 
     algo._critic_loss = recording_critic_loss
-    with genpol_patches(setting.patches), our_draws:
+    with our_draws:
         named = algo.gradient_step(ReplayBatch(**batch))
 
     their_layers, our_layers = their_actor_linears(model), genpol_actor_linears(algo.head.network)
@@ -580,7 +526,7 @@ def one_step(reference: Any, setting: Setting, seed: int) -> dict[str, Any]:
               "q_loss": difference(named["q_loss"], metric.get("ql_loss", metric["actor_loss"])),
               **reference.compare_bc(named, metric),
               "actor_loss": difference(named["policy"], metric["actor_loss"])}
-    if "critic loss x2" not in setting.patches:  # genpol's value is then half theirs
+    if not setting.critic_sum:  # genpol's value is then half theirs
         losses["critic_loss_x2"] = difference(2 * named["value"], metric["critic_loss"])
     gradients = {
         "actor": paired([our_actor_recorder.gradients[id(p)] for p in our_actor],
@@ -602,106 +548,157 @@ def one_step(reference: Any, setting: Setting, seed: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- rows without an update
 def schedule_row(reference: DingJin) -> dict[str, Any]:
     """N(k) of consistency training over an offline run: theirs restarts with every ``train`` call
-    (``iterations`` = eval_freq 50 x 1000 steps in offline.py), genpol's grows once over ct_total_steps."""
+    (``iterations`` = eval_freq 50 x 1000 steps in offline.py); genpol's default grows once over
+    ct_total_steps, ``policy.ct_schedule_repeats=true ct_total_steps=50000 ct_final_scales=149`` is theirs
+    (read off the head's own ``imitation_loss`` at each step count)."""
     per_call, total = 50 * 1000, 2000 * 1000  # offline.py: eval_freq x num_steps_per_epoch; num_epochs x 1000
     steps = [0, 1, 100, 25_000, 49_999, 50_000, 50_001, 1_000_000, total - 1]
     theirs = [reference.ql.timesteps_schedule(k % per_call, per_call, 2, 150) for k in steps]
     ours = [ct_num_scales(k + 1, total, 2, 150) for k in steps]  # genpol counts the step before drawing N
+    head = ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(8,), ct_schedule_repeats=True, ct_total_steps=per_call,
+                           ct_initial_scales=2, ct_final_scales=149)
+    drawn: list[int] = []
+    head.consistency_training_loss = lambda obs, actions, num_scales: drawn.append(num_scales) or torch.zeros(())
+    for k in steps:  # k steps taken before this one, as their global step k
+        head.ct_step = k
+        head.imitation_loss(torch.zeros(1, OBS_DIM), torch.zeros(1, ACT_DIM))
     return {"setting": "N(k) of the CT loss at global step k (offline.py: train(iterations=50000) per call, "
                        "2000 epochs of 1000 steps; genpol ct_total_steps = 2,000,000)",
-            "differences": {"steps": steps, "authors_N": theirs, "genpol_N": ours}}
+            "genpol_option": "policy.ct_schedule_repeats=true policy.ct_total_steps=50000 policy.ct_final_scales=149",
+            "differences": {"steps": steps, "authors_N": theirs, "genpol_N": ours, "genpol_option_N": drawn,
+                            "option_equal": drawn == theirs}}
 
 
 def ema_row(reference: DingJin, seed: int) -> dict[str, Any]:
-    """The EMA actor before step_start_ema (1000): theirs is not touched (it stays the initial actor),
-    genpol copies the online actor (and the head's CT target) every 5 steps."""
+    """When the EMA actor (also their CT target) moves: theirs checks ``step % update_ema_every`` before
+    incrementing ``step`` and ``step_ema`` returns before ``step_start_ema``, so it keeps the initial actor
+    and first averages after update 1001; genpol's default copies every 5 steps before step 1000
+    (``actor_ema_warmup=copy``), ``hold`` is theirs. Then one average on both sides, from the initial actor."""
     torch.manual_seed(seed)
     setting = Setting("ema")
     agent = reference.agent(setting)
-    algo, _ = build_genpol(setting, "ding", agent.model, agent.critic, agent.critic_target, reference.embedding())
-    initial = [p.detach().clone() for p in agent.ema_actor.parameters()]
-    generator = torch.Generator().manual_seed(seed)
-    state = generator.get_state()
-    perturb_(agent.actor, torch.Generator().set_state(state))  # "trained" online weights, the same on both sides
+    algo, _ = build_genpol(setting, "ding", agent.model, agent.critic, agent.critic_target)
+    moves: list[int] = []
+    update = agent.ema.update_model_average
+    agent.ema.update_model_average = lambda *_: moves.append(agent.step + 1)  # as updates taken, from 1
+    for _ in range(1012):  # their train loop's tail, update by update (their step_ema decides)
+        if agent.step % agent.update_ema_every == 0:
+            agent.step_ema()
+        agent.step += 1
+    agent.ema.update_model_average = update
+    cfg = algo.cfg
+    due = {warmup: [n for n in range(1, 1013) if ema_update_due(n, cfg.actor_ema_every, cfg.actor_ema_start, warmup)]
+           for warmup in ("hold", "copy")}
+    head_due = [n for n in range(1, 1013) if ema_update_due(n, algo.head.target_every, algo.head.target_start,
+                                                            algo.head.target_warmup)]
+    # the first average: perturbed ("trained") online weights, the same on both sides, into the initial actor
+    state = torch.Generator().manual_seed(seed).get_state()
+    perturb_(agent.actor, torch.Generator().set_state(state))
     perturb_(algo.head.network, torch.Generator().set_state(state))
-    agent.step, algo.actor_steps, algo.head.ct_step = 5, 5, 5
+    agent.step = 1000
     agent.step_ema()
-    algo.update_ema_head()
-    algo.head.update_target()
-    theirs_moved = max((p.detach() - q).abs().max().item() for p, q in zip(agent.ema_actor.parameters(), initial))
-    ema_vs_online = paired(actor_params(genpol_actor_linears(algo.ema_head.network)),
-                           actor_params(genpol_actor_linears(algo.head.network)))
-    target_vs_online = paired(actor_params(genpol_actor_linears(algo.head.target)),
-                              actor_params(genpol_actor_linears(algo.head.network)))
-    # from step 1000 on both average: the same update from the same EMA weights
-    copy_actor(agent.ema_actor.model, algo.ema_head)  # genpol's EMA actor back to theirs (the initial actor)
-    agent.step, algo.actor_steps = 1000, 1000
-    agent.step_ema()
-    algo.update_ema_head()
-    after_start = paired(actor_params(genpol_actor_linears(algo.ema_head.network)),
-                         actor_params(their_actor_linears(agent.ema_actor.model)))
-    return {"setting": "EMA actor update at step 5 (before step_start_ema 1000) and at step 1000",
-            "differences": {"authors_ema_moved_at_step_5": theirs_moved,
-                            "genpol_ema_minus_online_at_step_5": ema_vs_online,
-                            "genpol_ct_target_minus_online_at_step_5": target_vs_online,
-                            "ema_update_at_step_1000": after_start}}
+    algo.actor_steps = 1001  # hold: due as an average after update 1001 (their step 1000)
+    algo.update_ema_head(copy_online=False)
+    first_average = paired(actor_params(genpol_actor_linears(algo.ema_head.network)),
+                           actor_params(their_actor_linears(agent.ema_actor.model)))
+    return {"setting": "EMA actor and CT target: the updates after which they move (1..1012), and the first average",
+            "genpol_option": "learner.actor_ema_warmup=hold policy.target_warmup=hold",
+            "differences": {"authors_moves_after_update": moves, "genpol_hold_moves": due["hold"],
+                            "genpol_ct_target_hold_moves": head_due, "option_equal": due["hold"] == moves == head_due,
+                            "genpol_copy_moves_before_1000": len([n for n in due["copy"] if n < 1000]),
+                            "first_average": first_average}}
 
 
 def critic_lr_row(reference: Any) -> dict[str, Any]:
-    """Their critic's Adam is built with lr=3e-4 whatever ``lr`` (the actor's) is; genpol has one ``learner.lr``."""
+    """Their critic's Adam is built with lr=3e-4 whatever ``lr`` (the actor's) is; genpol's ``learner.critic_lr``."""
     agent = (reference.ql.CPQL(device="cpu", state_dim=OBS_DIM, action_dim=ACT_DIM, lr=3e-5, memory_size=BATCH)
              if reference.kind == "cpql" else
              reference.ql.Consistency_QL(state_dim=OBS_DIM, action_dim=ACT_DIM, max_action=1.0, device="cpu",
                                          discount=GAMMA, tau=TAU, lr=3e-5))
-    return {"setting": "lr=3e-5 (the pen tasks' learning rate)",
+    rates = {}
+    for critic_lr in (None, 3e-4):
+        cfg = QGradientConfig(lr=3e-5, critic_lr=critic_lr, batch_size=BATCH, buffer_size=BATCH)
+        algo = QGradientActor(ConsistencyHead(OBS_DIM, ACT_DIM), cfg, total_steps=1, num_envs=1, obs_dim=OBS_DIM,
+                              act_dim=ACT_DIM, capacity=BATCH, device=torch.device("cpu"))
+        rates[critic_lr] = (algo.actor_optimizer.param_groups[0]["lr"], algo.critic_optimizer.param_groups[0]["lr"])
+    return {"setting": "lr=3e-5 (the pen tasks' learning rate)", "genpol_option": "learner.critic_lr=3e-4",
             "differences": {"authors_actor_lr": agent.actor_optimizer.param_groups[0]["lr"],
                             "authors_critic_lr": agent.critic_optimizer.param_groups[0]["lr"],
-                            "genpol_actor_lr": 3e-5, "genpol_critic_lr": 3e-5}}
+                            "genpol_actor_lr": rates[None][0], "genpol_critic_lr": rates[None][1],
+                            "genpol_option_actor_lr": rates[3e-4][0], "genpol_option_critic_lr": rates[3e-4][1]}}
 
 
 def lr_decay_row(reference: DingJin) -> dict[str, Any]:
     """--lr_decay (their scripts/offline.sh): CosineAnnealingLR(T_max = num_epochs = 2000) stepped at the end of
     each ``train`` call, which offline.py makes 50 x 1000 steps long: 40 steps of the scheduler in a 2M-step run.
-    genpol's ``offline_lr_decay`` (Diffusion-QL's: one scheduler step per 1000-step epoch) reaches 0."""
+    genpol's ``offline_lr_decay`` moves every step and reaches 0; ``offline_lr_decay_every=50000
+    offline_lr_decay_horizon=2000`` is theirs (read off ``OfflineRLRunner.decayed_lr``)."""
     agent = reference.ql.Consistency_QL(state_dim=OBS_DIM, action_dim=ACT_DIM, max_action=1.0, device="cpu",
                                         discount=GAMMA, tau=TAU, lr=LR, lr_decay=True, lr_maxt=2000)
+    per_call, total = 50 * 1000, 2000 * 1000
+    cfg = QGradientConfig(lr=LR, offline_lr_decay=True, offline_lr_decay_every=per_call, offline_lr_decay_horizon=2000,
+                          batch_size=BATCH, buffer_size=BATCH)
+    algo = QGradientActor(ConsistencyHead(OBS_DIM, ACT_DIM), cfg, total_steps=1, num_envs=1, obs_dim=OBS_DIM,
+                          act_dim=ACT_DIM, capacity=BATCH, device=torch.device("cpu"))
+    runner = OfflineRLRunner(algo, None, steps=total, batch_size=BATCH)  # only its schedule is read
+    theirs, ours = [], []
     with warnings.catch_warnings():  # no optimizer step here: torch warns about the order
         warnings.simplefilter("ignore", UserWarning)
-        for _ in range(2000 * 1000 // (50 * 1000)):  # one scheduler step per train call
+        for call in range(total // per_call):  # one scheduler step per train call
+            theirs.append(agent.actor_optimizer.param_groups[0]["lr"])  # the rate during this call
+            algo.offline_steps = call * per_call + per_call - 1  # its last step
+            ours.append(runner.decayed_lr(LR))
             agent.actor_lr_scheduler.step()
             agent.critic_lr_scheduler.step()
-    total = 2000 * 1000
+    algo.offline_steps = total
+    gaps = [abs(a - b) / a for a, b in zip(theirs, ours)]
     return {"setting": "--lr_decay over an offline run of 2000 epochs x 1000 steps (lr 3e-4)",
+            "genpol_option": "learner.offline_lr_decay_every=50000 learner.offline_lr_decay_horizon=2000",
             "differences": {"authors_final_actor_lr": agent.actor_optimizer.param_groups[0]["lr"],
                             "authors_final_critic_lr": agent.critic_optimizer.param_groups[0]["lr"],
                             "genpol_lr_at_last_step": cosine_lr(LR, total - 1, total),
-                            "genpol_lr_at_half": cosine_lr(LR, total // 2, total)}}
+                            "genpol_lr_at_half": cosine_lr(LR, total // 2, total),
+                            "genpol_option_final_lr": runner.decayed_lr(LR),
+                            "option_lr_per_call_max_rel": max(gaps)}}
+
+
+def time_input_row(reference: Any) -> dict[str, Any]:
+    """Their time embedding (``SinusoidalPosEmb(16)`` of their time) against ``policy.time_input``'s at the 40
+    Karras levels, before the time MLP."""
+    levels = torch.tensor([(0.002 ** (1 / 7) + i / 39 * (80 ** (1 / 7) - 0.002 ** (1 / 7))) ** 7 for i in range(40)])
+    option = "ding_jin" if reference.kind == "ding" else "cpql"
+    their_time = levels if reference.kind == "ding" else 1000 * 0.25 * torch.log(levels + 1e-44)
+    ours = ConsistencyHead(OBS_DIM, ACT_DIM, time_input=option).network.time_embedding(levels)
+    return {"setting": "time embedding at the 40 Karras levels", "genpol_option": f"policy.time_input={option}",
+            "differences": {"embedding": difference(ours, reference.embedding()(their_time))}}
 
 
 # --------------------------------------------------------------------------- the settings
 def ding_settings() -> list[Setting]:
-    aligned = "with the authors' time input, float64 CT levels and genpol's critic loss x2 (harness patches)"
+    aligned = ("genpol's options for theirs (policy.time_input=ding_jin, learner.critic_reduction=sum, "
+               "actor_ema_warmup and target_warmup hold)")
+    improved = {"ct_distance": "pseudo_huber", "ct_noise_sampling": "lognormal", "target_decay": 0.0,
+                "target_every": 1, "target_warmup": "copy"}  # their improved CT's teacher: the online network
     return [
-        Setting(f"offline step, eta 1, clip 1, options matched, {aligned}"),
+        Setting(f"offline step, eta 1, clip 1, {aligned}"),
         Setting(f"offline step, eta 1, no clip, other critic pair, {aligned}", grad_norm=0.0, pair=1),
         Setting(f"offline step, BC only (eta 0): consistency training, {aligned}", eta=0.0),
         Setting(f"online step (OnlineAgent, genpol bc_coef 0), Q-loss only, {aligned}", agent="online", bc=0.0),
+        Setting(f"offline step, their q_norm=True, learner.q_norm=true, {aligned}", theirs={"q_norm": True},
+                genpol={"q_norm": True}),
+        Setting(f"offline step, their max_q_backup=True, learner.max_q_backup_samples=10, {aligned}",
+                theirs={"max_q_backup": True}, genpol={"max_q_backup_samples": 10}),
         Setting("departure: time input (genpol's own embedding)", time_input="genpol",
                 departure={"where": "time input of F_theta",
                            "the authors": "sinusoidal embedding (transformer frequencies 10000^(-k/7)) of the raw "
-                                          "noise "
-                                          "level t in [0.002, 80]",
-                           "genpol": "sin/cos(2^k pi u) of u = log(tau/eps) / log(tau_max/eps) in [0, 1]"}),
-        Setting("departure: CT noise levels in float32 (genpol's karras_boundaries)", patches=("critic loss x2",),
-                departure={"where": "CT noise levels' dtype",
-                           "the authors": "kerras_boundaries in the default dtype (float64 here)",
-                           "genpol": "karras_boundaries(...).float(): float32 whatever the head's dtype "
-                                     "(no effect in float32 training)"}),
-        Setting("departure: critic loss scale (genpol's 0.5 sum_i MSE, no clip)", grad_norm=0.0,
-                patches=("float64 levels",),
+                                          "noise level t in [0.002, 80]",
+                           "genpol": "sin/cos(2^k pi u) of u = log(tau/eps) / log(tau_max/eps) in [0, 1]"},
+                option="policy.time_input=ding_jin"),
+        Setting("departure: critic loss scale (genpol's 0.5 sum_i MSE, no clip)", grad_norm=0.0, critic_sum=False,
                 departure={"where": "critic loss", "the authors": "mse(Q1, y) + mse(Q2, y)",
                            "genpol": "0.5 (mse(Q1, y) + mse(Q2, y)) (critic_reduction sb3; mean is the same for 2 "
-                                     "critics): gradients half theirs; after Adam, a difference only through eps"}),
+                                     "critics): gradients half theirs; after Adam, a difference only through eps"},
+                option="learner.critic_reduction=sum"),
         Setting("departure: clamp gradient (genpol's default inward), online Q-loss only", agent="online", bc=0.0,
                 genpol={"clamp_gradient": "inward"},
                 departure={"where": "backward pass of the sampler's clamp to [-1, 1]",
@@ -711,38 +708,37 @@ def ding_settings() -> list[Setting]:
                 departure={"where": "F_theta's noisy-action input", "the authors": "raw a_tau (no c_in)",
                            "genpol": "c_in a_tau, c_in = 1/sqrt(tau^2 + 0.25), by default"},
                 option="policy.scale_input=false"),
-        Setting("departure: their q_norm=True (12 of their 20 offline tasks)", theirs={"q_norm": True},
+        Setting("departure: their q_norm=True (12 of their 20 offline tasks), genpol's default",
+                theirs={"q_norm": True},
                 departure={"where": "TD target",
                            "the authors": "q_norm: y / (std(y) + 1e-6) on 12 of 20 offline tasks (walker2d-medium, "
                                           "-medium-expert, 5 antmaze, pen, kitchen)",
-                           "genpol": "no such option"}),
-        Setting("departure: their max_q_backup=True (5 of their 6 antmaze tasks)", theirs={"max_q_backup": True},
+                           "genpol": "no normalization by default"}, option="learner.q_norm=true"),
+        Setting("departure: their max_q_backup=True (5 of their 6 antmaze tasks), genpol's default",
+                theirs={"max_q_backup": True},
                 departure={"where": "TD target", "the authors": "max_q_backup: 10 EMA-actor samples per next state, "
                                                                 "max over them per critic, then the min",
-                           "genpol": "one sample (no such option); here genpol's sample is the first of their 10"}),
+                           "genpol": "one sample by default; here genpol's sample is the first of their 10"},
+                option="learner.max_q_backup_samples=10"),
         Setting("departure: improved CT (their improved_CT=True: pseudo-Huber, log-normal levels, online teacher; "
                 "genpol ct_distance=pseudo_huber, ct_noise_sampling=lognormal, target_decay 0, target_every 1)",
-                theirs={"improved_CT": True},
-                genpol={"ct_distance": "pseudo_huber", "ct_noise_sampling": "lognormal", "target_decay": 0.0,
-                        "target_every": 1},
+                theirs={"improved_CT": True}, genpol=improved,
                 departure={"where": "pseudo-Huber CT distance",
                            "the authors": "elementwise sqrt(d_i^2 + c^2) - c, averaged over the action dims "
                                           "(c = 0.00054 sqrt(A))",
                            "genpol": "sqrt(||d||^2 + c^2) - c over the action vector (improved CT's definition); "
-                                     "equal only for A = 1 (unused in their scripts: improved_CT=False)"}),
-        Setting("improved CT as above, genpol's pseudo-Huber made elementwise (harness patch): the distance is the "
-                "only difference", theirs={"improved_CT": True},
-                genpol={"ct_distance": "pseudo_huber", "ct_noise_sampling": "lognormal", "target_decay": 0.0,
-                        "target_every": 1},
-                patches=("float64 levels", "critic loss x2", "elementwise pseudo-Huber")),
+                                     "equal only for A = 1 (unused in their scripts: improved_CT=False)"},
+                option="policy.ct_distance=pseudo_huber_per_dim"),
+        Setting("improved CT as above with policy.ct_distance=pseudo_huber_per_dim: their distance",
+                theirs={"improved_CT": True}, genpol={**improved, "ct_distance": "pseudo_huber_per_dim"}),
     ]
 
 
 def cpql_settings() -> list[Setting]:
-    aligned = "with CPQL's time input and genpol's critic loss x2 (harness patches)"
+    aligned = "genpol's options for theirs (policy.time_input=cpql, learner.critic_reduction=sum)"
     matched = {"target_update_interval": 5}
     return [
-        Setting(f"offline step, Q-term only (alpha 0, eta 1), onestep sampler, LayerNorm critics, options matched, "
+        Setting(f"offline step, Q-term only (alpha 0, eta 1), onestep sampler, LayerNorm critics, "
                 f"target_update_interval 5, {aligned}", bc=0.0, genpol=matched),
         Setting(f"offline step, Q-term only, other critic pair, no clip, {aligned}", bc=0.0, pair=1, grad_norm=0.0,
                 genpol=matched),
@@ -774,7 +770,8 @@ def cpql_settings() -> list[Setting]:
         Setting("departure: time input (genpol's own embedding)", bc=0.0, time_input="genpol", genpol=matched,
                 departure={"where": "time input of F_theta",
                            "the authors": "sinusoidal embedding of 250 log(sigma)",
-                           "genpol": "sin/cos(2^k pi u) of u = log(tau/eps) / log(tau_max/eps)"}),
+                           "genpol": "sin/cos(2^k pi u) of u = log(tau/eps) / log(tau_max/eps)"},
+                option="policy.time_input=cpql"),
     ]
 
 
@@ -802,15 +799,13 @@ def main() -> None:
         commit = commit_of(ref)
         for setting in settings:
             result = one_step(reference, setting, args.seed)
-            patches = [*(["authors' time input"] if setting.time_input == "authors" else []),
-                       *[p for p in setting.patches if reference.kind == "ding" or p != "float64 levels"]]
-            extra = {"harness_patches": patches}
+            extra: dict[str, Any] = {}
             if setting.departure:
                 extra["departure"] = setting.departure
             if setting.option:
                 extra["genpol_option"] = setting.option
             rows.append(row(reference, commit, setting.label, {**extra, **result}))
-        extra_rows = [critic_lr_row(reference)]
+        extra_rows = [critic_lr_row(reference), time_input_row(reference)]
         if reference.kind == "ding":
             extra_rows += [schedule_row(reference), ema_row(reference, args.seed), lr_decay_row(reference)]
         for payload in extra_rows:

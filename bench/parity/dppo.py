@@ -19,18 +19,19 @@ sampler stores them), advantages, returns and old values. Both take one Adam ste
 fine-tuned, chunks of 4 actions of 3, denoiser 3 x 512, critic 3 x 256 Mish, batch 64.
 
 Reported per row: the loss terms (policy, value, approx-KL, clipfrac), every parameter's gradient as the
-optimizer sees it, every parameter after the step, genpol's own old log-probs against theirs, and the
-chain each sampler draws from the same seed (the same random draws, in the same order), as the largest
-absolute and relative difference.
+optimizer sees it, every parameter after the step, genpol's own old log-probs against theirs, the
+chain each sampler draws from the same seed (the same random draws, in the same order) and the log-probs
+genpol's sampler records for its chain, as the largest absolute and relative difference.
 
 What the matched rows set, on each side, and why:
-* denoiser: their ``residual_style=True`` (every DPPO config) with Mish (their Robomimic configs; their
-  time MLP is Mish whatever ``activation_type`` says, genpol's takes the denoiser's activation);
-* critic: their ``CriticObs`` with ``residual_style=False``: genpol's value network is a plain MLP (every
-  DPPO config uses the residual one: a departure row);
-* genpol's denoiser gets, in this process only, their sinusoidal time embedding (``log 10000`` frequencies of
-  the integer timestep; genpol: ``2^k pi`` of timestep / 1000) and no activation before its output layer
-  (their ``ResidualMLP`` has none): genpol has no option for either (departure rows);
+* denoiser: their ``residual_style=True`` (every DPPO config) with Mish (their Robomimic configs) or ReLU
+  (their Gym configs); genpol's head with its options for their network: ``policy.time_embedding=dppo``
+  (``log 10000`` frequencies of the integer timestep; genpol's default: ``2^k pi`` of timestep / 1000),
+  ``policy.output_activation=false`` (their ``ResidualMLP`` has no activation before its output layer) and
+  ``policy.time_mlp_activation=mish`` (their time MLP is Mish whatever ``activation_type`` says; genpol's
+  default follows the denoiser's activation). Each default is a departure row;
+* critic: their ``CriticObs`` with ``residual_style=True`` (every DPPO config) and genpol's
+  ``policy.critic_residual=true``; a matched row with both plain, a departure row with genpol's plain default;
 * constant tables: the diffusion schedule is theirs computed in float64 (their ``cosine_beta_schedule``
   with ``dtype`` float64), copied into genpol's buffers, and genpol's denoising discount is evaluated in
   float64; the per-step clip is float32 on both sides (theirs ``torch.arange(K').float()``, genpol's
@@ -39,7 +40,9 @@ What the matched rows set, on each side, and why:
   schedule through diffusers): the "native tables" row keeps each side's own, 3e-6 apart;
 * sampling: both samplers draw x_K and then one noise tensor per step, same shapes, same order, from
   one seed; their sampler leaves the final state unclamped (``final_action_clip_value`` is unset in every
-  DPPO config), genpol's clamps it to [-1, 1]: the final state is also compared with theirs clamped;
+  DPPO config), and so does genpol's with ``policy.final_clamp=false`` (its default clamps it to [-1, 1], a
+  departure row: the final state is also compared with theirs clamped). genpol's sampler's record (its
+  last step's log-prob is of the state it stored) is compared with their log-probs of their own chains;
 * genpol: ``learner.vf_coef=0.25`` (their 0.5 on ``0.5 MSE``), ``learner.adam_eps=1e-8``,
   ``learner.max_grad_norm=null``, ``policy.clip_base`` / ``learner.clip_range`` as their
   ``clip_ploss_coef_base`` / ``clip_ploss_coef``.
@@ -71,9 +74,8 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one f
 from common import date_stamp, machine, write_results  # noqa: E402
 from shared import difference, reference_commit, worst  # noqa: E402
 
-import genpol.heads.diffusion as genpol_diffusion  # noqa: E402
+from genpol.algorithms.registry import make_critic  # noqa: E402
 from genpol.heads.diffusion import DiffusionHead  # noqa: E402
-from genpol.nets import ValueNetwork  # noqa: E402
 from genpol.storage.rollout import Batch  # noqa: E402
 from genpol.updaters.losses import PPOClipLoss  # noqa: E402
 from genpol.updaters.minibatch import MinibatchUpdater  # noqa: E402
@@ -91,10 +93,13 @@ class Setting:
     act_steps: int = 4  # their reward_horizon
     clip: float = 0.01  # clip_ploss_coef (theirs), learner.clip_range (genpol)
     clip_base: float | None = 1e-3  # clip_ploss_coef_base (theirs), policy.clip_base (genpol); None: Gym's constant
-    activation: str = "Mish"  # their activation_type of the denoiser
-    critic_residual: bool = False  # their CriticObs residual_style (genpol's critic is a plain MLP)
-    their_time_embedding: bool = True  # genpol's denoiser embeds time as theirs (in this process only)
-    output_activation: bool = False  # genpol's activation before the denoiser's output layer kept
+    activation: str = "Mish"  # their activation_type of the denoiser (genpol's policy.activation, lower case)
+    their_critic_residual: bool = True  # their CriticObs residual_style (True in every DPPO config)
+    critic_residual: bool = True  # genpol's policy.critic_residual
+    time_embedding: str = "dppo"  # genpol's policy.time_embedding
+    output_activation: bool = False  # genpol's policy.output_activation
+    time_mlp_activation: str | None = "mish"  # genpol's policy.time_mlp_activation (None: the denoiser's)
+    final_clamp: bool = False  # genpol's policy.final_clamp (their final_action_clip_value is unset)
     float64_tables: bool = True  # False: each side's own (float32-built) schedule, discount and clip tables
     adam_eps: float = 1e-8  # genpol's learner.adam_eps
     max_grad_norm: float | None = None  # genpol's learner.max_grad_norm (theirs: none)
@@ -105,11 +110,18 @@ SETTINGS = [
     Setting("matched: Gym's constant clip 0.01 (policy.clip_base=null)", clip_base=None),
     Setting("matched: act_steps 2 of horizon 4 (reward_horizon 2)", act_steps=2),
     Setting("matched: from scratch, K' = K = 20", ft_steps=K),
+    Setting("matched: their Gym denoiser (ReLU; policy.time_mlp_activation=mish)", activation="ReLU"),
+    Setting("matched: plain critics (their residual_style=False, policy.critic_residual=false)",
+            their_critic_residual=False, critic_residual=False),
     Setting("native tables (each side's float32-built schedule, discount and clip)", float64_tables=False),
-    Setting("departure: genpol's time embedding", their_time_embedding=False),
-    Setting("departure: genpol's activation before the denoiser output", output_activation=True),
-    Setting("departure: their Gym denoiser (ReLU; their time MLP stays Mish)", activation="ReLU"),
-    Setting("departure: their residual critic (every DPPO config)", critic_residual=True),
+    Setting("departure: genpol's time embedding (policy.time_embedding=genpol)", time_embedding="genpol"),
+    Setting("departure: genpol's activation before the denoiser output (policy.output_activation=true)",
+            output_activation=True),
+    Setting("departure: their Gym denoiser (ReLU), genpol's time MLP follows it (policy.time_mlp_activation=null)",
+            activation="ReLU", time_mlp_activation=None),
+    Setting("departure: genpol's plain critic (policy.critic_residual=false), their residual one",
+            critic_residual=False),
+    Setting("departure: genpol's final clamp (policy.final_clamp=true)", final_clamp=True),
     Setting("departure: genpol's default learner.adam_eps=1e-5", adam_eps=1e-5),
     # experiment=dppo_hopper sets 1.0, above this batch's gradient norms (actor 0.07, critic 0.13): 0.05 shows the clip
     Setting("departure: learner.max_grad_norm=0.05 (genpol clips each network), theirs none", max_grad_norm=0.05),
@@ -171,7 +183,7 @@ def their_model(theirs: types.SimpleNamespace, s: Setting) -> nn.Module:
                                               time_dim=TIME_DIM, mlp_dims=[WIDTH] * 3, activation_type=s.activation,
                                               residual_style=True)
     critic = theirs.critic.CriticObs(cond_dim=OBS_DIM, mlp_dims=[CRITIC_WIDTH] * 3, activation_type="Mish",
-                                     residual_style=s.critic_residual)
+                                     residual_style=s.their_critic_residual)
     with float64_schedule(theirs, s.float64_tables):
         return theirs.ppo.PPODiffusion(
             actor=actor, critic=critic, ft_denoising_steps=s.ft_steps, gamma_denoising=GAMMA_DENOISING,
@@ -192,7 +204,8 @@ def linear_params(module: nn.Module) -> list[nn.Parameter]:
 
 def copy_linears(source: nn.Module, target: nn.Module) -> None:
     """Layer by layer in module order: their time MLP then body (input, residual l1 / l2, output) into
-    genpol's time_mlp then body (input, blocks, output); their critic's layers into genpol's MLP."""
+    genpol's time_mlp then body (input, blocks, output); their critic's layers (input, l1, l2, output, or
+    the plain MLP's four) into genpol's, residual or plain: the same four shapes either way."""
     pairs = list(zip(linears(source), linears(target), strict=True))
     with torch.no_grad():
         for a, b in pairs:
@@ -207,13 +220,14 @@ def genpol_head(model: nn.Module, s: Setting) -> DiffusionHead:
                          min_logprob_std=0.1, randn_clip=3.0, denoised_clip=1.0, logprob_clamp=[-5.0, 2.0],
                          gamma_denoising=GAMMA_DENOISING, clip_base=s.clip_base,
                          # as genpol's config: without clip_base no per-step clip, the updater's clip_range
-                         clip_final=None if s.clip_base is None else s.clip).double()
+                         clip_final=None if s.clip_base is None else s.clip,
+                         time_embedding=s.time_embedding, output_activation=s.output_activation,
+                         time_mlp_activation=s.time_mlp_activation, final_clamp=s.final_clamp,
+                         critic_hidden_sizes=[CRITIC_WIDTH] * 3, critic_activation="mish",
+                         critic_residual=s.critic_residual).double()
     copy_linears(model.actor_ft, head.denoiser)
     if head.frozen_denoiser is not None:
         copy_linears(model.actor, head.frozen_denoiser)
-    for denoiser in (head.denoiser, head.frozen_denoiser):
-        if denoiser is not None and not s.output_activation:
-            denoiser.body.output[0] = nn.Identity()  # their ResidualMLP: no activation before the output layer
     if s.float64_tables:
         with torch.no_grad():
             t = K - 1 - torch.arange(K)  # the diffusion timestep of sampling step i (DDPM)
@@ -227,22 +241,6 @@ def genpol_head(model: nn.Module, s: Setting) -> DiffusionHead:
         if head.unit_clip is not None:  # the same float32 values; 1 -+ clip then rounds in float32, as theirs
             head.unit_clip = head.unit_clip.float()
     return head
-
-
-@contextlib.contextmanager
-def time_embedding(theirs: types.SimpleNamespace, enabled: bool) -> Iterator[None]:
-    """genpol's ``Denoiser`` embeds ``timestep / 1000``; with ``enabled`` it gets their embedding of the
-    integer timestep instead (their ``SinusoidalPosEmb``), in this process only."""
-    original = genpol_diffusion.sinusoidal_time_embedding
-    if enabled:
-        def theirs_of(t: torch.Tensor, dim: int) -> torch.Tensor:
-            return theirs.modules.SinusoidalPosEmb(dim)(torch.round(t * 1000.0))
-
-        genpol_diffusion.sinusoidal_time_embedding = theirs_of
-    try:
-        yield
-    finally:
-        genpol_diffusion.sinusoidal_time_embedding = original
 
 
 # --------------------------------------------------------------------------- comparing
@@ -270,53 +268,55 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     advantages = 2 * torch.randn(BATCH) + 0.3
     returns, old_values = torch.randn(BATCH), torch.randn(BATCH)
 
-    with time_embedding(theirs, s.their_time_embedding):
-        head, old_head = genpol_head(model, s), genpol_head(old, s)
-        critic = ValueNetwork(OBS_DIM, (CRITIC_WIDTH,) * 3, "mish").double()
-        copy_linears(model.critic, critic.net)
+    head, old_head = genpol_head(model, s), genpol_head(old, s)
+    critic = make_critic(head.config, OBS_DIM).double()  # the policy group's value network
+    copy_linears(model.critic, critic.net)
 
-        # the batch: their sampler on the old policy; both samplers from one seed, for the sampling comparison
-        torch.manual_seed(seed + 1)
-        chains = old(cond=cond, deterministic=False, return_chain=True).chains  # [B, K' + 1, Ta, Da]
-        torch.manual_seed(seed + 1)
-        _, genpol_record = old_head.sample(obs)
-        with torch.no_grad():
-            old_log_probs = old.get_logprobs(cond, chains).view(BATCH, s.ft_steps, HORIZON, ACTION_DIM)
-            # what genpol's sampler records: clamped, averaged over the executed actions (their loss does this)
-            reduced_old = old_log_probs.clamp(-5, 2)[:, :, :s.act_steps].mean(dim=(-1, -2))
-            genpol_old = old_head.chain_log_probs(obs, chains.flatten(2))[0]
-        flat_genpol_chain = genpol_record["chain"].view_as(chains)
-        final = chains[:, -1]
-        sampling = {"chain_before_final_state": difference(flat_genpol_chain[:, :-1], chains[:, :-1]),
-                    "final_state": difference(flat_genpol_chain[:, -1], final),
-                    "final_state_vs_theirs_clamped_to_box": difference(flat_genpol_chain[:, -1], final.clamp(-1, 1)),
-                    "their_final_elements_outside_box": (final.abs() > 1).double().mean().item()}
+    # the batch: their sampler on the old policy; both samplers from one seed, for the sampling comparison
+    torch.manual_seed(seed + 1)
+    chains = old(cond=cond, deterministic=False, return_chain=True).chains  # [B, K' + 1, Ta, Da]
+    torch.manual_seed(seed + 1)
+    _, genpol_record = old_head.sample(obs)
+    with torch.no_grad():
+        old_log_probs = old.get_logprobs(cond, chains).view(BATCH, s.ft_steps, HORIZON, ACTION_DIM)
+        # what genpol's sampler records: clamped, averaged over the executed actions (their loss does this)
+        reduced_old = old_log_probs.clamp(-5, 2)[:, :, :s.act_steps].mean(dim=(-1, -2))
+        genpol_old = old_head.chain_log_probs(obs, chains.flatten(2))[0]
+    flat_genpol_chain = genpol_record["chain"].view_as(chains)
+    final = chains[:, -1]
+    sampling = {"chain_before_final_state": difference(flat_genpol_chain[:, :-1], chains[:, :-1]),
+                "final_state": difference(flat_genpol_chain[:, -1], final),
+                "final_state_vs_theirs_clamped_to_box": difference(flat_genpol_chain[:, -1], final.clamp(-1, 1)),
+                "their_final_elements_outside_box": (final.abs() > 1).double().mean().item(),
+                # genpol's sampler's record (log-probs of the chain it stored) against theirs of their chain
+                "record_log_probs": difference(genpol_record["log_prob"], reduced_old),
+                "record_last_step_log_prob": difference(genpol_record["log_prob"][:, -1], reduced_old[:, -1])}
 
-        # the authors' update: their loss, then their training loop's lines for one minibatch
-        actor_optimizer = torch.optim.AdamW(model.actor_ft.parameters(), lr=ACTOR_LR, weight_decay=0)
-        critic_optimizer = torch.optim.AdamW(model.critic.parameters(), lr=CRITIC_LR, weight_decay=0)
-        their_recorders = [GradientRecorder(actor_optimizer), GradientRecorder(critic_optimizer)]
-        pg_loss, entropy_loss, v_loss, clipfrac, approx_kl, _, bc_loss, _ = model.loss(
-            cond, chains.clone(), returns.clone(), old_values.clone(), advantages.clone(), old_log_probs.clone(),
-            use_bc_loss=False, reward_horizon=s.act_steps)
-        loss = pg_loss + entropy_loss * 0.0 + v_loss * 0.5 + bc_loss * 0.0  # ent_coef 0, vf_coef 0.5, no BC
-        actor_optimizer.zero_grad()
-        critic_optimizer.zero_grad()
-        loss.backward()
-        actor_optimizer.step()  # train.max_grad_norm is unset in every DPPO config: no clip
-        critic_optimizer.step()
+    # the authors' update: their loss, then their training loop's lines for one minibatch
+    actor_optimizer = torch.optim.AdamW(model.actor_ft.parameters(), lr=ACTOR_LR, weight_decay=0)
+    critic_optimizer = torch.optim.AdamW(model.critic.parameters(), lr=CRITIC_LR, weight_decay=0)
+    their_recorders = [GradientRecorder(actor_optimizer), GradientRecorder(critic_optimizer)]
+    pg_loss, entropy_loss, v_loss, clipfrac, approx_kl, _, bc_loss, _ = model.loss(
+        cond, chains.clone(), returns.clone(), old_values.clone(), advantages.clone(), old_log_probs.clone(),
+        use_bc_loss=False, reward_horizon=s.act_steps)
+    loss = pg_loss + entropy_loss * 0.0 + v_loss * 0.5 + bc_loss * 0.0  # ent_coef 0, vf_coef 0.5, no BC
+    actor_optimizer.zero_grad()
+    critic_optimizer.zero_grad()
+    loss.backward()
+    actor_optimizer.step()  # train.max_grad_norm is unset in every DPPO config: no clip
+    critic_optimizer.step()
 
-        # genpol's update: one eager minibatch step of PPOClipLoss on the diffusion head
-        # their clip is a float32 tensor (``torch.arange(K').float()``), so their 1 -+ clip round in float32:
-        # with float64_tables genpol's clip is that float32 number too (a python float otherwise)
-        clip_range = torch.tensor(s.clip, dtype=torch.float32) if s.float64_tables else s.clip
-        updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=clip_range, ent_coef=0.0, vf_coef=0.25,
-                                                             clip_range_vf=None, normalize_advantage=True),
-                                   lr=ACTOR_LR, critic_lr=CRITIC_LR, epochs=1, minibatch_size=BATCH,
-                                   max_grad_norm=s.max_grad_norm, target_kl=None, adam_eps=s.adam_eps)
-        our_recorder = GradientRecorder(updater.optimizer)
-        named = updater.eager_step(Batch(obs=obs, record={"chain": chains.flatten(2), "log_prob": reduced_old},
-                                         advantages=advantages, returns=returns, values=old_values))
+    # genpol's update: one eager minibatch step of PPOClipLoss on the diffusion head
+    # their clip is a float32 tensor (``torch.arange(K').float()``), so their 1 -+ clip round in float32:
+    # with float64_tables genpol's clip is that float32 number too (a python float otherwise)
+    clip_range = torch.tensor(s.clip, dtype=torch.float32) if s.float64_tables else s.clip
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=clip_range, ent_coef=0.0, vf_coef=0.25,
+                                                         clip_range_vf=None, normalize_advantage=True),
+                               lr=ACTOR_LR, critic_lr=CRITIC_LR, epochs=1, minibatch_size=BATCH,
+                               max_grad_norm=s.max_grad_norm, target_kl=None, adam_eps=s.adam_eps)
+    our_recorder = GradientRecorder(updater.optimizer)
+    named = updater.eager_step(Batch(obs=obs, record={"chain": chains.flatten(2), "log_prob": reduced_old},
+                                     advantages=advantages, returns=returns, values=old_values))
 
     their_grads = {**their_recorders[0].gradients, **their_recorders[1].gradients}
     theirs_params = [*linear_params(model.actor_ft), *linear_params(model.critic)]
@@ -371,15 +371,17 @@ def main() -> None:
         print(f"done: {setting.label}", file=sys.stderr, flush=True)
     write_results("parity_dppo.json", rows)  # a list of rows, as every bench/results/parity*.json
     print("| setting | policy loss rel | value loss rel | approx KL rel | clipfrac (genpol / theirs) "
-          "| gradients rel (actor / critic) | parameters after step rel | sampled chain rel (before final / final) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| gradients rel (actor / critic) | parameters after step rel | sampled chain rel (before final / final) "
+          "| sampler's record log-probs rel |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         terms, sampling = row["loss_terms"], row["sampling"]
         print(f"| {row['setting']} | {terms['policy']['rel']:.1e} | {terms['value']['rel']:.1e} "
               f"| {terms['approx_kl']['rel']:.1e} | {row['clipfrac']['genpol']:.3f} / {row['clipfrac']['theirs']:.3f} "
               f"| {row['actor_gradients']['rel']:.1e} / {row['critic_gradients']['rel']:.1e} "
               f"| {row['parameters_after_step']['rel']:.1e} "
-              f"| {sampling['chain_before_final_state']['rel']:.1e} / {sampling['final_state']['rel']:.1e} |")
+              f"| {sampling['chain_before_final_state']['rel']:.1e} / {sampling['final_state']['rel']:.1e} "
+              f"| {sampling['record_log_probs']['rel']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -50,9 +50,10 @@ Settings matched by options (genpol's defaults differ; each has a row with genpo
 ``learner.adam_eps=1e-8`` (optax ``scale_by_adam``), ``learner.max_grad_norm=null`` (no clip),
 ``learner.vf_coef=0.25`` (``value_loss_coeff``), ``policy.critic_hidden_sizes=[256,256,256,256,256]``.
 Their time embedding, [cos(2^k tau), sin(2^k tau)] of tau = 1 - t, is ``policy.time_embedding=fpo``
-(an option since this harness found it; genpol's default is [sin(2^k pi t), cos(2^k pi t)], a row).
-Harness patch (no option in genpol; a row without it): advantage normalization by the population std
-(``jnp.std``) in place of torch's unbiased std.
+(an option since this harness found it; genpol's default is [sin(2^k pi t), cos(2^k pi t)], a row), and
+their advantage normalization by the population std (``jnp.std``) is ``learner.advantage_std=population``
+(an option since 2026-12-02, a harness patch before; genpol's default, the unbiased std, a row). No
+harness patch is left on genpol's side.
 
     /tmp/jaxvenv/bin/pip install jax optax jax_dataclasses
     python bench/parity/fpo.py --ref /path/to/fpo --jax-python /tmp/jaxvenv/bin/python
@@ -260,11 +261,6 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
 
 # =========================================================================== genpol's side (torch)
-def population_normalize(advantages: Any) -> Any:
-    """``(A - mean) / (std + 1e-8)`` with the population std, ``jnp.std`` (a harness patch)."""
-    return (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
-
-
 def linears(module: Any) -> list[Any]:
     import torch
 
@@ -368,6 +364,11 @@ def genpol_inputs(init: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     return inputs
 
 
+def their_options(overrides: list[str], their_embedding: bool, population_std: bool) -> list[str]:
+    """``overrides`` plus the options that are their code's time embedding and advantage std, where asked."""
+    return [*overrides, *([THEIR_EMBEDDING] if their_embedding else []), *([THEIR_STD] if population_std else [])]
+
+
 def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embedding: bool,
                 population_std: bool) -> dict[str, np.ndarray]:
     """One ``eager_step`` of genpol's updater on the batch (``compiled_step`` under ``learner.compile=true``,
@@ -376,9 +377,8 @@ def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embed
 
     from genpol.heads.flow_core import flow_matching_loss
     from genpol.storage.rollout import Batch
-    from genpol.updaters import losses
 
-    cfg, head, critic, updater = build([*overrides, THEIR_EMBEDDING] if their_embedding else overrides)
+    cfg, head, critic, updater = build(their_options(overrides, their_embedding, population_std))
     load_weights(head, critic, inputs, "current")
     obs, action = torch.from_numpy(inputs["batch/obs"]), torch.from_numpy(inputs["batch/action"])
     t, noise = torch.from_numpy(inputs["batch/t"]), torch.from_numpy(inputs["batch/noise"])
@@ -390,18 +390,12 @@ def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embed
     with torch.no_grad():
         cfm = flow_matching_loss(head.velocity, obs, action, t, noise, head.loss_weighting, record["t_embed"])
         log_ratio = head.log_ratio(obs, record).log_ratio
-    normalize = losses.normalize_advantages
-    if population_std:
-        losses.normalize_advantages = population_normalize
-    try:
-        batch = Batch(obs=obs, record=record, advantages=torch.from_numpy(inputs["batch/advantages"]),
-                      returns=torch.from_numpy(inputs["batch/returns"]), values=torch.from_numpy(inputs["batch/old_values"]))
-        if updater.compiled_step is not None:
-            named = updater.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
-        else:
-            named = updater.eager_step(batch)
-    finally:
-        losses.normalize_advantages = normalize
+    batch = Batch(obs=obs, record=record, advantages=torch.from_numpy(inputs["batch/advantages"]),
+                  returns=torch.from_numpy(inputs["batch/returns"]), values=torch.from_numpy(inputs["batch/old_values"]))
+    if updater.compiled_step is not None:
+        named = updater.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+    else:
+        named = updater.eager_step(batch)
     out = {"cfm_loss": cfm.numpy(), "log_ratio": log_ratio.numpy(), "policy_loss": named["policy"].numpy(),
            # genpol reports its value term before vf_coef; theirs (v_loss) after value_loss_coeff 0.25
            "v_loss": 0.25 * named["value"].numpy(), "clipfrac": named["clipfrac"].numpy()}
@@ -444,9 +438,10 @@ def run_jax(args: argparse.Namespace, *command: str) -> None:
 
 
 THEIR_EMBEDDING = "policy.time_embedding=fpo"  # an option since 2026-12-02 (a harness patch before)
+THEIR_STD = "learner.advantage_std=population"  # an option since 2026-12-02 (a harness patch before)
 SETTINGS = [
     # (label, overrides beyond +experiment=fpo (and learner.compile=false), their embedding, population std, their mode)
-    ("matched: options (policy.time_embedding=fpo among them) + the population-std patch", MATCHED, True, True,
+    ("matched: options (policy.time_embedding=fpo, learner.advantage_std=population among them)", MATCHED, True, True,
      "average"),
     ("matched, genpol's advantage std (unbiased)", MATCHED, True, False, "average"),
     ("matched, genpol's time embedding (2^k pi t)", MATCHED, False, True, "average"),
@@ -511,8 +506,8 @@ def main() -> None:
     for label, overrides, embedding, population, mode in SETTINGS + ([] if args.eager_only else [COMPILED]):
         ours = genpol_step(inputs, overrides, embedding, population)
         rows.append({**common_fields, "setting": label,
-                     "overrides": ["+experiment=fpo", *with_eager(overrides), *([THEIR_EMBEDDING] if embedding else [])],
-                     "harness_patches": ["population-std advantages"] if population else [],
+                     "overrides": ["+experiment=fpo", *with_eager(their_options(overrides, embedding, population))],
+                     "harness_patches": [],
                      "their_average_losses_before_exp": mode == "average",
                      "differences": compare(ours, theirs, mode, inputs)})
     write_results("parity_fpo.json", rows)  # a list of rows, as every bench/results/parity*.json

@@ -45,11 +45,12 @@ matched rows give it std = 1 - 1e-8 (rounded so that std + 1e-8 == 1.0 exactly) 
 
 Settings matched by options (genpol's defaults differ; each has a row with genpol's value):
 ``learner.adam_eps=1e-8`` (optax), ``learner.grad_clip=joint`` (their one global norm over encoder and
-critic), and ``policy.time_embedding=fpo``, the decoder's time embedding [cos(2^k tau), sin(2^k tau)] of
-tau = 1 - t (an option since 2026-12-02; genpol's default [sin(2^k pi t), cos(2^k pi t)] has a row).
-Harness patches (no option in genpol; each has a row without it): advantage normalization by the
-population std (``jnp.std``), and the clip factor max_norm / (norm + 1e-8) (torch's ``clip_grad_norm_``
-adds 1e-6; one row).
+critic), ``learner.advantage_std=population`` (their ``jnp.std``; genpol's unbiased std has a row),
+``learner.grad_clip_eps=1e-8`` (their clip factor max_norm / (norm + 1e-8); torch's ``clip_grad_norm_``,
+genpol's default, adds 1e-6: a row), and ``policy.time_embedding=fpo``, the decoder's time embedding
+[cos(2^k tau), sin(2^k tau)] of tau = 1 - t (genpol's default [sin(2^k pi t), cos(2^k pi t)] has a row).
+The last three were harness patches before they became options (2026-12-02); no patch is left on
+genpol's side.
 
     /tmp/jaxvenv/bin/pip install jax optax jax_dataclasses
     python bench/parity/gorl.py --ref /path/to/GoRL --jax-python /tmp/jaxvenv/bin/python
@@ -76,7 +77,8 @@ LR, DECODER_LR, ENT_COEF, VF_COEF = 1e-3, 3e-4, 1e-2, 0.25
 NETWORKS = {"encoder": 5, "value": 6, "decoder": 5, "fresh": 5}
 # their run_gorl_fm.py stage settings (clip, grad-norm limit, z_regularization), stage 0 and later
 STAGES = {"stage0": (0.15, 0.5, 5e-4), "later": (0.3, 1.0, 1e-3)}
-MATCHED = ["learner.adam_eps=1e-8", "learner.grad_clip=joint"]
+MATCHED = ["learner.adam_eps=1e-8", "learner.grad_clip=joint", "learner.advantage_std=population",
+           "learner.grad_clip_eps=1e-8"]
 
 
 # =========================================================================== the authors' side (JAX)
@@ -293,11 +295,6 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
 
 # =========================================================================== genpol's side (torch)
-def population_normalize(advantages: Any) -> Any:
-    """``(A - mean) / (std + 1e-8)`` with the population std, ``jnp.std`` (a harness patch)."""
-    return (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
-
-
 def linears(module: Any) -> list[Any]:
     import torch
 
@@ -411,25 +408,11 @@ def genpol_inputs(init: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     return inputs
 
 
-def their_clip(params: Any, max_norm: float, **kwargs: Any) -> Any:
-    """Their clip: scale min(1, max_norm / (norm + 1e-8)) (torch's ``clip_grad_norm_``: + 1e-6; a harness patch)."""
-    import torch
-
-    grads = [p.grad for p in params if p.grad is not None]
-    norm = torch.sqrt(sum(g.square().sum() for g in grads))
-    scale = torch.clamp(max_norm / (norm + 1e-8), max=1.0)
-    for g in grads:
-        g.mul_(scale)
-    return norm
-
-
-def genpol_encoder_step(inputs: dict[str, np.ndarray], overrides: list[str], stage: int,
-                        population_std: bool, their_clip_eps: bool = False) -> dict[str, np.ndarray]:
+def genpol_encoder_step(inputs: dict[str, np.ndarray], overrides: list[str], stage: int) -> dict[str, np.ndarray]:
     """One ``eager_step`` of genpol's PPO updater on the encoder and critic; terms, gradients, parameters after."""
     import torch
 
     from genpol.storage.rollout import Batch
-    from genpol.updaters import losses, minibatch
 
     cfg, head, critic, updater = build(overrides, stage)
     found = {k: v for k, v in modules(head, critic).items() if k != "decoder"}
@@ -442,21 +425,13 @@ def genpol_encoder_step(inputs: dict[str, np.ndarray], overrides: list[str], sta
     with torch.no_grad():
         terms = head.log_ratio(obs, record)
         log_prob = terms.log_ratio.squeeze(-1) + record["log_prob"]
-    normalize, clip = losses.normalize_advantages, minibatch.nn.utils.clip_grad_norm_
-    if population_std:
-        losses.normalize_advantages = population_normalize
-    if their_clip_eps:
-        minibatch.nn.utils.clip_grad_norm_ = their_clip
-    try:
-        with torch.no_grad():
-            total, _ = updater.minibatch_loss(obs, record, torch.from_numpy(inputs["batch/advantages"]),
-                                              torch.from_numpy(inputs["batch/returns"]),
-                                              torch.from_numpy(inputs["batch/old_values"]))
-        batch = Batch(obs=obs, record=record, advantages=torch.from_numpy(inputs["batch/advantages"]),
-                      returns=torch.from_numpy(inputs["batch/returns"]), values=torch.from_numpy(inputs["batch/old_values"]))
-        named = updater.eager_step(batch)
-    finally:
-        losses.normalize_advantages, minibatch.nn.utils.clip_grad_norm_ = normalize, clip
+    with torch.no_grad():
+        total, _ = updater.minibatch_loss(obs, record, torch.from_numpy(inputs["batch/advantages"]),
+                                          torch.from_numpy(inputs["batch/returns"]),
+                                          torch.from_numpy(inputs["batch/old_values"]))
+    batch = Batch(obs=obs, record=record, advantages=torch.from_numpy(inputs["batch/advantages"]),
+                  returns=torch.from_numpy(inputs["batch/returns"]), values=torch.from_numpy(inputs["batch/old_values"]))
+    named = updater.eager_step(batch)
     out = {"log_prob": log_prob.numpy(), "ratio": terms.log_ratio.squeeze(-1).exp().numpy(),
            "policy_loss": named["policy"].numpy(),
            "v_loss": updater.loss.vf_coef * named["value"].numpy(),  # theirs after value_loss_coeff
@@ -466,7 +441,8 @@ def genpol_encoder_step(inputs: dict[str, np.ndarray], overrides: list[str], sta
            "settings": {"clip_range": updater.loss.clip_range, "max_grad_norm": updater.max_grad_norm,
                         "latent_l2_coef": head.latent_l2_coef, "vf_coef": updater.loss.vf_coef,
                         "ent_coef": updater.loss.ent_coef, "lr": updater.base_lr,
-                        "adam_eps": updater.optimizer.defaults["eps"], "grad_clip": cfg.learner.grad_clip}}
+                        "adam_eps": updater.optimizer.defaults["eps"], "grad_clip": cfg.learner.grad_clip,
+                        "grad_clip_eps": updater.clip_eps, "advantage_std": updater.loss.advantage_std}}
     out.update({f"grad/{k}": v for k, v in their_layout(found, gradients).items()})
     out.update({f"after/{k}": v for k, v in their_layout(found).items()})
     return out
@@ -553,16 +529,18 @@ def run_jax(args: argparse.Namespace, *command: str) -> None:
 
 
 ENCODER_SETTINGS = [
-    # (label, overrides beyond +experiment=gorl, genpol stage, population std, their stage[, their clip eps])
-    ("encoder stage 0, matched: options + population-std patch", MATCHED, 0, True, "stage0"),
-    ("encoder stage 0, matched + their clip epsilon 1e-8 (torch's clip_grad_norm_: 1e-6)", MATCHED, 0, True, "stage0",
-     True),
-    ("encoder stage 0, matched, genpol's advantage std (unbiased)", MATCHED, 0, False, "stage0"),
-    ("encoder stage 0, matched, learner.adam_eps=1e-5 (genpol's default)", [*MATCHED, "learner.adam_eps=1e-5"], 0, True,
+    # (label, overrides beyond +experiment=gorl, genpol stage, their stage)
+    ("encoder stage 0, matched: options (learner.advantage_std=population, learner.grad_clip_eps=1e-8 among them)",
+     MATCHED, 0, "stage0"),
+    ("encoder stage 0, matched, learner.grad_clip_eps=1e-6 (genpol's default: torch's clip_grad_norm_)",
+     [*MATCHED, "learner.grad_clip_eps=1e-6"], 0, "stage0"),
+    ("encoder stage 0, matched, learner.advantage_std=unbiased (genpol's default)",
+     [*MATCHED, "learner.advantage_std=unbiased"], 0, "stage0"),
+    ("encoder stage 0, matched, learner.adam_eps=1e-5 (genpol's default)", [*MATCHED, "learner.adam_eps=1e-5"], 0,
      "stage0"),
     ("encoder stage 0, matched, learner.grad_clip=per_network (genpol's default)",
-     [*MATCHED, "learner.grad_clip=per_network"], 0, True, "stage0"),
-    ("encoder later stages (clip 0.3, grad norm 1.0, latent L2 1e-3), matched", MATCHED, 1, True, "later"),
+     [*MATCHED, "learner.grad_clip=per_network"], 0, "stage0"),
+    ("encoder later stages (clip 0.3, grad norm 1.0, latent L2 1e-3), matched", MATCHED, 1, "later"),
 ]
 DECODER_SETTINGS = [
     # (label, their embedding (policy.time_embedding=fpo), their decoder std)
@@ -618,14 +596,13 @@ def main() -> None:
                      "obs_dim": OBS_DIM, "act_dim": ACT_DIM}
     rows = [{**common_fields, "setting": "sampler: their sample_z vs LatentDecoderHead.sample_pre_tanh, old encoder, "
                                          "same standard normal", "differences": sampler}]
-    for label, overrides, stage, population, their_stage, *clip_eps in ENCODER_SETTINGS:
-        ours = genpol_encoder_step(inputs, overrides, stage, population, bool(clip_eps))
+    for label, overrides, stage, their_stage in ENCODER_SETTINGS:
+        ours = genpol_encoder_step(inputs, overrides, stage)
         rows.append({**common_fields, "setting": label, "part": "encoder",
                      "overrides": ["+experiment=gorl", *overrides], "genpol_stage": stage,
                      "genpol_settings": ours["settings"], "their_stage_settings": dict(zip(
                          ("clipping_epsilon", "max_grad_norm", "z_regularization"), STAGES[their_stage])),
-                     "harness_patches": (["population-std advantages"] if population else [])
-                     + (["their clip epsilon 1e-8"] if clip_eps else []),
+                     "harness_patches": [],
                      "differences": compare_encoder(ours, theirs, their_stage, inputs)})
     for label, embedding, their_std in DECODER_SETTINGS:
         ours = genpol_decoder(inputs, embedding)

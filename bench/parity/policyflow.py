@@ -16,7 +16,8 @@ normalized over the rollout as their storage does, genpol normalizing the same m
 old values; the current network is the old one perturbed (so dv != 0) and the old one is both sides' frozen
 snapshot (their ``model_last``). The evaluation time t is fed explicitly: ``torch.randint`` is replaced, for
 each call, by the same prescribed indices into each side's time grid, which in the matched rows both hold
-k / 20 in float64 (their grid has one more point, t = 1, that is never drawn here: a departure).
+k / 20, k = 0 .. 20, in float64 (``policy.time_grid_endpoint=true``: their t = 1 included; with genpol's
+default grid, k < 20, t = 1 is never drawn: a row).
 
 The velocity network: theirs is ``FlowMlp(x, FourierMLP(t) + Linear(obs))`` (an MLP on ``[x, emb]``, the time
 embedding a random-frequency Fourier feature followed by a Linear-Mish-Linear MLP, the observation entering
@@ -31,8 +32,13 @@ rule, each parameter's gradient as the optimizer sees it, each parameter after t
 x1 each sampler draws from the same x0.
 
 genpol settings for a match: ``learner.vf_coef=1.0``, ``learner.clip_range_vf=0.2``, ``learner.ent_coef`` and
-``policy.brownian_coef`` = their scales, ``learner.adam_eps=1e-8``, ``learner.grad_clip=joint``, their AdamW
-weight decay 0 (their default 1e-5 is a departure row).
+``policy.brownian_coef`` = their scales, ``learner.adam_eps=1e-8``, ``learner.grad_clip=joint``, and, options
+since 2026-12-02 (genpol's defaults differ; each has a row with genpol's value): ``policy.log_std_bounds=[-20,4]``,
+``policy.time_grid_endpoint=true``, ``policy.kl_log_eps=1e-5`` (their KL, log(std ratio + 1e-5)),
+``learner.adaptive_lr_rule=per_epoch`` and ``learner.weight_decay`` = their AdamW weight decay (0 in most
+rows; their default 1e-5 in one). The harness builds genpol's head and updater from these values directly
+(no config): ``PolicyFlowHead(log_std_bounds=, time_grid_endpoint=, kl_log_eps=)``,
+``MinibatchUpdater(weight_decay=, adaptive_lr=adaptive_lr(rule, ...))``.
 
     python bench/parity/policyflow.py --ref /path/to/SUPERGUPPY0907-rsl_rl
 
@@ -60,16 +66,18 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench/common (this script lives one f
 from common import date_stamp, machine, write_results  # noqa: E402
 from shared import difference, reference_commit, worst  # noqa: E402
 
-from genpol.heads.policyflow import PolicyFlowHead  # noqa: E402
+from genpol.heads import GaussianHead  # noqa: E402
+from genpol.heads.policyflow import LOG_STD_BOUNDS, PolicyFlowHead  # noqa: E402
 from genpol.nets import ValueNetwork  # noqa: E402
 from genpol.storage.rollout import Batch  # noqa: E402
 from genpol.updaters.losses import PPOClipLoss  # noqa: E402
 from genpol.updaters.minibatch import MinibatchUpdater  # noqa: E402
-from genpol.updaters.schedules import AdaptiveLR  # noqa: E402
+from genpol.updaters.schedules import adaptive_lr  # noqa: E402
 
 OBS_DIM, ACT_DIM, BATCH, HIDDEN, EMB = 11, 3, 64, [64, 64], 16
 LR, DESIRED_KL, RATIO_CLIP, VALUE_CLIP, STEPS = 1e-4, 0.01, 0.2, 0.2, 10
 OLD_POLICY_NOISE = 0.05  # current network = old + this x N(0, 1) per weight
+PORT_LOG_STD_BOUNDS = (-20.0, 4.0)  # their LearnableVariance's clamp (policy.log_std_bounds=[-20,4])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +86,7 @@ class Setting:
     grad_clip: float = 0.0  # their grad_norm_clip (0: none) and genpol's learner.max_grad_norm (None if 0)
     joint_clip: bool = True  # genpol's learner.grad_clip=joint (theirs: always one clip over all parameters)
     their_weight_decay: float = 0.0  # their AdamW weight decay (their default 1e-5)
+    weight_decay: float = 0.0  # genpol's learner.weight_decay (decoupled, AdamW's)
     adam_eps: float = 1e-8  # genpol's learner.adam_eps (their AdamW: 1e-8)
     log_std_base: float = 0.0  # the old log std (current = this + 0.1 N(0, 1) per dimension)
     degenerate: bool = False  # their degenerate2gaussian, genpol's policy.degenerate_to_gaussian
@@ -86,6 +95,10 @@ class Setting:
     genpol_ent_coef: float = 0.01  # genpol's learner.ent_coef
     genpol_brownian: float = 0.01  # genpol's policy.brownian_coef
     float64_grids: bool = True  # False: each side's float32-built time grid and sampler schedule
+    log_std_bounds: tuple[float, float] = PORT_LOG_STD_BOUNDS  # genpol's policy.log_std_bounds
+    time_grid_endpoint: bool = True  # genpol's policy.time_grid_endpoint (t = 1 among the evaluation times)
+    kl_log_eps: float = 1e-5  # genpol's policy.kl_log_eps (their KL's 1e-5 inside the log)
+    adaptive_lr_rule: str = "per_epoch"  # genpol's learner.adaptive_lr_rule
 
 
 SETTINGS = [
@@ -96,10 +109,18 @@ SETTINGS = [
             their_brownian=0.0025, genpol_ent_coef=0.0025, genpol_brownian=0.0025),
     Setting("matched: degenerate to Gaussian, genpol policy.brownian_coef=0", degenerate=True, genpol_brownian=0.0),
     Setting("native grids (each side's float32-built time grid and sampler schedule)", float64_grids=False),
+    Setting("matched: their default AdamW weight decay 1e-5 (learner.weight_decay=1e-5)", their_weight_decay=1e-5,
+            weight_decay=1e-5),
+    Setting("matched: log std 2.5 (inside their [-20, 4]; policy.log_std_bounds=[-20,4])", log_std_base=2.5),
     Setting("departure: genpol's default per-network clip (0.05)", grad_clip=0.05, joint_clip=False),
-    Setting("departure: their default AdamW weight decay 1e-5", their_weight_decay=1e-5),
+    Setting("departure: their default AdamW weight decay 1e-5, genpol's default learner.weight_decay=0",
+            their_weight_decay=1e-5),
     Setting("departure: genpol's default learner.adam_eps=1e-5", adam_eps=1e-5),
-    Setting("departure: log std 2.5 (inside their [-20, 4], above genpol's [-5, 2])", log_std_base=2.5),
+    Setting("departure: log std 2.5, genpol's default policy.log_std_bounds=[-5,2]", log_std_base=2.5,
+            log_std_bounds=LOG_STD_BOUNDS),
+    Setting("departure: genpol's default policy.kl_log_eps=0 (the exact KL)", kl_log_eps=0.0),
+    Setting("departure: genpol's default policy.time_grid_endpoint=false (t = 1 never drawn; the same t fed)",
+            time_grid_endpoint=False),
     Setting("departure: degenerate to Gaussian, genpol keeps the Brownian term", degenerate=True),
 ]
 
@@ -212,7 +233,8 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     actor = policy.actor
     head = PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=HIDDEN, activation="elu", integrator="midpoint",
                           integration_steps=STEPS, brownian_coef=s.genpol_brownian,
-                          degenerate_to_gaussian=s.degenerate).double()
+                          degenerate_to_gaussian=s.degenerate, log_std_bounds=list(s.log_std_bounds),
+                          time_grid_endpoint=s.time_grid_endpoint, kl_log_eps=s.kl_log_eps).double()
     critic = ValueNetwork(OBS_DIM, HIDDEN, activation="elu").double()
     with torch.no_grad():
         for source, target in zip(linears(policy.critic), linears(critic.net)):
@@ -220,10 +242,11 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
             target.bias.copy_(source.bias)
 
     native = {"their_grid": actor.time_steps_tensor.clone(), "genpol_grid": head.time_grid.clone()}
-    if s.float64_grids:  # both grids k / 20 in float64 (theirs keeps its extra t = 1 last)
+    if s.float64_grids:  # both grids k / 20 in float64 (theirs, and genpol's with the endpoint, end with t = 1)
         grid = torch.arange(2 * STEPS, dtype=torch.float64) / (2 * STEPS)
-        head.time_grid = grid.clone()
-        actor.time_steps_tensor = torch.cat([grid, torch.ones(1, dtype=torch.float64)])
+        with_end = torch.cat([grid, torch.ones(1, dtype=torch.float64)])
+        head.time_grid = with_end.clone() if s.time_grid_endpoint else grid.clone()
+        actor.time_steps_tensor = with_end
         actor.sample_step_schedule_tensor = torch.arange(STEPS + 1, dtype=torch.float64) / STEPS
 
     # the batch, drawn with the old weights (their model == model_last at construction)
@@ -242,7 +265,8 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     raw_advantages = 2 * torch.randn(BATCH, dtype=torch.float64) + 0.3
     advantages = (raw_advantages - raw_advantages.mean()) / (raw_advantages.std() + 1e-8)  # their storage
     returns, old_values = torch.randn(BATCH, dtype=torch.float64), torch.randn(BATCH, dtype=torch.float64)
-    index = torch.randint(0, 2 * STEPS, (BATCH,))  # t = grid[index], the same nominal t on both sides
+    # t = grid[index], the same nominal t on both sides: t = 1 among them where genpol's grid holds it
+    index = torch.randint(0, 2 * STEPS + int(s.time_grid_endpoint), (BATCH,))
 
     # genpol's head: their networks (current) as velocity, their model_last as the snapshot
     head.velocity = TheirVelocity(actor.model["flow"], actor.model["condition"])
@@ -301,11 +325,12 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
         return terms
 
     head._velocity_change, head.log_ratio = change, log_ratio
-    adaptive = AdaptiveLR(LR, target_kl=DESIRED_KL)
+    adaptive = adaptive_lr(s.adaptive_lr_rule, LR, DESIRED_KL)  # one minibatch: one epoch, either rule
     updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=RATIO_CLIP, ent_coef=s.genpol_ent_coef, vf_coef=1.0,
                                                          clip_range_vf=VALUE_CLIP, normalize_advantage=True),
                                lr=LR, epochs=1, minibatch_size=BATCH, max_grad_norm=s.grad_clip or None,
-                               target_kl=None, adam_eps=s.adam_eps, adaptive_lr=adaptive, joint_clip=s.joint_clip)
+                               target_kl=None, adam_eps=s.adam_eps, adaptive_lr=adaptive, joint_clip=s.joint_clip,
+                               weight_decay=s.weight_decay)
     our_recorder = GradientRecorder(updater.optimizer)
     record = {"x0": x0, "x1": x1, "delta": delta, "log_std": old_log_std.expand(BATCH, ACT_DIM).clone(),
               "log_prob": old_log_prob}
@@ -348,25 +373,53 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
         "randint_high": {"genpol": our_highs, "theirs": their_highs},
     }
     if not s.float64_grids:
-        result["grids"] = {"theirs": native["their_grid"].tolist(), "genpol": native["genpol_grid"].tolist(),
-                           "first_2N": difference(native["genpol_grid"], native["their_grid"][:2 * STEPS])}
+        genpol_grid = native["genpol_grid"]
+        result["grids"] = {"theirs": native["their_grid"].tolist(), "genpol": genpol_grid.tolist(),
+                           f"first {genpol_grid.numel()}": difference(genpol_grid,
+                                                                      native["their_grid"][:genpol_grid.numel()])}
     return result
+
+
+class FixedKLs:
+    """A rollout storage for ``MinibatchUpdater.update`` whose minibatches are placeholders: the updater's
+    ``eager_step`` is replaced to report given KLs, so only the learning-rate rule runs."""
+
+    def __init__(self, per_epoch: int):
+        self.per_epoch = per_epoch
+
+    def minibatches(self, size: int, generator: torch.Generator) -> Iterator[int]:
+        yield from range(self.per_epoch)
+
+    def flat(self) -> Batch:
+        return Batch(obs=torch.zeros(2, 1), record={}, advantages=torch.zeros(2), returns=torch.arange(2.0),
+                     values=torch.zeros(2))
+
+
+def genpol_lr_after_epoch(rule: str, lr: float, kls: list[float]) -> float:
+    """The learning rate after one epoch of ``MinibatchUpdater.update`` whose minibatches report ``kls``."""
+    head = GaussianHead(1, 1, hidden_sizes=(2,))
+    updater = MinibatchUpdater(head, ValueNetwork(1, [2]), PPOClipLoss(), lr=lr, epochs=1,
+                               adaptive_lr=adaptive_lr(rule, lr, DESIRED_KL))
+    reported = iter(kls)
+    updater.eager_step = lambda batch: {"kl": torch.tensor(next(reported)), "policy": torch.tensor(0.0)}
+    return updater.update(FixedKLs(len(kls)), torch.Generator())["learning_rate"]
 
 
 def adaptive_rule(theirs: types.SimpleNamespace) -> dict[str, Any]:
     """The KL-adaptive learning rate over one epoch of 4 minibatches: theirs steps once per epoch on the mean
-    KL (``AdaptiveKLScheduler``, min_lr 1e-6), genpol's ``AdaptiveLR`` after every minibatch (min_lr 1e-5)."""
+    KL (``AdaptiveKLScheduler``, min_lr 1e-6, raised at KL 0); genpol's ``learner.adaptive_lr_rule=per_epoch``
+    the same, its default ``per_minibatch`` after every minibatch (min_lr 1e-5, kept at KL 0)."""
     out = {}
     for label, lr, kls in (("KLs 0.05, 0.001, 0.001, 0.001 from lr 1e-4", 1e-4, [0.05, 0.001, 0.001, 0.001]),
                            ("KLs 0.05 x 4 from lr 1e-5 (min_lr)", 1e-5, [0.05] * 4),
+                           ("KLs 0.05 x 4 from lr 1.2e-6 (below genpol's default floor)", 1.2e-6, [0.05] * 4),
                            ("KL 0 x 4 from lr 1e-4", 1e-4, [0.0] * 4)):
         optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
         scheduler = theirs.AdaptiveKLScheduler(optimizer, kl_threshold=DESIRED_KL)
         scheduler.step(torch.tensor(kls).mean())
-        ours = AdaptiveLR(lr, target_kl=DESIRED_KL)
-        for kl in kls:
-            genpol_lr = ours.step(kl)
-        out[label] = {"theirs": scheduler.get_last_lr()[0], "genpol": genpol_lr}
+        out[label] = {"theirs": scheduler.get_last_lr()[0],
+                      "genpol per_epoch": genpol_lr_after_epoch("per_epoch", lr, kls),
+                      "genpol per_minibatch (default)": genpol_lr_after_epoch("per_minibatch", lr, kls)}
     return out
 
 
@@ -393,8 +446,9 @@ def main() -> None:
     rule = adaptive_rule(theirs)
     rows.append({"method": "policyflow", "repository": rows[0]["repository"], "commit": commit or "unknown",
                  "file": "rsl_rl/algorithms/policyflow.py: AdaptiveKLScheduler, PolicyFlow.update",
-                 "setting": "departure: adaptive learning-rate rule (per-epoch mean KL, min_lr 1e-6; genpol per "
-                            "minibatch, min_lr 1e-5, no increase at KL 0)", "date": date_stamp(),
+                 "setting": "adaptive learning-rate rule: theirs (per-epoch mean KL, min_lr 1e-6, raised at KL 0) vs "
+                            "learner.adaptive_lr_rule=per_epoch and genpol's default per_minibatch (min_lr 1e-5, "
+                            "kept at KL 0)", "date": date_stamp(),
                  "learning_rate_after_one_epoch": rule})
     write_results("parity_policyflow.json", rows)  # a list of rows, as every bench/results/parity*.json
     print("| setting | dv rel | log-ratio rel | policy / entropy / brownian / value rel | KL rel (theirs w/o 1e-5) "
@@ -409,9 +463,11 @@ def main() -> None:
               f"| {row['lr_after_adaptive_rule']['genpol']:.3g} / {row['lr_after_adaptive_rule']['theirs']:.3g} "
               f"| {row['gradients']['rel']:.1e} | {row['parameters_after_step']['rel']:.1e} "
               f"| {row['sampler_x1']['rel']:.1e} |")
-    print("\nadaptive learning rate after one epoch of 4 minibatches (genpol / theirs):")
+    print("\nadaptive learning rate after one epoch of 4 minibatches (genpol per_epoch / genpol per_minibatch / "
+          "theirs):")
     for label, lrs in rows[-1]["learning_rate_after_one_epoch"].items():
-        print(f"* {label}: {lrs['genpol']:.3g} / {lrs['theirs']:.3g}")
+        print(f"* {label}: {lrs['genpol per_epoch']:.3g} / {lrs['genpol per_minibatch (default)']:.3g} "
+              f"/ {lrs['theirs']:.3g}")
 
 
 if __name__ == "__main__":

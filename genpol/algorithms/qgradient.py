@@ -4,13 +4,15 @@ learner, Diffusion-QL (9b) for any head with reparameterized sampling and batche
 One gradient step, on the off-policy learners' replay, critics and Polyak targets
 (``genpol.algorithms.offpolicy``):
 
-1. critic: y = r + gamma (1 - done) min_i Q_target,i(s', a'), a' drawn by the **EMA actor**;
+1. critic: y = r + gamma (1 - done) min_i Q_target,i(s', a'), a' drawn by the **EMA actor** (the
+   references' options: ``max_q_backup_samples`` draws n a' per s' and takes each critic's maximum
+   over them, ``q_norm`` divides y by its batch std; ``critic_lr`` is the critics' own rate);
 2. actor: L = bc_coef L_BC(s, a_data) + eta L_Q, L_Q = -Q_i(s, a_theta) / mean|Q_j|.detach() for a
    random critic pair, a_theta = ``head.rsample(s)`` (through the whole sampling chain); L_BC is the
    head's ``imitation_loss`` (the CT loss of the consistency head) on the batch's actions; online
    from scratch ``bc_coef`` = 0 (Q-loss only);
-3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before:
-   the references' EMA stays at the initial actor until step 1000, a departure, docs/fidelity.md).
+3. the EMA actor follows the head (decay 0.995, every 5 actor steps from step 1000, a copy before;
+   ``actor_ema_warmup=hold``: the references' EMA, which stays at the initial actor until step 1000).
 
 Offline (``pipeline=offline_to_online``, ``genpol.runners.offline_rl``): the same gradient step on
 batches of dataset transitions only (``gradient_step(batch)``), no env steps; the critics, their
@@ -41,9 +43,11 @@ from genpol.algorithms.offpolicy import OffPolicyAlgorithm
 from genpol.algorithms.softmax_q import SoftmaxQPolicy
 from genpol.envs import VectorEnv
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
+from genpol.heads.consistency_training import ema_update_due
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.qgradient_losses import q_gradient_actor_loss
 from genpol.updaters.sac_losses import td_target
+from genpol.updaters.schedules import set_lr
 
 
 class QGradientActor(OffPolicyAlgorithm):
@@ -66,6 +70,12 @@ class QGradientActor(OffPolicyAlgorithm):
         self.pair_generator = torch.Generator().manual_seed(seed + 5)
         self.softmax_q = SoftmaxQPolicy(obs_dim, act_dim, head, self.critic_target, cfg.act_candidates)
         self.offline_steps = 0  # gradient steps on dataset batches only (the offline phase)
+        set_lr(self.critic_lr, self.critic_optimizer)  # the base class built it at lr
+
+    @property
+    def critic_lr(self) -> float:
+        """The critics' Adam learning rate: ``critic_lr``, or ``lr`` when unset."""
+        return self.cfg.lr if self.cfg.critic_lr is None else self.cfg.critic_lr
 
     # ------------------------------------------------------------------ acting
     def epsilon(self) -> float:
@@ -92,9 +102,20 @@ class QGradientActor(OffPolicyAlgorithm):
 
     # ------------------------------------------------------------------ learning
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:
-        """``y [B]`` from the EMA actor's next actions and the target critics' (subset-)minimum, no entropy."""
-        next_q = self.critic_target(batch.next_obs, self.ema_head.rsample(batch.next_obs), heads=subset_heads)  # only the subset's heads
-        return td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
+        """``y [B]`` from the EMA actor's next actions and the target critics' (subset-)minimum, no entropy.
+
+        With ``max_q_backup_samples`` n > 1: n next actions per state (states repeated in place, s'_0 n
+        times first, as the references' ``repeat_interleave``), each critic's maximum over them, then the
+        minimum over critics. With ``q_norm``: y / (std(y) + 1e-6) over the batch (unbiased std)."""
+        samples = self.cfg.max_q_backup_samples
+        next_obs = batch.next_obs if samples == 1 else batch.next_obs.repeat_interleave(samples, dim=0)
+        next_q = self.critic_target(next_obs, self.ema_head.rsample(next_obs), heads=subset_heads)  # [E, B n]
+        if samples > 1:
+            next_q = next_q.view(next_q.shape[0], -1, samples).max(dim=-1).values  # [E, B]
+        target = td_target(batch.rewards, batch.dones, next_q.min(dim=0).values, None, alpha, self.cfg.gamma)
+        if self.cfg.q_norm:  # Ding & Jin's scale normalization of the regression target
+            target = target / (target.std() + 1e-6)
+        return target
 
     def actor_loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """bc_coef L_BC + eta L_Q on ``batch`` with the current critics (which get no gradient)."""
@@ -107,10 +128,11 @@ class QGradientActor(OffPolicyAlgorithm):
         return q_gradient_actor_loss(q, self.cfg.eta, bc, self.pair_generator)
 
     @torch.no_grad()
-    def update_ema_head(self) -> None:
-        """Copy the head into the EMA actor before ``actor_ema_start`` actor steps, EMA after."""
+    def update_ema_head(self, copy_online: bool | None = None) -> None:
+        """Copy the head into the EMA actor (``copy_online``; None: before ``actor_ema_start`` actor steps),
+        else average."""
         online, ema = list(self.head.parameters()), list(self.ema_head.parameters())
-        if self.actor_steps < self.cfg.actor_ema_start:
+        if copy_online if copy_online is not None else self.actor_steps < self.cfg.actor_ema_start:
             torch._foreach_copy_(ema, online)
         else:
             torch._foreach_lerp_(ema, online, 1.0 - self.cfg.actor_ema_decay)
@@ -124,8 +146,10 @@ class QGradientActor(OffPolicyAlgorithm):
         loss, named = self.actor_loss(batch)
         self._step(self.actor_optimizer, loss, self.actor_params)
         self.actor_steps += 1
-        if self.actor_steps % self.cfg.actor_ema_every == 0:
-            self.update_ema_head()
+        due = ema_update_due(self.actor_steps, self.cfg.actor_ema_every, self.cfg.actor_ema_start,
+                             self.cfg.actor_ema_warmup)
+        if due is not None:
+            self.update_ema_head(copy_online=due == "copy")
         return {"value": critic["value"], "policy": named.pop("actor"), **named,
                 "q_mean": critic["q"].mean(), "target_mean": critic["target"].mean()}
 

@@ -31,7 +31,7 @@ from genpol.heads.base import Capability, PolicyHead
 from genpol.nets import ValueNetwork
 from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
 from genpol.updaters.minibatch import MinibatchUpdater
-from genpol.updaters.schedules import AdaptiveLR
+from genpol.updaters.schedules import adaptive_lr
 from genpol.updaters.trpo import TRPOUpdater
 
 # cfg (a TrainConfig), the head, the env, the offline replay or None -> the learner
@@ -92,7 +92,9 @@ def on_policy_names() -> tuple[str, ...]:
 
 
 def make_critic(policy_cfg: Any, obs_dim: int) -> ValueNetwork:
-    return ValueNetwork(obs_dim, policy_cfg.critic_hidden_sizes, policy_cfg.critic_activation)
+    """The value network of the policy group's ``critic_*`` fields (``HeadConfig``)."""
+    return ValueNetwork(obs_dim, policy_cfg.critic_hidden_sizes, policy_cfg.critic_activation,
+                        residual=policy_cfg.critic_residual)
 
 
 def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) -> MinibatchUpdater | TRPOUpdater:
@@ -104,23 +106,25 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
             line_search_max_iter=updater_cfg.line_search_max_iter, critic_lr=updater_cfg.critic_lr,
             critic_epochs=updater_cfg.critic_epochs, critic_minibatch_size=updater_cfg.critic_minibatch_size,
             normalize_advantage=updater_cfg.normalize_advantage, adam_eps=updater_cfg.adam_eps,
-            chunk_size=updater_cfg.chunk_size,
+            chunk_size=updater_cfg.chunk_size, advantage_std=updater_cfg.advantage_std,
         )
     common = dict(ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
-                  clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage)
+                  clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage,
+                  advantage_std=updater_cfg.advantage_std)
     losses = {
         "ppo": lambda: PPOClipLoss(clip_range=updater_cfg.clip_range, **common),
         "spo": lambda: SPOLoss(clip_range=updater_cfg.clip_range, **common),
         "aspo": lambda: ASPOLoss(clip_range=updater_cfg.clip_range, spo_clip_range=updater_cfg.spo_clip_range,
                                  **common),
     }
-    adaptive = (AdaptiveLR(updater_cfg.lr, updater_cfg.desired_kl)
+    adaptive = (adaptive_lr(updater_cfg.adaptive_lr_rule, updater_cfg.lr, updater_cfg.desired_kl)
                 if updater_cfg.lr_schedule == "adaptive" else None)
     return MinibatchUpdater(
         head, critic, losses[updater_cfg.name](), lr=updater_cfg.lr, critic_lr=updater_cfg.critic_lr,
         epochs=updater_cfg.epochs, minibatch_size=updater_cfg.minibatch_size,
         max_grad_norm=updater_cfg.max_grad_norm, target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
         adaptive_lr=adaptive, compile=updater_cfg.compile, joint_clip=updater_cfg.grad_clip == "joint",
+        weight_decay=updater_cfg.weight_decay, clip_eps=updater_cfg.grad_clip_eps,
     )
 
 

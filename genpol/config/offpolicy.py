@@ -55,7 +55,8 @@ class OffPolicyConfig:
     critic_init: str = "torch"
     """``torch`` (PyTorch's default, as SB3) or ``xavier`` (RLPD)."""
     critic_reduction: str = "sb3"
-    """Critic loss: ``sb3`` = 0.5 sum_i MSE(Q_i, y); ``mean`` = mean_i MSE(Q_i, y) (RLPD)."""
+    """Critic loss: ``sb3`` = 0.5 sum_i MSE(Q_i, y); ``mean`` = mean_i MSE(Q_i, y) (RLPD); ``sum`` = sum_i MSE(Q_i, y)
+    (Diffusion-QL's and the consistency references' code: twice sb3's)."""
     offline_ratio: float = 0.0
     """Share of every batch drawn from the offline dataset (dataset.path; RLPD 0.5)."""
     max_grad_norm: Optional[float] = None
@@ -87,7 +88,7 @@ class OffPolicyConfig:
         require(self.critic_activation in ACTIVATION_NAMES, "learner.critic_activation",
                 f"one of {ACTIVATION_NAMES}", self.critic_activation)
         require(self.critic_init in ("torch", "xavier"), "learner.critic_init", "torch or xavier", self.critic_init)
-        require(self.critic_reduction in ("sb3", "mean"), "learner.critic_reduction", "sb3 or mean",
+        require(self.critic_reduction in ("sb3", "mean", "sum"), "learner.critic_reduction", "sb3, mean or sum",
                 self.critic_reduction)
         require(0.0 <= self.offline_ratio <= 1.0, "learner.offline_ratio", "in [0, 1]", self.offline_ratio)
         if self.max_grad_norm is not None:
@@ -153,7 +154,21 @@ class QGradientConfig(SACConfig):
     actor_ema_every: int = 5
     """Actor steps between EMA updates."""
     actor_ema_start: int = 1000
-    """Actor step from which the EMA averages (before: a copy)."""
+    """Actor step from which the EMA averages (before: see actor_ema_warmup)."""
+    actor_ema_warmup: str = "copy"
+    """The EMA actor before actor_ema_start: ``copy`` of the actor every actor_ema_every steps (genpol);
+    ``hold``, left at the initial actor, with the references' step count (Ding & Jin's and Diffusion-QL's
+    ``step_ema``: averages after actor steps 1001, 1006, ...; ``heads.consistency_training.ema_update_due``)."""
+    q_norm: bool = False
+    """Divide the TD target by its batch std: y / (std(y) + 1e-6), unbiased std (Ding & Jin's code's
+    ``q_norm``, on 12 of their 20 offline tasks; their OnlineAgent has none)."""
+    max_q_backup_samples: int = 1
+    """EMA-actor samples per next state in the TD target; each target critic takes its maximum over them
+    before the minimum over critics (1: one sample; Ding & Jin's ``max_q_backup``, on 5 of their 6 antmaze
+    tasks, is 10)."""
+    critic_lr: Optional[float] = None
+    """Adam learning rate of the critics (None: lr). Ding & Jin's and CPQL's code fix it at 3e-4 whatever
+    their lr (1e-3 and 3e-5 on some tasks)."""
     act_candidates: int = 50
     """Head samples per state when acting, one drawn with probability softmax(min Q) (1: the head's sample)."""
     explore_initial: float = 1.0
@@ -172,7 +187,14 @@ class QGradientConfig(SACConfig):
     """Gradient-norm clip of actor and critics (reference: 1-10 per task)."""
     offline_lr_decay: bool = False
     """Offline phase (pipeline=offline_to_online): actor and critic lr decay from lr to 0 along a cosine over
-    pipeline.pretrain_steps (the references' --lr_decay); online fine-tuning then runs at lr."""
+    pipeline.pretrain_steps (the references' --lr_decay); online fine-tuning then runs at lr (critic_lr)."""
+    offline_lr_decay_every: int = 1
+    """Offline gradient steps per step of that cosine: the rate changes once every this many steps (1: every
+    step; Ding & Jin's code steps its scheduler once per ``train`` call, 50 000 steps in their offline.py)."""
+    offline_lr_decay_horizon: Optional[int] = None
+    """The cosine's length in its own steps (None: the phase, ceil(pretrain_steps / offline_lr_decay_every)).
+    Ding & Jin's: T_max = num_epochs (2000, 1000 on some tasks), which with 40 scheduler steps in a 2M-step
+    run leaves the rate at 0.999 lr."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -181,6 +203,18 @@ class QGradientConfig(SACConfig):
         require(self.eta > 0 or self.bc_coef > 0, "learner.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
         require(0.0 < self.actor_ema_decay < 1.0, "learner.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
         require(self.actor_ema_every >= 1, "learner.actor_ema_every", ">= 1", self.actor_ema_every)
+        require(self.actor_ema_warmup in ("copy", "hold"), "learner.actor_ema_warmup", "copy or hold",
+                self.actor_ema_warmup)
+        require(self.max_q_backup_samples >= 1, "learner.max_q_backup_samples", ">= 1", self.max_q_backup_samples)
+        if self.q_norm:  # the std of a single target is undefined
+            require(self.batch_size >= 2, "learner.batch_size", ">= 2 with q_norm", self.batch_size)
+        if self.critic_lr is not None:
+            require(self.critic_lr > 0, "learner.critic_lr", "> 0 or null", self.critic_lr)
+        require(self.offline_lr_decay_every >= 1, "learner.offline_lr_decay_every", ">= 1",
+                self.offline_lr_decay_every)
+        if self.offline_lr_decay_horizon is not None:
+            require(self.offline_lr_decay_horizon >= 1, "learner.offline_lr_decay_horizon", ">= 1 or null",
+                    self.offline_lr_decay_horizon)
         require(self.act_candidates >= 1, "learner.act_candidates", ">= 1", self.act_candidates)
         for key in ("explore_initial", "explore_final"):
             require(0.0 <= getattr(self, key) <= 1.0, f"learner.{key}", "in [0, 1]", getattr(self, key))

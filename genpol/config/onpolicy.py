@@ -43,6 +43,11 @@ class PPOConfig(RolloutConfig):
     """``constant``; ``linear`` decay to 0 over total_steps; or ``adaptive`` (rsl_rl's KL rule, see desired_kl)."""
     desired_kl: float = 0.01
     """KL the ``adaptive`` schedule aims for: lr / 1.5 above 2x, lr x 1.5 below 1/2 (bounds 1e-5..1e-2)."""
+    adaptive_lr_rule: str = "per_minibatch"
+    """When the ``adaptive`` schedule steps: ``per_minibatch`` (after every minibatch on its KL, lr within
+    [1e-5, 1e-2], raised only for a KL above 0: rsl_rl's PPO, genpol's default) or ``per_epoch`` (once per
+    epoch on the mean of its minibatches' KLs, within [1e-6, 1e-2], raised at a KL of 0 too: the PolicyFlow
+    port's; with ``policy.kl_log_eps=1e-5`` its KL too, docs/fidelity.md)."""
     epochs: int = 10
     """Passes over the rollout per update."""
     minibatch_size: int = 64
@@ -64,12 +69,21 @@ class PPOConfig(RolloutConfig):
     """``per_network``: the actor's and the critic's gradients clipped separately, so neither network's
     gradient rescales the other's step (genpol's default; DPPO clips its actor alone); ``joint``: one
     norm over both, as stable-baselines3's PPO and SPO's code (docs/fidelity.md)."""
+    grad_clip_eps: float = 1e-6
+    """Epsilon of the clip factor min(1, max_grad_norm / (norm + eps)): 1e-6 is torch's ``clip_grad_norm_``
+    (genpol's default); GoRL's code uses 1e-8."""
     target_kl: Optional[float] = None
     """Stop the epochs once approx-KL exceeds 1.5 x target_kl (None: never)."""
     normalize_advantage: bool = True
     """Normalize advantages per minibatch."""
+    advantage_std: str = "unbiased"
+    """The std that normalizes them: ``unbiased`` (n - 1, stable-baselines3; genpol's default) or
+    ``population`` (n, ``jnp.std``: FPO's and GoRL's code)."""
     adam_eps: float = 1e-5
     """Adam's epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled (AdamW) weight decay of actor and critic; 0 is Adam (genpol's default). The PolicyFlow
+    port's AdamW uses 1e-5."""
     compile: bool = False
     """Compile each minibatch step (loss, gradient, clip, Adam) with torch.compile: ~3x faster small
     minibatches after ~20 s of compilation; needs target_kl=null."""
@@ -97,6 +111,12 @@ class PPOConfig(RolloutConfig):
         if self.target_kl is not None:
             require(self.target_kl > 0, "learner.target_kl", "> 0 or null", self.target_kl)
         require(self.adam_eps > 0, "learner.adam_eps", "> 0", self.adam_eps)
+        require(self.weight_decay >= 0, "learner.weight_decay", ">= 0", self.weight_decay)
+        require(self.grad_clip_eps >= 0, "learner.grad_clip_eps", ">= 0", self.grad_clip_eps)
+        require(self.advantage_std in ("unbiased", "population"), "learner.advantage_std", "unbiased or population",
+                self.advantage_std)
+        require(self.adaptive_lr_rule in ("per_minibatch", "per_epoch"), "learner.adaptive_lr_rule",
+                "per_minibatch or per_epoch", self.adaptive_lr_rule)
 
 
 @dataclass
@@ -146,6 +166,9 @@ class TRPOConfig(RolloutConfig):
     """Critic minibatch size."""
     normalize_advantage: bool = True
     """Normalize advantages over the rollout."""
+    advantage_std: str = "unbiased"
+    """The std that normalizes them: ``unbiased`` (n - 1, stable-baselines3; genpol's default) or
+    ``population`` (n, ``jnp.std``)."""
     lr_schedule: str = "constant"
     """Critic learning-rate schedule: ``constant`` or ``linear`` decay to 0."""
     adam_eps: float = 1e-5
@@ -162,6 +185,8 @@ class TRPOConfig(RolloutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.chunk_size >= 1, "learner.chunk_size", ">= 1", self.chunk_size)
+        require(self.advantage_std in ("unbiased", "population"), "learner.advantage_std", "unbiased or population",
+                self.advantage_std)
         require(self.target_kl > 0, "learner.target_kl", "> 0", self.target_kl)
         require(self.cg_iterations >= 1, "learner.cg_iterations", ">= 1", self.cg_iterations)
         require(self.cg_damping >= 0, "learner.cg_damping", ">= 0", self.cg_damping)

@@ -122,11 +122,20 @@ class HeadConfig:
     """Hidden layer widths of the value network."""
     critic_activation: str = "tanh"
     """Activation of the value network."""
+    critic_residual: bool = False
+    """A residual value network (DPPO's ``CriticObs`` with ``residual_style=True``: input layer, two-layer
+    pre-activation blocks, no activation before the output; an odd number of equal widths) instead of a
+    plain MLP (docs/fidelity.md)."""
 
-    NOT_HEAD_ARGUMENTS: ClassVar[frozenset[str]] = frozenset({"family", "critic_hidden_sizes", "critic_activation"})
+    NOT_HEAD_ARGUMENTS: ClassVar[frozenset[str]] = frozenset({"family", "critic_hidden_sizes", "critic_activation",
+                                                              "critic_residual"})
 
     def __post_init__(self) -> None:
         check_network("critic_hidden_sizes", self.critic_hidden_sizes, "critic_activation", self.critic_activation)
+        if self.critic_residual:
+            sizes = list(self.critic_hidden_sizes)
+            require(len(set(sizes)) == 1 and len(sizes) % 2 == 1, "policy.critic_hidden_sizes",
+                    "an odd number of equal widths (policy.critic_residual=true)", sizes)
         if hasattr(self, "hidden_sizes") and hasattr(self, "activation"):
             check_network("hidden_sizes", self.hidden_sizes, "activation", self.activation)
 

@@ -11,7 +11,8 @@ F_theta is an MLP (3 x 256 Mish) on [c_in a_tau, time embedding, s]. c_in = 1 / 
 puts inputs of size ~80 into the first layer at the first sampling step: on MultiGoal BC at 3000
 steps the raw input left unimodal states with +-0.3 of action noise, c_in about +-0.03. The time input is
 log(tau / eps) / log(tau_max / eps), which maps [eps, tau_max] onto [0, 1] for
-``nets.sinusoidal_time_embedding`` (the reference embeds raw tau with transformer frequencies).
+``nets.sinusoidal_time_embedding``; ``time_input=ding_jin`` / ``cpql`` are the references' embeddings of
+raw tau / 250 log tau (``genpol.heads.consistency_network``).
 
 Sampling (T = ``sampling_steps``, 2 by default): noise levels linspace(tau_min_sampling, tau_max, T)
 taken in descending order; a ~ N(0, tau_max^2), a <- f(a, tau_max); then for every further tau,
@@ -26,10 +27,12 @@ Consistency training (``imitation_loss``, Consistency-BC): N(k) Karras boundarie
 n ~ U{0..N-2}, xi ~ N(0, I), loss d(f_theta(a + tau_{n+1} xi, tau_{n+1}), f_target(a + tau_n xi, tau_n)),
 optionally weighted by 100 / (tau_{n+1} - tau_n) (the reference's ``scale_consis_loss``). The target
 network is an EMA of the online one (decay 0.995, every 5 steps from step 1000; before that a copy
-of it every 5 steps: genpol's choice, since Diffusion-QL's and Ding & Jin's EMA helpers leave the
-target at its initial random weights until step 1000, a departure measured in docs/fidelity.md). The head counts its own training steps: every ``imitation_loss``
+of it every 5 steps: genpol's choice, ``target_warmup=copy``; Diffusion-QL's and Ding & Jin's EMA
+helpers leave the target at its initial random weights until step 1000, ``target_warmup=hold``,
+``ema_update_due``). The head counts its own training steps: every ``imitation_loss``
 call made in training mode is one step, and it first refreshes the target from the weights the
-previous steps produced. Target and step count are saved with the head (exact resume).
+previous steps produced. Target and step count are saved with the head (exact resume). N(k) grows
+once over the run; Ding & Jin's code restarts it with every ``train`` call (``ct_schedule_repeats``).
 
 On-policy sampler (``sample`` / ``log_ratio``, genpol's extension, "no peer offers this"). The
 multistep sampler is a Markov chain x_0 -> x_1 -> ... -> x_T over noisy actions:
@@ -56,7 +59,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Sequence
+from typing import Any, List
 
 import torch
 from torch import nn
@@ -65,67 +68,16 @@ from genpol.errors import require
 from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
-from genpol.nets import MLP, activation_class, sinusoidal_time_embedding
+from genpol.heads.consistency_network import TIME_INPUTS, ConsistencyNetwork
+from genpol.heads.consistency_training import (CT_DISTANCES, consistency_coefficients, ct_num_scales,
+                                               ema_update_due, karras_boundaries, lognormal_level_weights,
+                                               pseudo_huber)
+
+# the formulas live in consistency_training; importable from here as before
+__all__ = ["ConsistencyConfig", "ConsistencyHead", "ConsistencyNetwork", "consistency_coefficients", "ct_num_scales",
+           "ema_update_due", "karras_boundaries", "lognormal_level_weights", "pseudo_huber"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
-def consistency_coefficients(tau: torch.Tensor, sigma_data: float = 0.5, eps: float = 0.002
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``tau [...]`` -> ``(c_skip [...], c_out [...])`` of the consistency parameterization."""
-    shifted = tau - eps
-    c_skip = sigma_data**2 / (shifted.square() + sigma_data**2)
-    c_out = sigma_data * shifted / (tau.square() + sigma_data**2).sqrt()
-    return c_skip, c_out
-
-
-def karras_boundaries(num_scales: int, eps: float = 0.002, tau_max: float = 80.0, rho: float = 7.0) -> torch.Tensor:
-    """The ``num_scales`` noise levels ``[N]`` of Karras et al., ascending from ``eps`` to ``tau_max``."""
-    if num_scales < 2:
-        raise ValueError(f"Karras boundaries need at least 2 scales, got {num_scales}")
-    ramp = torch.arange(num_scales, dtype=torch.float64) / (num_scales - 1)
-    inverse = eps ** (1 / rho) + ramp * (tau_max ** (1 / rho) - eps ** (1 / rho))
-    return (inverse**rho).float()
-
-
-def ct_num_scales(step: int, total_steps: int, initial: int = 2, final: int = 150) -> int:
-    """N(k) of consistency training: ceil(sqrt(k / K ((s1 + 1)^2 - s0^2) + s0^2) - 1) + 1, from s0 at
-    k = 0 to s1 + 1 at k = K (Song et al. 2023, appendix C; the step is clamped to K)."""
-    fraction = min(step, total_steps) / max(total_steps, 1)
-    return math.ceil(math.sqrt(fraction * ((final + 1) ** 2 - initial**2) + initial**2) - 1) + 1
-
-
-def lognormal_level_weights(boundaries: torch.Tensor, mean: float = -1.1, std: float = 2.0) -> torch.Tensor:
-    """``[N]`` boundaries -> ``[N - 1]`` probabilities of the pairs (tau_n, tau_{n+1}) under improved CT's
-    discretized log-normal (Song & Dhariwal 2023, eq. 11): p(n) proportional to
-    erf((log tau_{n+1} - mean) / (sqrt(2) std)) - erf((log tau_n - mean) / (sqrt(2) std))."""
-    cdf = torch.erf((boundaries.double().log() - mean) / (math.sqrt(2.0) * std))
-    weights = cdf[1:] - cdf[:-1]
-    return (weights / weights.sum()).float()
-
-
-def pseudo_huber(difference: torch.Tensor) -> torch.Tensor:
-    """``[B, A]`` -> ``[B]``: sqrt(||d||^2 + c^2) - c with c = 0.00054 sqrt(A) (improved CT)."""
-    c = 0.00054 * math.sqrt(difference.shape[-1])
-    return (difference.square().sum(dim=-1) + c * c).sqrt() - c
-
-
-class ConsistencyNetwork(nn.Module):
-    """``F_theta(a_tau, tau, s)``: an MLP on [a_tau, time MLP(sinusoidal(u)), s], u = log(tau / eps) / log(tau_max / eps)."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int], activation: str, time_dim: int,
-                 eps: float, tau_max: float):
-        super().__init__()
-        self.time_dim, self.eps, self.log_range = time_dim, eps, math.log(tau_max / eps)
-        act = activation_class(activation)
-        self.time_mlp = nn.Sequential(nn.Linear(time_dim, 2 * time_dim), act(), nn.Linear(2 * time_dim, time_dim))
-        self.body = MLP(act_dim + time_dim + obs_dim, hidden_sizes, act_dim, activation, orthogonal_init=False)
-
-    def forward(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """``noisy [B, C]``, ``tau [B]``, ``obs [B, D]`` -> ``[B, C]`` (C: the chunk's size, A without chunks)."""
-        u = (tau / self.eps).log() / self.log_range
-        embedding = self.time_mlp(sinusoidal_time_embedding(u, self.time_dim))
-        return self.body(torch.cat([noisy, embedding, obs], dim=-1))
 
 
 @dataclass
@@ -145,6 +97,10 @@ class ConsistencyConfig(HeadConfig):
     """Activation of F_theta."""
     time_dim: int = 16
     """Size of the noise-level embedding."""
+    time_input: str = "genpol"
+    """What F_theta's time MLP sees (``genpol.heads.consistency_network``): ``genpol``, sin/cos(2^k pi u) of
+    u = log(tau / eps) / log(tau_max / eps); ``ding_jin``, the transformer embedding of raw tau (Ding & Jin's
+    code); ``cpql``, of 250 log tau (CPQL's). The authors' is needed to load or compare their weights."""
     sampling_steps: int = 2
     """T: network calls per action (reference: 2, 5 on some tasks)."""
     sigma_data: float = 0.5
@@ -169,10 +125,19 @@ class ConsistencyConfig(HeadConfig):
     target_every: int = 5
     """Training steps between target updates."""
     target_start: int = 1000
-    """Training step from which the target is an EMA (before: a copy every target_every steps; the
-    reference leaves it at its initial weights until then, docs/fidelity.md)."""
+    """Training step from which the target is an EMA (before: see target_warmup)."""
+    target_warmup: str = "copy"
+    """The target before target_start: ``copy`` of the online network every target_every steps (genpol);
+    ``hold``, left at its initial weights, with the references' step count (Ding & Jin's code, whose
+    CT target is its EMA actor; ``ema_update_due``)."""
+    ct_schedule_repeats: bool = False
+    """False: N(k) grows once over ct_total_steps (k counted from 1) and stays. True: N restarts every
+    ct_total_steps steps, k counted from 0 within each (Ding & Jin's code restarts it with every ``train``
+    call, 50 000 steps in their offline.py: ct_total_steps=50000 ct_final_scales=149 is their
+    timesteps_schedule, whose final_timesteps 150 enters as 150^2 where genpol's enters as (150 + 1)^2)."""
     ct_distance: str = "l2"
-    """Consistency-training distance: ``l2`` or ``pseudo_huber``."""
+    """Consistency-training distance: ``l2`` (the mean over dims of d^2), ``pseudo_huber`` (improved CT's,
+    over the action vector) or ``pseudo_huber_per_dim`` (Ding & Jin's code's: per dim, then the mean)."""
     ct_noise_sampling: str = "uniform"
     """How CT draws its pair of noise levels: uniform over the N - 1 pairs (reference) or lognormal (improved CT)."""
     ct_loss_scale: bool = True
@@ -204,8 +169,12 @@ class ConsistencyConfig(HeadConfig):
         require(self.ct_total_steps >= 1, "policy.ct_total_steps", ">= 1", self.ct_total_steps)
         require(0.0 <= self.target_decay < 1.0, "policy.target_decay", "in [0, 1)", self.target_decay)
         require(self.target_every >= 1, "policy.target_every", ">= 1", self.target_every)
-        require(self.ct_distance in ("l2", "pseudo_huber"), "policy.ct_distance", "l2 or pseudo_huber",
+        require(self.ct_distance in CT_DISTANCES, "policy.ct_distance", f"one of {tuple(CT_DISTANCES)}",
                 self.ct_distance)
+        require(self.time_input in TIME_INPUTS, "policy.time_input", f"one of {TIME_INPUTS}", self.time_input)
+        if self.time_input != "genpol":  # the transformer frequencies divide by time_dim / 2 - 1
+            require(self.time_dim >= 4, "policy.time_dim", f">= 4 with time_input={self.time_input}", self.time_dim)
+        require(self.target_warmup in ("copy", "hold"), "policy.target_warmup", "copy or hold", self.target_warmup)
         require(self.ct_noise_sampling in ("uniform", "lognormal"), "policy.ct_noise_sampling", "uniform or lognormal",
                 self.ct_noise_sampling)
         require(self.min_sampling_std > 0, "policy.min_sampling_std", "> 0", self.min_sampling_std)
@@ -242,9 +211,11 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         self.ct_initial_scales, self.ct_final_scales, self.ct_total_steps = (c.ct_initial_scales, c.ct_final_scales,
                                                                             c.ct_total_steps)
         self.target_decay, self.target_every, self.target_start = c.target_decay, c.target_every, c.target_start
+        self.target_warmup, self.ct_schedule_repeats = c.target_warmup, c.ct_schedule_repeats
         self.ct_distance, self.ct_loss_scale, self.ct_noise_sampling = c.ct_distance, c.ct_loss_scale, c.ct_noise_sampling
         self.min_sampling_std = min_sampling_std
-        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim, eps, tau_max)
+        self.network = ConsistencyNetwork(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim, eps, tau_max,
+                                          c.time_input)
         self.target = copy.deepcopy(self.network)
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
@@ -336,10 +307,10 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
 
     # ------------------------------------------------------------------ consistency training
     @torch.no_grad()
-    def update_target(self) -> None:
-        """Copy the online network into the target before ``target_start``, EMA after it."""
+    def update_target(self, copy_online: bool | None = None) -> None:
+        """Copy the online network into the target (``copy_online``; None: before ``target_start``), else the EMA."""
         online, target = list(self.network.parameters()), list(self.target.parameters())
-        if self.ct_step < self.target_start:
+        if copy_online if copy_online is not None else self.ct_step < self.target_start:
             torch._foreach_copy_(target, online)
         else:
             torch._foreach_lerp_(target, online, 1.0 - self.target_decay)
@@ -347,7 +318,8 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
     def consistency_training_loss(self, obs: torch.Tensor, actions: torch.Tensor, num_scales: int) -> torch.Tensor:
         """CT loss (scalar) on ``obs [B, D]`` and clean ``actions [B, C]`` with N = ``num_scales``
         boundaries: draws n ~ U{0..N-2} (or improved CT's log-normal) and xi ~ N(0, I), then ``ct_loss_at``."""
-        boundaries = karras_boundaries(num_scales, self.eps, self.tau_max, self.rho).to(obs.device)
+        # in the batch's dtype: float32 as before in float32 training, float64 levels in float64 (the references')
+        boundaries = karras_boundaries(num_scales, self.eps, self.tau_max, self.rho, obs.dtype).to(obs.device)
         if self.ct_noise_sampling == "lognormal":
             index = torch.multinomial(lognormal_level_weights(boundaries), obs.shape[0], replacement=True)
         else:
@@ -362,7 +334,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         with torch.no_grad():
             target = self.consistency(actions + tau_low.unsqueeze(-1) * noise, tau_low, obs, self.target)
         difference = prediction - target
-        per_sample = difference.square().mean(dim=-1) if self.ct_distance == "l2" else pseudo_huber(difference)
+        per_sample = CT_DISTANCES[self.ct_distance](difference)
         if self.ct_loss_scale:
             per_sample = 100.0 / (tau_high - tau_low) * per_sample
         return per_sample.mean()
@@ -375,10 +347,15 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
             raise ValueError(f"consistency imitation needs action chunks of {self.horizon_steps} x "
                              f"{self.act_dim // self.act_steps} = {self.chunk_dim} values, got {actions.shape[-1]}")
         if self.training:
-            if self.ct_step % self.target_every == 0:
-                self.update_target()
+            due = ema_update_due(self.ct_step, self.target_every, self.target_start, self.target_warmup)
+            if due is not None:
+                self.update_target(copy_online=due == "copy")
             self.ct_step += 1
-        scales = ct_num_scales(self.ct_step, self.ct_total_steps, self.ct_initial_scales, self.ct_final_scales)
+        if self.ct_schedule_repeats:  # the references' k: this step's index from 0 within its period
+            step, period = (self.ct_step - 1) % self.ct_total_steps, self.ct_total_steps
+        else:
+            step, period = self.ct_step, self.ct_total_steps
+        scales = ct_num_scales(step, period, self.ct_initial_scales, self.ct_final_scales)
         return self.consistency_training_loss(obs, actions, scales)
 
     def get_extra_state(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ log-probabilities and the ratio is taken per step:
 * sampling clips each step's std from below at ``min_sampling_std`` (exploration); log-probs use
   ``min_logprob_std`` (raw DDPM posterior stds near the end are ~1e-2 and would make ratios explode);
 * the Gaussian noise is clipped to +-``randn_clip``, the predicted clean action x0 to
-  +-``denoised_clip``, and the final sample to [-1, 1];
+  +-``denoised_clip``, and the final sample to [-1, 1] (``final_clamp``; DPPO's configs leave it unclamped);
 * per-element log-probs are clamped to ``logprob_clamp`` and averaged (not summed) over the
   executed action dims, which keeps ratios near 1 and explains DPPO's tiny clip values;
 * the record stores the last K' + 1 chain states, ``log_ratio`` returns ``[B, K']``, the advantage
@@ -48,7 +48,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 import torch
 from torch import nn
@@ -57,26 +57,8 @@ from genpol.errors import require
 from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
-from genpol.nets import ResidualMLP, activation_class, sinusoidal_time_embedding
-
-
-class Denoiser(nn.Module):
-    """``eps_theta(x_k, k, s)``: residual MLP on [x_k, time embedding, observation] (DPPO's DiffusionMLP)."""
-
-    def __init__(self, obs_dim: int, chunk_dim: int, hidden_sizes: Sequence[int], activation: str, time_dim: int):
-        super().__init__()
-        self.time_dim = time_dim
-        act = activation_class(activation)
-        self.time_mlp = nn.Sequential(nn.Linear(time_dim, 2 * time_dim), act(), nn.Linear(2 * time_dim, time_dim))
-        self.body = ResidualMLP(chunk_dim + time_dim + obs_dim, hidden_sizes, chunk_dim, activation)
-
-    def forward(self, x: torch.Tensor, timestep: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """``x [B, C]``, ``timestep [B]`` (diffusion timestep, float), ``obs [B, D]`` -> ``eps [B, C]``.
-
-        The sinusoidal embedding gets ``timestep / 1000``: ``sinusoidal_time_embedding`` expects
-        [0, 1] inputs, and 1000 covers every schedule length in use."""
-        embedding = self.time_mlp(sinusoidal_time_embedding(timestep / 1000.0, self.time_dim))
-        return self.body(torch.cat([x, embedding, obs], dim=-1))
+from genpol.heads.denoiser import DENOISER_TIME_EMBEDDINGS, Denoiser
+from genpol.nets import ACTIVATIONS
 
 
 @dataclass
@@ -105,6 +87,20 @@ class DiffusionConfig(HeadConfig):
     """Activation of the denoiser."""
     time_dim: int = 16
     """Time-embedding size."""
+    time_embedding: str = "genpol"
+    """The denoiser's embedding of the diffusion timestep: ``genpol`` (sin and cos of 2^k pi timestep / 1000)
+    or ``dppo`` (DPPO's code: sin and cos of timestep x 10000^(-k / (time_dim/2 - 1)), time_dim >= 4); the
+    authors' is needed to load or compare their weights (docs/fidelity.md)."""
+    output_activation: bool = True
+    """An activation before the denoiser's output layer (genpol's); false: none, as DPPO's ResidualMLP."""
+    time_mlp_activation: Optional[str] = None
+    """Activation of the time MLP; null: the denoiser's ``activation`` (genpol's), ``mish``: DPPO's, whose
+    time MLP is Mish whatever the denoiser's activation (their Gym configs: ReLU denoisers)."""
+    final_clamp: bool = True
+    """Clamp the chain's final state to [-1, 1] (genpol's). False: unclamped, as DPPO's configs (their
+    final_action_clip_value is unset); the stored chain and the last step's log-prob are then of the
+    unclamped state, and actions leave the box: the env wrapper clips what it executes. Applies to sample,
+    act and rsample (where clamp_gradient then has nothing to do)."""
     min_sampling_std: float = 0.1
     """Lower clip of each denoising step's std while sampling (exploration)."""
     min_logprob_std: float = 0.1
@@ -148,6 +144,13 @@ class DiffusionConfig(HeadConfig):
                  "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
         require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
                  self.hidden_sizes)
+        require(self.time_embedding in DENOISER_TIME_EMBEDDINGS, "policy.time_embedding",
+                f"one of {tuple(DENOISER_TIME_EMBEDDINGS)}", self.time_embedding)
+        smallest = 4 if self.time_embedding == "dppo" else 2  # DPPO's frequencies divide by time_dim/2 - 1
+        require(self.time_dim >= smallest and self.time_dim % 2 == 0, "policy.time_dim",
+                f"an even number >= {smallest}", self.time_dim)
+        require(self.time_mlp_activation is None or self.time_mlp_activation in ACTIVATIONS,
+                "policy.time_mlp_activation", f"null or one of {tuple(ACTIVATIONS)}", self.time_mlp_activation)
         require(len(self.logprob_clamp) == 2 and self.logprob_clamp[0] < self.logprob_clamp[1],
                  "policy.logprob_clamp", "[low, high] with low < high", self.logprob_clamp)
         for key in ("ddim_eta", "ddim_eval_eta"):
@@ -200,7 +203,9 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         self.logprob_clamp = tuple(c.logprob_clamp)
         self.ddim_eta, self.ddim_eval_eta = c.ddim_eta, c.ddim_eval_eta
         self.clamp_gradient = c.clamp_gradient
-        self.denoiser = Denoiser(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim)
+        self.final_clamp = c.final_clamp
+        self.denoiser = Denoiser(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim,
+                                 c.time_embedding, c.output_activation, c.time_mlp_activation)
         self.frozen_denoiser = None
         if ft_denoising_steps < steps_sampled:  # early steps run the pretrained weights, frozen
             self.frozen_denoiser = self._frozen_copy()
@@ -295,7 +300,8 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         """Sample a chunk; returns ``(final sample [B, C], last K' + 1 chain states [B, K' + 1, C])``.
 
         ``reparameterized``: the final clamp passes the gradient by ``clamp_gradient``'s rule (``rsample``);
-        otherwise it is torch's clamp (same values)."""
+        otherwise it is torch's clamp (same values). Without ``final_clamp`` the final state is left as
+        drawn, and the chain stores it so: its log-prob is of the state the chain reached."""
         batch = obs.shape[0]
         # deterministic: DPPO's noise levels, drawn from a fixed-seed generator, so that the same
         # observation always gives the same action (DPPO's own evaluation redraws x_K every call)
@@ -317,7 +323,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
                 std = std.clamp(min=self.min_sampling_std)
             noise = torch.randn(x.shape, device=x.device, generator=generator).clamp(-self.randn_clip, self.randn_clip)
             x = mean + std * noise
-            if last:
+            if last and self.final_clamp:
                 x = clamp_to_box(x, self.clamp_gradient) if reparameterized else x.clamp(-1.0, 1.0)
             if i >= first_ft:
                 chain.append(x)

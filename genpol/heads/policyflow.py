@@ -18,7 +18,8 @@ Extra terms (in ``RatioTerms``): the Gaussian entropy of sigma, and the Brownian
 whose fixed point is an expanding field that counters mode collapse; reported as ``head/brownian``.
 
 ``kl`` is the closed form KL(N(0, sigma_old) || N(dv, sigma_theta)) of that same first-order model,
-which is what the reference's KL-adaptive learning rate uses. ``degenerate_to_gaussian`` fixes
+which is what the reference's KL-adaptive learning rate uses (``kl_log_eps`` adds the port's 1e-5
+inside its log, ``log(sigma_theta / sigma_old + eps)``). ``degenerate_to_gaussian`` fixes
 x0 = 0, which makes x1 a deterministic function of s: Gaussian PPO as a built-in ablation.
 """
 
@@ -37,7 +38,7 @@ from genpol.heads.flow_core import (FlowConfig, VelocityNetwork, VelocitySnapsho
                                    integrate, solver_grid)
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 
-LOG_STD_BOUNDS = (-5.0, 2.0)
+LOG_STD_BOUNDS = (-5.0, 2.0)  # genpol's default clamp of the noise's log std (the port's: -20, 4)
 
 
 @dataclass
@@ -53,7 +54,18 @@ class PolicyFlowConfig(FlowConfig):
     integrator: str = "midpoint"
     """``euler`` or ``midpoint`` (PolicyFlow's)."""
     log_std_init: float = 0.0
-    """Initial log std of the exploration noise (clamped to [-5, 2])."""
+    """Initial log std of the exploration noise (clamped to log_std_bounds)."""
+    log_std_bounds: List[float] = field(default_factory=lambda: list(LOG_STD_BOUNDS))
+    """[low, high] the noise's log std is clamped to: genpol's [-5, 2], or the PolicyFlow port's [-20, 4]
+    (``LearnableVariance``). Outside them the log std gets no gradient."""
+    time_grid_endpoint: bool = False
+    """Also draw t = 1 among the ratio's evaluation times: the solver's times plus the path's end (2N + 1
+    points under midpoint, as the PolicyFlow port's ``time_steps_tensor``). genpol's default draws only
+    the times the solver evaluates (2N under midpoint, N under euler)."""
+    kl_log_eps: float = 0.0
+    """Added to sigma_theta / sigma_old inside the log of the KL that the ``adaptive`` learning-rate
+    schedule reads: 0 is the exact KL (genpol's default), 1e-5 the PolicyFlow port's formula (with
+    ``learner.adaptive_lr_rule=per_epoch``, its whole rule)."""
     brownian_coef: float = 0.01
     """Weight of the Brownian regularizer."""
     brownian_beta: float = 1.0
@@ -69,6 +81,9 @@ class PolicyFlowConfig(FlowConfig):
         super().__post_init__()
         require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
         require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
+        require(len(self.log_std_bounds) == 2 and self.log_std_bounds[0] < self.log_std_bounds[1],
+                "policy.log_std_bounds", "[low, high] with low < high", list(self.log_std_bounds))
+        require(self.kl_log_eps >= 0, "policy.kl_log_eps", ">= 0", self.kl_log_eps)
 
 
 class PolicyFlowHead(VelocitySnapshot, PolicyHead):
@@ -91,11 +106,17 @@ class PolicyFlowHead(VelocitySnapshot, PolicyHead):
         self.brownian_coef = c.brownian_coef
         self.brownian_beta = c.brownian_beta
         self.degenerate_to_gaussian = c.degenerate_to_gaussian
-        self.register_buffer("time_grid", solver_grid(c.integration_steps, c.integrator), persistent=False)
+        self.log_std_bounds = tuple(float(bound) for bound in c.log_std_bounds)
+        self.kl_log_eps = c.kl_log_eps
+        # the evaluation times t of the ratio [2N] (midpoint) or [N] (euler), [+ 1] with the end t = 1
+        grid = solver_grid(c.integration_steps, c.integrator)
+        if c.time_grid_endpoint:
+            grid = torch.cat([grid, torch.ones(1, dtype=grid.dtype)])
+        self.register_buffer("time_grid", grid, persistent=False)
         self.init_snapshot()
 
     def clamped_log_std(self) -> torch.Tensor:
-        return self.log_std.clamp(*LOG_STD_BOUNDS)
+        return self.log_std.clamp(*self.log_std_bounds)
 
     def _noise_source(self, batch: int, device: torch.device) -> torch.Tensor:
         x0 = torch.randn(batch, self.act_dim, device=device)
@@ -146,8 +167,14 @@ class PolicyFlowHead(VelocitySnapshot, PolicyHead):
         )
 
     def _kl(self, delta_v: torch.Tensor, record: Record) -> torch.Tensor:
-        return diagonal_gaussian_kl(torch.zeros_like(delta_v), record["log_std"], delta_v,
-                                    self.clamped_log_std().expand_as(delta_v))
+        """``[B]``: KL(N(0, sigma_old) || N(dv, sigma_theta)), summed over action dims. With ``kl_log_eps``
+        its log term log(sigma_theta / sigma_old) becomes log(sigma_theta / sigma_old + eps), the port's."""
+        log_std = self.clamped_log_std().expand_as(delta_v)
+        kl = diagonal_gaussian_kl(torch.zeros_like(delta_v), record["log_std"], delta_v, log_std)
+        if self.kl_log_eps:
+            std_ratio = (log_std - record["log_std"]).exp()
+            kl = kl + (torch.log(std_ratio + self.kl_log_eps) - (log_std - record["log_std"])).sum(dim=-1)
+        return kl
 
     def kl(self, obs: torch.Tensor, record: Record) -> torch.Tensor:
         """KL at fresh random evaluation times; ``log_ratio`` also returns it at its own times

@@ -8,11 +8,13 @@ dataset: a TD step of the twin critics with next actions from the EMA actor, an 
 (critics, targets, EMA actor, optimizers) then goes on into online fine-tuning unchanged.
 
 With ``learner.offline_lr_decay`` the actor's and critics' learning rates follow a cosine from
-``learner.lr`` to 0 over the phase (the references' ``--lr_decay``: Diffusion-QL's ``CosineAnnealingLR``,
-stepped there once per ``train`` call, an epoch of 1000 steps; Ding & Jin's consistency code calls it
-once per 50 000 steps with T_max 2000, so its rate only falls to 0.999 lr: a departure,
-docs/fidelity.md; here every step), computed from the learner's checkpointed
-``offline_steps`` so a resumed phase continues it exactly; online fine-tuning starts back at ``learner.lr``.
+``learner.lr`` (the critics': ``learner.critic_lr``) to 0 over the phase (the references' ``--lr_decay``:
+Diffusion-QL's ``CosineAnnealingLR``, stepped there once per ``train`` call, an epoch of 1000 steps; Ding
+& Jin's consistency code calls it once per 50 000 steps with T_max 2000, so its rate only falls to 0.999
+lr). By default the cosine moves every step over the phase; ``learner.offline_lr_decay_every`` and
+``offline_lr_decay_horizon`` reproduce a scheduler stepped once per block of steps with its own T_max.
+The rate is computed from the learner's checkpointed ``offline_steps`` so a resumed phase continues it
+exactly; online fine-tuning starts back at ``learner.lr`` and ``critic_lr``.
 
 As the BC runner, callbacks do the I/O every ``log_every`` gradient steps, and ``global_step`` is the
 gradient step. Evaluation (``runner.head``) acts as the online phase will: softmax-Q over the
@@ -66,12 +68,21 @@ class OfflineRLRunner:
     def train_step(self) -> dict[str, torch.Tensor]:
         cfg = self.algorithm.cfg
         if cfg.offline_lr_decay:
-            set_lr(cosine_lr(cfg.lr, self.algorithm.offline_steps, self.total_steps),
-                   self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
+            set_lr(self.decayed_lr(cfg.lr), self.algorithm.actor_optimizer)
+            set_lr(self.decayed_lr(self.algorithm.critic_lr), self.algorithm.critic_optimizer)
         named = self.algorithm.gradient_step(self.offline.sample(self.batch_size))
         self.algorithm.offline_steps += 1
         self.global_step += 1
         return named
+
+    def decayed_lr(self, lr: float) -> float:
+        """``lr`` on the offline cosine before the learner's next offline step: its position is the number
+        of blocks of ``offline_lr_decay_every`` steps completed, its length ``offline_lr_decay_horizon``
+        blocks (None: the phase's). Every-step decay over the phase by default."""
+        cfg = self.algorithm.cfg
+        every = cfg.offline_lr_decay_every
+        horizon = cfg.offline_lr_decay_horizon or -(-self.total_steps // every)
+        return cosine_lr(lr, self.algorithm.offline_steps // every, horizon)
 
     def run(self) -> None:
         self.callbacks.on_train_start(self)
@@ -91,7 +102,8 @@ class OfflineRLRunner:
             self.callbacks.on_iteration_end(self, metrics)
             stop_if_requested(self)
         # online fine-tuning's rate (the optimizers carry on)
-        set_lr(self.algorithm.cfg.lr, self.algorithm.actor_optimizer, self.algorithm.critic_optimizer)
+        set_lr(self.algorithm.cfg.lr, self.algorithm.actor_optimizer)
+        set_lr(self.algorithm.critic_lr, self.algorithm.critic_optimizer)
         self.callbacks.on_train_end(self)
 
     # ------------------------------------------------------------------ checkpoints (Checkpointer API)

@@ -45,24 +45,32 @@ class CompiledAdamStep:
         max_grad_norm: norm clip applied to each module's gradient on its own (as the eager
             ``MinibatchUpdater`` path: one network's gradient never rescales another's), or None.
         joint_clip: clip all modules' gradients as one vector instead (``learner.grad_clip=joint``).
+        clip_eps: the epsilon of the clip factor ``max_norm / (norm + clip_eps)`` (torch's 1e-6).
+
+    A parameter group's ``weight_decay`` is applied decoupled, as the eager optimizer's
+    (``decoupled_weight_decay``, AdamW): ``p <- p (1 - lr wd)`` before the Adam step.
     """
 
     def __init__(self, modules: dict[str, nn.Module], loss_fn: Callable[..., tuple[torch.Tensor, dict]],
-                 optimizer: torch.optim.Adam, max_grad_norm: float | None, joint_clip: bool = False):
+                 optimizer: torch.optim.Adam, max_grad_norm: float | None, joint_clip: bool = False,
+                 clip_eps: float = 1e-6):
         self.module = _LossModule(modules, loss_fn)
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
+        self.clip_eps = clip_eps
         by_id = {id(p): name for name, p in self.module.named_parameters()}
         self.entries: list[tuple[str, nn.Parameter, int]] = []  # (name, parameter, param-group index)
         # betas and eps are read here, once: inside the compiled function, reading a param group
         # would make dynamo guard on the whole dict, its changing lr included, and recompile.
-        self.hyper: list[tuple[float, float, float]] = []
+        self.hyper: list[tuple[float, float, float, float]] = []  # (beta1, beta2, eps, weight decay)
         for index, group in enumerate(optimizer.param_groups):
             for parameter in group["params"]:
                 if id(parameter) not in by_id:
                     raise ValueError("the optimizer holds a parameter outside the compiled modules")
                 self.entries.append((by_id[id(parameter)], parameter, index))
-                self.hyper.append((*group["betas"], group["eps"]))
+                if group["weight_decay"] and not group.get("decoupled_weight_decay", False):
+                    raise ValueError("the compiled step applies weight decay decoupled (AdamW) only")
+                self.hyper.append((*group["betas"], group["eps"], group["weight_decay"]))
         # the parameter names of each module (``parts.<module>.<...>``): the groups clipped separately
         self.clip_groups = [[name for name, _, _ in self.entries if name.startswith(f"parts.{key}.")]
                             for key in modules]
@@ -90,12 +98,15 @@ class CompiledAdamStep:
             clipped = {}
             for names in self.clip_groups:  # clip_grad_norm_'s rule, per module
                 norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grads[n]) for n in names]))
-                coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)
+                coef = torch.clamp(self.max_grad_norm / (norm + self.clip_eps), max=1.0)
                 clipped.update({n: grads[n] * coef for n in names})
             grads = clipped
         with torch.no_grad():
-            for (name, parameter, group_index), (beta1, beta2, eps), state in zip(self.entries, self.hyper, states):
+            for (name, parameter, group_index), (beta1, beta2, eps, weight_decay), state in zip(
+                    self.entries, self.hyper, states):
                 gradient = grads[name]
+                if weight_decay:  # a constant of the trace: no operation at genpol's default 0
+                    parameter.mul_(1 - lrs[group_index] * weight_decay)
                 state["step"].add_(1)
                 state["exp_avg"].lerp_(gradient, 1 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)

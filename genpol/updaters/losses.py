@@ -26,11 +26,20 @@ class LossOutput:
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def normalize_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    """``(A - mean) / (std + 1e-8)`` over the minibatch, as stable-baselines3 (unbiased std)."""
-    if advantages.numel() < 2:
+ADVANTAGE_STDS = {"unbiased": 1, "population": 0}
+"""``learner.advantage_std`` -> the std's degrees-of-freedom correction: ``unbiased`` divides the squared
+deviations by n - 1 (torch's ``std()``, stable-baselines3: genpol's default), ``population`` by n
+(``jnp.std``, FPO's and GoRL's code). At n = 512 the two differ by a factor sqrt(512 / 511)."""
+
+
+def normalize_advantages(advantages: torch.Tensor, std: str = "unbiased") -> torch.Tensor:
+    """``(A - mean) / (std + 1e-8)`` over ``advantages [B]``, with the ``unbiased`` (stable-baselines3)
+    or ``population`` (``jnp.std``) std (``ADVANTAGE_STDS``). One unbiased sample has no std (n - 1 = 0):
+    it is returned as it is; the population std of one sample is 0, so it normalizes to 0 as in jnp."""
+    correction = ADVANTAGE_STDS[std]
+    if advantages.numel() <= correction:
         return advantages
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    return (advantages - advantages.mean()) / (advantages.std(correction=correction) + 1e-8)
 
 
 def estimated_kl(log_ratio: torch.Tensor) -> torch.Tensor:
@@ -57,7 +66,8 @@ class PPOClipLoss:
     ``L = -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) + vf_coef * L_V - ent_coef * mean(H) + aux``
 
     over all B x U ratio units. Advantages are normalized per minibatch (before the per-unit
-    weights are applied), as in stable-baselines3. The value loss is ``mean((R - V)^2)``; with
+    weights are applied), as in stable-baselines3, by the unbiased std unless ``advantage_std`` is
+    ``population`` (FPO's and GoRL's code, ``jnp.std``). The value loss is ``mean((R - V)^2)``; with
     ``clip_range_vf`` it is the elementwise max of the unclipped and the clipped error, with the
     clipped prediction ``V_old + clip(V - V_old, +-clip_range_vf)`` (OpenAI baselines, CleanRL).
 
@@ -78,12 +88,16 @@ class PPOClipLoss:
         vf_coef: float = 0.5,
         clip_range_vf: float | None = None,
         normalize_advantage: bool = True,
+        advantage_std: str = "unbiased",
     ):
+        if advantage_std not in ADVANTAGE_STDS:
+            raise ValueError(f"advantage_std must be one of {tuple(ADVANTAGE_STDS)}, got {advantage_std!r}")
         self.clip_range = clip_range
         self.ent_coef = ent_coef
         self.vf_coef = vf_coef
         self.clip_range_vf = clip_range_vf
         self.normalize_advantage = normalize_advantage
+        self.advantage_std = advantage_std
 
     def clip_for(self, unit_clip: torch.Tensor | None) -> torch.Tensor | float:
         """The trust-region epsilon: the head's per-unit ``unit_clip [U]`` if given, else ``clip_range``."""
@@ -118,7 +132,7 @@ class PPOClipLoss:
         ``returns [B]``, ``old_values [B]`` (critic at collection) -> ``LossOutput``."""
         log_ratio = terms.log_ratio
         if self.normalize_advantage:
-            advantages = normalize_advantages(advantages)
+            advantages = normalize_advantages(advantages, self.advantage_std)
         unit_advantages = advantages.unsqueeze(-1).expand_as(log_ratio)
         if terms.unit_weights is not None:
             unit_advantages = unit_advantages * terms.unit_weights

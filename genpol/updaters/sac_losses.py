@@ -30,7 +30,7 @@ from typing import Literal
 
 import torch
 
-CriticReduction = Literal["sb3", "mean"]
+CriticReduction = Literal["sb3", "mean", "sum"]
 QReduction = Literal["min", "mean"]
 TemperatureForm = Literal["log_alpha", "alpha"]
 
@@ -64,13 +64,16 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor, reduction: CriticReductio
     """Scalar TD regression loss of an ensemble, ``q [E, B]`` against ``target [B]``.
 
     ``"sb3"``: ``0.5 * sum_i MSE(Q_i, y)`` (SB3's ``SAC.train``), whose gradient on each head is half
-    the per-head MSE's. ``"mean"``: ``mean_{i, b} (Q_i - y)^2`` (RLPD's ``critic_loss``)."""
+    the per-head MSE's. ``"mean"``: ``mean_{i, b} (Q_i - y)^2`` (RLPD's ``critic_loss``). ``"sum"``:
+    ``sum_i MSE(Q_i, y)`` (Diffusion-QL's and the consistency references' ``mse_loss(q1, y) + mse_loss(q2, y)``)."""
     squared_error = (q - target.detach().unsqueeze(0)).square()
     if reduction == "sb3":
         return 0.5 * squared_error.mean(dim=1).sum()
     if reduction == "mean":
         return squared_error.mean()
-    raise ValueError(f"critic reduction must be 'sb3' or 'mean', got '{reduction}'")
+    if reduction == "sum":
+        return squared_error.mean(dim=1).sum()
+    raise ValueError(f"critic reduction must be 'sb3', 'mean' or 'sum', got '{reduction}'")
 
 
 def actor_loss(

@@ -132,6 +132,7 @@ class TRPOUpdater:
         critic_epochs: passes over the rollout for the critic.
         critic_minibatch_size: critic minibatch size.
         normalize_advantage: normalize advantages over the rollout.
+        advantage_std: the std that normalizes them, ``unbiased`` (SB3) or ``population`` (``jnp.std``).
         adam_eps: the critic's Adam epsilon.
         chunk_size: samples per chunk of the policy step. The surrogate, the KL and their gradients
             are sums over chunks, each weighted by its share of the batch, so the memory of an
@@ -144,7 +145,8 @@ class TRPOUpdater:
     def __init__(self, head: PolicyHead, critic: nn.Module, target_kl: float = 0.01, cg_iterations: int = 15,
                  cg_damping: float = 0.1, line_search_shrink: float = 0.8, line_search_max_iter: int = 10,
                  critic_lr: float = 1e-3, critic_epochs: int = 10, critic_minibatch_size: int = 128,
-                 normalize_advantage: bool = True, adam_eps: float = 1e-5, chunk_size: int = DEFAULT_CHUNK_SIZE):
+                 normalize_advantage: bool = True, adam_eps: float = 1e-5, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 advantage_std: str = "unbiased"):
         if chunk_size < 1:
             raise ValueError(f"TRPO chunk_size must be >= 1, got {chunk_size}")
         self.head = head
@@ -157,6 +159,7 @@ class TRPOUpdater:
         self.critic_epochs = critic_epochs
         self.critic_minibatch_size = critic_minibatch_size
         self.normalize_advantage = normalize_advantage
+        self.advantage_std = advantage_std
         self.chunk_size = chunk_size
         self.base_critic_lr = critic_lr
         self.actor_params = [p for p in head.parameters() if p.requires_grad]
@@ -177,7 +180,7 @@ class TRPOUpdater:
         synchronized = collectives.world_size() > 1  # torchrun: every sum below is over all ranks' data
         if self.normalize_advantage:  # over the whole rollout (all ranks' rollouts), before chunking
             normalize = collectives.normalize_advantages if synchronized else normalize_advantages
-            advantages = normalize(advantages)
+            advantages = normalize(advantages, self.advantage_std)
         params = self.actor_params
         total = obs.shape[0]
         chunks = [slice(start, min(start + self.chunk_size, total)) for start in range(0, total, self.chunk_size)]

@@ -1,0 +1,293 @@
+"""The on-policy options that reproduce the authors' code where genpol chose otherwise (docs/fidelity.md,
+"Departures"), each against values computed by hand here:
+
+* ``learner.advantage_std=population``: FPO's and GoRL's ``jnp.std`` (n, not n - 1);
+* ``learner.grad_clip_eps``: GoRL's clip factor max_norm / (norm + 1e-8) (torch's adds 1e-6);
+* ``learner.weight_decay``: the PolicyFlow port's AdamW;
+* ``learner.adaptive_lr_rule=per_epoch`` and ``policy.kl_log_eps``: the port's KL-adaptive rule;
+* ``policy.log_std_bounds``, ``policy.time_grid_endpoint``: the port's noise clamp and evaluation times.
+
+genpol's defaults stay as they were; each test also checks that the default is the old behaviour.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from genpol.heads import GaussianHead, PolicyFlowHead
+from genpol.nets import ValueNetwork
+from genpol.storage import RolloutStorage
+from genpol.updaters.losses import PPOClipLoss, normalize_advantages
+from genpol.updaters.minibatch import MinibatchUpdater, clip_gradient_norm
+from genpol.updaters.schedules import AdaptiveLR, adaptive_lr
+
+# ---------------------------------------------------------------- advantage normalization
+
+
+def test_population_std_normalizes_advantages_as_jnp_std():
+    """A = (1, 2, 3, 6): mean 3, squared deviations 4, 1, 0, 9 (sum 14); population std sqrt(14 / 4),
+    unbiased sqrt(14 / 3). One sample: the population std is 0, so it normalizes to 0 (jnp's result)."""
+    advantages = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    deviations = torch.tensor([-2.0, -1.0, 0.0, 3.0], dtype=torch.float64)
+    population = normalize_advantages(advantages, "population")
+    assert torch.allclose(population, deviations / (math.sqrt(14 / 4) + 1e-8), rtol=1e-15, atol=0)
+    assert torch.allclose(normalize_advantages(advantages), deviations / (math.sqrt(14 / 3) + 1e-8), rtol=1e-15, atol=0)
+    assert torch.equal(normalize_advantages(advantages), normalize_advantages(advantages, "unbiased"))
+    one = torch.tensor([5.0], dtype=torch.float64)
+    assert torch.equal(normalize_advantages(one, "population"), torch.zeros(1, dtype=torch.float64))
+    assert torch.equal(normalize_advantages(one), one)  # no unbiased std of one sample: left as it is
+
+
+def test_the_loss_and_trpo_and_torchrun_normalize_with_the_configured_std(monkeypatch):
+    """PPOClipLoss's policy term at r = 1 is -mean(normalized A) = 0 either way, so the check is on the
+    A r term's gradient: d/d log r of -mean(r A') at r = 1 is -A' / n, A' normalized by the chosen std."""
+    from genpol import collectives
+
+    advantages = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    expected = torch.tensor([-2.0, -1.0, 0.0, 3.0], dtype=torch.float64) / (math.sqrt(3.5) + 1e-8)
+    from genpol.heads.base import RatioTerms
+
+    log_ratio = torch.zeros(4, 1, dtype=torch.float64, requires_grad=True)
+    loss = PPOClipLoss(advantage_std="population")
+    out = loss(RatioTerms(log_ratio=log_ratio), advantages, torch.zeros(4, dtype=torch.float64),
+               torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64))
+    out.total.backward()
+    assert torch.allclose(log_ratio.grad.squeeze(-1), -expected / 4, rtol=1e-14, atol=0)
+    with pytest.raises(ValueError, match="advantage_std"):
+        PPOClipLoss(advantage_std="sample")
+    # torchrun's all-rank moments (one rank here: the all-reduce is the identity)
+    monkeypatch.setattr(collectives.dist, "all_reduce", lambda tensor: tensor)
+    assert torch.allclose(collectives.normalize_advantages(advantages, "population"), expected, rtol=1e-14, atol=0)
+    assert torch.allclose(collectives.normalize_advantages(advantages),
+                          normalize_advantages(advantages), rtol=1e-14, atol=0)
+
+
+def config(*overrides: str):
+    from genpol.api import compose_config
+    from genpol.configure import validate
+
+    return validate(compose_config(["run_dir=/tmp/genpol_test_onpolicy_options_unused", *overrides]))
+
+
+def test_the_options_reach_the_updaters_from_the_config():
+    """learner.* and policy.* as documented; every default is genpol's earlier behaviour."""
+    from genpol.algorithms.registry import make_updater
+    from genpol.build import make_head
+    from genpol.errors import ConfigError
+
+    default = config()
+    assert (default.learner.advantage_std, default.learner.weight_decay, default.learner.grad_clip_eps,
+            default.learner.adaptive_lr_rule) == ("unbiased", 0.0, 1e-6, "per_minibatch")
+    cfg = config("learner.advantage_std=population", "learner.weight_decay=1e-5", "learner.grad_clip_eps=1e-8",
+                 "learner.lr_schedule=adaptive", "learner.adaptive_lr_rule=per_epoch")
+    head = make_head(cfg.policy, 3, 2)
+    updater = make_updater(cfg.learner, head, ValueNetwork(3, (8,)))
+    assert updater.loss.advantage_std == "population" and updater.clip_eps == 1e-8
+    assert all(group["weight_decay"] == 1e-5 and group["decoupled_weight_decay"]
+               for group in updater.optimizer.param_groups)
+    assert (updater.adaptive_lr.every, updater.adaptive_lr.min_lr, updater.adaptive_lr.raise_at_zero_kl) == (
+        "epoch", 1e-6, True)
+    trpo = make_updater(config("learner=trpo", "learner.advantage_std=population").learner, head, ValueNetwork(3, (8,)))
+    assert trpo.advantage_std == "population"
+    plain = make_updater(default.learner, head, ValueNetwork(3, (8,)))
+    assert all(group["weight_decay"] == 0.0 and not group["decoupled_weight_decay"]
+               for group in plain.optimizer.param_groups)
+    for bad in ("learner.advantage_std=sample", "learner.weight_decay=-1", "learner.adaptive_lr_rule=never",
+                "policy=policyflow policy.log_std_bounds=[2,-5]"):
+        with pytest.raises(ConfigError):
+            config(*bad.split())
+
+
+# ---------------------------------------------------------------- gradient clip epsilon
+
+
+def test_clip_epsilon_is_torchs_by_default_and_gorls_when_asked():
+    """Gradients (3, 4) and (12,): joint norm 13; clipped to 1, the factor is 1 / (13 + eps)."""
+    def parameters():
+        a, b = torch.zeros(2, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+        a.grad, b.grad = torch.tensor([3.0, 4.0], dtype=torch.float64), torch.tensor([12.0], dtype=torch.float64)
+        return [a, b]
+
+    ours = parameters()
+    norm = clip_gradient_norm(ours, 1.0, eps=1e-8)
+    assert norm.item() == 13.0
+    assert torch.equal(ours[0].grad, torch.tensor([3.0, 4.0], dtype=torch.float64) * (1.0 / (13.0 + 1e-8)))
+    assert torch.equal(ours[1].grad, torch.tensor([12.0], dtype=torch.float64) * (1.0 / (13.0 + 1e-8)))
+    default, torchs = parameters(), parameters()
+    clip_gradient_norm(default, 1.0)
+    torch.nn.utils.clip_grad_norm_(torchs, 1.0, foreach=True)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(default, torchs))  # the same bits as torch's
+    assert default[0].grad[0].item() == 3.0 * (1.0 / (13.0 + 1e-6))
+    below = parameters()
+    clip_gradient_norm(below, 100.0, eps=1e-8)  # inside the limit: untouched
+    assert torch.equal(below[1].grad, torch.tensor([12.0], dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- AdamW weight decay
+
+
+def test_weight_decay_is_decoupled_as_adamw():
+    """Adam's first step is lr g / (|g| + eps) (bias-corrected moments g and g^2); AdamW first scales
+    the parameter by 1 - lr wd: p1 = p0 (1 - lr wd) - lr g / (|g| + eps)."""
+    torch.manual_seed(0)
+    head, critic = GaussianHead(3, 1, hidden_sizes=(4,)), ValueNetwork(3, (4,))
+    lr, wd, eps = 1e-2, 0.5, 1e-8
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(), lr=lr, adam_eps=eps, weight_decay=wd)
+    before = [p.detach().clone() for p in updater.actor_params + updater.critic_params]
+    for p in updater.actor_params + updater.critic_params:
+        p.grad = torch.full_like(p, 0.25)
+    updater.optimizer.step()
+    for p, p0 in zip(updater.actor_params + updater.critic_params, before):
+        assert torch.allclose(p.detach(), p0 * (1 - lr * wd) - lr * 0.25 / (0.25 + eps), rtol=1e-6, atol=1e-7)
+
+
+def test_compiled_step_applies_weight_decay_and_clip_epsilon_as_the_eager_one():
+    """learner.compile=true: the hand-written Adam decays and clips as the eager optimizer does."""
+    torch.manual_seed(0)
+    head, critic = GaussianHead(5, 2, hidden_sizes=(16,)), ValueNetwork(5, (16,))
+    storage = RolloutStorage(32, 2, 5)
+    for _ in range(32):
+        obs = torch.randn(2, 5)
+        with torch.no_grad():
+            _, record = head.sample(obs)
+        record["log_prob"] += 0.2 * torch.randn_like(record["log_prob"])
+        storage.add(obs, record, torch.randn(2), 30 * torch.randn(2), torch.zeros(2, dtype=torch.bool),
+                    torch.zeros(2, dtype=torch.bool))
+    storage.compute_advantages(torch.zeros(2), 0.99, 0.95)
+    twins = copy.deepcopy((head, critic))
+    kwargs = dict(epochs=1, minibatch_size=64, lr=1e-2, max_grad_norm=0.05, weight_decay=0.3, clip_eps=1e-2,
+                  joint_clip=True)
+    eager = MinibatchUpdater(head, critic, PPOClipLoss(), **kwargs)
+    compiled = MinibatchUpdater(*twins, PPOClipLoss(), compile=True, **kwargs)
+    eager.update(storage, torch.Generator().manual_seed(0))
+    compiled.update(storage, torch.Generator().manual_seed(0))
+    for ours, theirs in zip([*head.parameters(), *critic.parameters()], [*twins[0].parameters(), *twins[1].parameters()]):
+        assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the KL-adaptive rule
+
+
+def test_the_per_epoch_rule_is_the_policyflow_ports():
+    """The port's AdaptiveKLScheduler (desired KL 0.01): lr / 1.5 above 0.02, x 1.5 below 0.005 (KL 0
+    included), within [1e-6, 1e-2]. genpol's default keeps the rate at KL 0 and stops at 1e-5."""
+    port = adaptive_lr("per_epoch", 1e-4, 0.01)
+    assert port.step(0.0) == pytest.approx(1.5e-4, rel=1e-15)
+    port.lr = 1.2e-6
+    assert port.step(0.05) == 1e-6  # 1.2e-6 / 1.5 = 8e-7, held at the port's floor
+    default = adaptive_lr("per_minibatch", 1e-4, 0.01)
+    assert default.step(0.0) == 1e-4
+    default.lr = 1.2e-5
+    assert default.step(0.05) == 1e-5
+    with pytest.raises(ValueError, match="adaptive_lr_rule"):
+        adaptive_lr("per_step", 1e-4, 0.01)
+
+
+class FixedKLStorage:
+    """``minibatches`` yields placeholders; the updater's ``eager_step`` is replaced to report given KLs."""
+
+    def __init__(self, per_epoch: int):
+        self.per_epoch = per_epoch
+
+    def minibatches(self, size: int, generator: torch.Generator):
+        yield from range(self.per_epoch)
+
+    def flat(self):
+        class Flat:
+            values, returns = torch.zeros(4), torch.arange(4.0)
+
+        return Flat
+
+
+@pytest.mark.parametrize("rule, expected", [("per_epoch", 1e-4), ("per_minibatch", 2.25e-4)])
+def test_the_rule_steps_once_per_epoch_on_the_mean_kl(rule, expected):
+    """Minibatch KLs 0.05, 0.001, 0.001, 0.001 from lr 1e-4 (docs/fidelity.md's example): their mean
+    0.01325 lies inside [0.005, 0.02], so the port keeps 1e-4; per minibatch genpol divides by 1.5 once
+    and multiplies three times: 1e-4 / 1.5 x 1.5^3 = 2.25e-4. The critic's rate follows in proportion."""
+    head, critic = GaussianHead(3, 1, hidden_sizes=(4,)), ValueNetwork(3, (4,))
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(), lr=1e-4, critic_lr=1e-3, epochs=1,
+                               adaptive_lr=adaptive_lr(rule, 1e-4, 0.01))
+    kls = iter([0.05, 0.001, 0.001, 0.001])
+    seen_lrs = []
+
+    def step(batch):
+        seen_lrs.append(updater.learning_rate)
+        return {"kl": torch.tensor(next(kls)), "policy": torch.tensor(0.0)}
+
+    updater.eager_step = step
+    stats = updater.update(FixedKLStorage(4), torch.Generator())
+    assert stats["learning_rate"] == pytest.approx(expected, rel=1e-12)
+    assert updater.optimizer.param_groups[1]["lr"] == pytest.approx(10 * expected, rel=1e-12)
+    if rule == "per_epoch":  # the rate holds within the epoch
+        assert seen_lrs == [1e-4] * 4
+
+
+# ---------------------------------------------------------------- PolicyFlow head options
+
+
+def policyflow(**options) -> PolicyFlowHead:
+    torch.manual_seed(0)
+    return PolicyFlowHead(4, 2, hidden_sizes=(8,), integration_steps=10, **options).double()
+
+
+def test_log_std_bounds_clamp_the_noise_as_configured():
+    """log std 2.5: genpol's default clamps to 2 (no gradient), the port's [-20, 4] keeps 2.5; the entropy
+    of the noise is sum(log std + 1/2 + log(2 pi) / 2) over the two action dims."""
+    obs = torch.randn(3, 4, dtype=torch.float64)
+    for options, kept in (({}, 2.0), ({"log_std_bounds": [-20.0, 4.0]}, 2.5)):
+        head = policyflow(**options)
+        with torch.no_grad():
+            head.log_std.fill_(2.5)
+        _, record = head.sample(obs)
+        assert torch.equal(record["log_std"], torch.full((3, 2), kept, dtype=torch.float64))
+        terms = head.log_ratio(obs, record)
+        assert terms.entropy[0].item() == pytest.approx(2 * (kept + 0.5 + 0.5 * math.log(2 * math.pi)), rel=1e-15)
+        terms.entropy.sum().backward()
+        assert torch.all(head.log_std.grad == (0.0 if kept == 2.0 else 3.0))  # d/d log std of 3 entropies
+
+
+def test_the_time_grid_endpoint_adds_t_equal_one():
+    """10 midpoint steps: genpol's evaluation times k / 20, k = 0..19; with the endpoint k = 0..20, the
+    port's 21. Under euler, k / 10 for k = 0..9 (+ 1)."""
+    assert torch.allclose(policyflow().time_grid, torch.arange(20, dtype=torch.float64) / 20, atol=1e-7, rtol=0)
+    grid = policyflow(time_grid_endpoint=True).time_grid
+    assert grid.shape == (21,) and grid[-1].item() == 1.0
+    assert torch.allclose(grid, torch.arange(21, dtype=torch.float64) / 20, atol=1e-7, rtol=0)
+    euler = policyflow(time_grid_endpoint=True, integrator="euler").time_grid
+    assert torch.allclose(euler, torch.arange(11, dtype=torch.float64) / 10, atol=1e-7, rtol=0)
+    # the ratio draws from all 21: randint's upper bound is the grid's length
+    head, seen = policyflow(time_grid_endpoint=True), []
+    obs = torch.randn(5, 4, dtype=torch.float64)
+    _, record = head.sample(obs)
+    original = torch.randint
+
+    def recording(low, high, *args, **kwargs):
+        seen.append(high)
+        return original(low, high, *args, **kwargs)
+
+    torch.randint = recording
+    try:
+        head.log_ratio(obs, record)
+    finally:
+        torch.randint = original
+    assert seen == [21]
+
+
+def test_kl_log_eps_is_the_ports_kl():
+    """dv = 0.3 in both dims (the velocity's output bias moved by 0.3), sigma_old = 1, sigma_theta = e^0.5:
+    KL per dim = log(sigma_theta / sigma_old [+ eps]) + (sigma_old^2 + dv^2) / (2 sigma_theta^2) - 1/2."""
+    obs = torch.randn(3, 4, dtype=torch.float64)
+    for eps in (0.0, 1e-5):
+        head = policyflow(kl_log_eps=eps)
+        _, record = head.sample(obs)
+        record["log_std"] = torch.zeros(3, 2, dtype=torch.float64)
+        with torch.no_grad():
+            head.log_std.fill_(0.5)
+            head.velocity.net[-1].bias.add_(0.3 / head.velocity.output_scale)
+        per_dim = math.log(math.exp(0.5) + eps) + (1 + 0.09) / (2 * math.exp(1.0)) - 0.5
+        kl = head.log_ratio(obs, record).kl
+        assert torch.allclose(kl, torch.full((3,), 2 * per_dim, dtype=torch.float64), rtol=1e-13, atol=0)
