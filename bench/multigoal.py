@@ -1,5 +1,6 @@
 """MultiGoal multimodality: Gaussian vs FPO vs FPO++ vs PolicyFlow with the same budget, and SAC's
-maximum-entropy objective with a tanh-Gaussian and with the normalizing-flow head.
+maximum-entropy objective with a tanh-Gaussian and with the normalizing-flow head, and MaxEntDP's diffusion
+policy (scaled down to this CPU).
 
 The flow heads run twice: with their papers' settings, and with the Brownian regularizer strong
 enough to keep the modes (PolicyFlow ``brownian_coef`` 0.05 instead of 0.01; FPO++ with genpol's
@@ -35,6 +36,12 @@ ON_POLICY = ["learner.rollout_steps=128"]
 # 30k steps: [0, 100, 0, 0], start-state entropy 0.84) where +0.25 |A| kept all four ([8, 47, 37, 8])
 SAC = ["learner=sac", "env.num_envs=4", "learner.learning_starts=1000", "learner.iteration_steps=1000",
        "policy.hidden_sizes=[64,64]", "learner.critic_hidden_sizes=[64,64]", "learner.target_entropy_scale=0.25"]
+# MaxEntDP (issue 30; docs/concepts/maxentdp.md): the paper's sizes cost ~2.9 s per gradient step on this CPU,
+# so this row scales them down (K 32 candidates, log pi from 5 levels x 4 draws, 10 DDPM steps, 64-wide
+# networks; ~31 ms per step), 1 env, one gradient step per env step, temperature 0.1 (the authors' default)
+MAXENTDP = ["learner=maxentdp", "env.num_envs=1", "learner.learning_starts=1000", "learner.iteration_steps=1000",
+            "policy.hidden_sizes=[64,64]", "learner.critic_hidden_sizes=[64,64]", "learner.candidates=32",
+            "learner.log_prob_draws=4", "learner.log_prob_levels=5", "policy.sampling_steps=10"]
 # name: (policy group, overrides, env steps; None: --steps)
 HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "gaussian": ("gaussian", [*ON_POLICY, "learner.minibatch_size=256"], None),
@@ -47,6 +54,7 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     # maximum entropy (issue 30): SAC with a tanh-Gaussian, and with the exact-likelihood flow
     "sac tanh_gaussian": ("tanh_gaussian", SAC, 30_000),
     "sac normalizing_flow": ("normalizing_flow", SAC, 30_000),
+    "maxentdp vp_diffusion": ("vp_diffusion", MAXENTDP, 5_000),
 }
 LOG4 = float(np.log(4.0))
 

@@ -15,6 +15,7 @@ from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.normalizing_flow import NormalizingFlowHead
+from genpol.heads.vp_diffusion import VPDiffusionHead
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
 from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head joins the contract too
@@ -22,6 +23,9 @@ from laplace_head import LaplaceHead  # noqa: E402 - the docs tutorial's head jo
 OBS_DIM, ACT_DIM, BATCH = 5, 3, 32
 
 HEAD_FACTORIES = {
+    # MaxEntDP's continuous-time VP diffusion: its on-policy ratio is the exact chain, one unit per noisy step
+    "vp-diffusion": lambda: VPDiffusionHead(OBS_DIM, ACT_DIM, sampling_steps=4, hidden_sizes=(32, 32),
+                                            time_hidden_sizes=(16,), time_dim=8),
     "gaussian": lambda: GaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=(32, 32), log_std_init=-0.5),
     "laplace-tutorial": lambda: LaplaceHead(OBS_DIM, ACT_DIM, hidden=16),
     "fpo": lambda: FPOHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), n_mc=4),

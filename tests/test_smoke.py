@@ -72,6 +72,12 @@ CASES = {
                         "learner.num_samples=3", "learner.n_edit=2", "policy.denoising_steps=3",
                         "policy.ft_denoising_steps=3", "DATASET"],
     "policy-diffusion_expo": ["env=pendulum", "policy=diffusion_expo", *SMALL_DIFFUSION, *ON_POLICY],
+    # MaxEntDP at toy sizes (its paper sizes cost ~3 s per gradient step), and its head under PPO
+    "experiment-maxentdp": ["+experiment=maxentdp", "env=hopper", *OFF_POLICY, "learner.candidates=8",
+                            "learner.log_prob_levels=3", "learner.log_prob_draws=2", "policy.sampling_steps=4",
+                            "policy.time_hidden_sizes=[16,16]", "pipeline.eval_every=1", "pipeline.checkpoint_every=1"],
+    "policy-vp_diffusion": ["env=pendulum", "policy=vp_diffusion", "policy.sampling_steps=4",
+                            "policy.hidden_sizes=[32,32]", "policy.time_hidden_sizes=[16,16]", *ON_POLICY],
     "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "learner.num_qs=3", "learner.utd=2",
                         "DATASET"],
     "experiment-consistency_ac": ["+experiment=consistency_ac", "policy.hidden_sizes=[32,32,32]", "DATASET",

@@ -20,9 +20,11 @@ import torch
 
 from genpol.algorithms.base import Algorithm
 from genpol.algorithms.expo import EXPO
+from genpol.algorithms.maxentdp import MaxEntDP, make_maxentdp
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.algorithms.qgradient import QGradientActor, make_qgradient
 from genpol.algorithms.sac import SAC
+from genpol.config.maxentdp import MaxEntDPConfig
 from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
 from genpol.envs import VectorEnv
@@ -148,3 +150,5 @@ register_learner(Learner("expo", ExpoConfig, EXPO.build, off_policy=True, offlin
                          torchrun=False, needs=EXPO.needs))
 register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_policy=True,
                          offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs))
+register_learner(Learner("maxentdp", MaxEntDPConfig, make_maxentdp, off_policy=True, offline_phase="behaviour_cloning",
+                         torchrun=False, needs=MaxEntDP.needs))

@@ -15,18 +15,20 @@ from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.normalizing_flow import NormalizingFlowHead
 from genpol.heads.policyflow import PolicyFlowHead
 from genpol.heads.tanh_gaussian import TanhGaussianHead
+from genpol.heads.vp_diffusion import VPDiffusionHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead,
-                                   ConsistencyHead, LatentDecoderHead, NormalizingFlowHead)
+                                   ConsistencyHead, LatentDecoderHead, NormalizingFlowHead, VPDiffusionHead)
 }
 # Acting wrappers that own critics (EXPO's on-the-fly policy, Consistency-AC's softmax-Q choice) live
 # with their learners in genpol.algorithms: a head knows no learner. A checkpoint still names them by
 # family, so the registry maps those names to import paths, resolved when such a checkpoint is loaded.
 ACTING_HEADS: dict[str, str] = {"expo": "genpol.algorithms.edit:OnTheFlyPolicy",
-                                "softmax_q": "genpol.algorithms.softmax_q:SoftmaxQPolicy"}
+                                "softmax_q": "genpol.algorithms.softmax_q:SoftmaxQPolicy",
+                                "max_q": "genpol.algorithms.maxentdp:MaxQPolicy"}
 
-__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "NormalizingFlowHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "NormalizingFlowHead", "VPDiffusionHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 

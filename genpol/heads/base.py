@@ -30,7 +30,9 @@ lacks (``check_capabilities``):
 * ``LOG_PROB``: ``rsample_log_prob(obs)``, a reparameterized action together with the exact
   log-density of that action as the env receives it (SAC's entropy term);
 * ``CANDIDATES``: ``candidates(obs, n)``, n independent actions per state in one batched call
-  (argmax-Q over candidates).
+  (argmax-Q over candidates);
+* ``NOISE_PREDICTION``: ``predict_noise(obs, noisy_actions, log_snr)``, a diffusion noise network on a
+  continuous noise level, and ``estimate_log_prob(obs, actions, levels, draws)`` (MaxEntDP).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Capability(str, enum.Enum):
     REPARAMETERIZED = "reparameterized sampling"
     LOG_PROB = "log-prob of its own samples"
     CANDIDATES = "batched candidates"
+    NOISE_PREDICTION = "continuous-noise epsilon network"
 
 
 def check_capabilities(head: "PolicyHead | type[PolicyHead]", learner: str, needed: "set[Capability] | frozenset[Capability]") -> None:
