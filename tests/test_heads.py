@@ -15,6 +15,7 @@ from genpol.heads.chunking import ChunkedActions, imitation_horizon
 from genpol.heads import ConsistencyHead, DiffusionHead, FPOHead, GaussianHead, HeadCapabilityError, PolicyFlowHead, TanhGaussianHead, head_from_spec
 from genpol.heads.latent import LatentDecoderHead
 from genpol.heads.normalizing_flow import NormalizingFlowHead
+from genpol.heads.energy_flow import EnergyFlowHead
 from genpol.heads.vp_diffusion import VPDiffusionHead
 
 sys.path.insert(0, str(REPO / "docs" / "examples"))
@@ -51,6 +52,10 @@ HEAD_FACTORIES = {
     "normalizing-flow": lambda: _randomized_couplings(NormalizingFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=(32,),
                                                                           coupling_layers=3,
                                                                           coupling_hidden_sizes=(16,))),
+    # MEow's energy-based flow, every weight moved off its zero-weight start (a state-dependent base and shifts)
+    "energy-flow": lambda: _randomized_couplings(EnergyFlowHead(OBS_DIM, ACT_DIM, base_hidden_sizes=(16,),
+                                                                coupling_hidden_sizes=(16,), shift_hidden_sizes=(16,)),
+                                                 every_parameter=True),
     "gorl-identity": lambda: LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,), decoder_hidden_sizes=(16,)),
     # GoRL's DDIM decoder, distilled (not bypassed), so the contract runs the DDIM sampler
     "gorl-ddim": lambda: _distilled_decoder(LatentDecoderHead(OBS_DIM, ACT_DIM, hidden_sizes=(16,),
@@ -59,11 +64,11 @@ HEAD_FACTORIES = {
 }
 
 
-def _randomized_couplings(head):
+def _randomized_couplings(head, every_parameter=False):
     with torch.no_grad():
-        for coupling in head.couplings:
-            for parameter in coupling.parameters():
-                parameter.normal_(0.0, 0.3)
+        for parameter in (head.parameters() if every_parameter else
+                          (p for coupling in head.couplings for p in coupling.parameters())):
+            parameter.normal_(0.0, 0.3)
     return head
 
 

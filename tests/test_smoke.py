@@ -78,6 +78,13 @@ CASES = {
                             "policy.time_hidden_sizes=[16,16]", "pipeline.eval_every=1", "pipeline.checkpoint_every=1"],
     "policy-vp_diffusion": ["env=pendulum", "policy=vp_diffusion", "policy.sampling_steps=4",
                             "policy.hidden_sizes=[32,32]", "policy.time_hidden_sizes=[16,16]", *ON_POLICY],
+    # MEow at toy sizes on MuJoCo and on MultiGoal, and its head under PPO
+    **{f"experiment-{bundle}": [f"+experiment={bundle}", *extra, "learner.learning_starts=16", "learner.iteration_steps=32",
+                                "learner.batch_size=16", "policy.base_hidden_sizes=[16]", "total_steps=64",
+                                "policy.coupling_hidden_sizes=[16,16]", "policy.shift_hidden_sizes=[16]",
+                                "pipeline.eval_every=1", "pipeline.checkpoint_every=1"]
+       for bundle, extra in (("meow", ["env=hopper"]), ("meow_multigoal", []))},
+    "policy-energy_flow": ["env=pendulum", "policy=energy_flow", "policy.coupling_hidden_sizes=[16]", *ON_POLICY],
     "experiment-rlpd": ["+experiment=rlpd", "env=hopper", *OFF_POLICY, "learner.num_qs=3", "learner.utd=2",
                         "DATASET"],
     "experiment-consistency_ac": ["+experiment=consistency_ac", "policy.hidden_sizes=[32,32,32]", "DATASET",

@@ -128,3 +128,21 @@ def stub_gym_and_packages(ref: Path, packages: tuple[str, ...]) -> None:
         module = types.ModuleType(package)
         module.__path__ = [str(ref / package.replace(".", "/"))]
         sys.modules[package] = module
+
+
+def stub_modules(stubs: dict[str, dict[str, Any]]) -> None:
+    """Register each ``{module name: attributes}`` as a bare module where it cannot be imported: what a
+    reference imports at load but the compared code never calls (a CLI parser, a training loop's plotting)."""
+    import importlib
+    import sys
+    import types
+
+    for name, attributes in stubs.items():
+        try:
+            importlib.import_module(name)
+            continue
+        except ImportError:
+            pass
+        module = types.ModuleType(name)
+        module.__dict__.update(attributes)
+        sys.modules[name] = module

@@ -21,10 +21,12 @@ import torch
 from genpol.algorithms.base import Algorithm
 from genpol.algorithms.expo import EXPO
 from genpol.algorithms.maxentdp import MaxEntDP, make_maxentdp
+from genpol.algorithms.meow import MEow
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.algorithms.qgradient import QGradientActor, make_qgradient
 from genpol.algorithms.sac import SAC
 from genpol.config.maxentdp import MaxEntDPConfig
+from genpol.config.meow import MEowConfig
 from genpol.config.offpolicy import ExpoConfig, QGradientConfig, SACConfig
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, SPOConfig, TRPOConfig
 from genpol.envs import VectorEnv
@@ -152,3 +154,5 @@ register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_
                          offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs))
 register_learner(Learner("maxentdp", MaxEntDPConfig, make_maxentdp, off_policy=True, offline_phase="behaviour_cloning",
                          torchrun=False, needs=MaxEntDP.needs))
+register_learner(Learner("meow", MEowConfig, MEow.build, off_policy=True, offline_phase="behaviour_cloning",
+                         torchrun=False, needs=MEow.needs))

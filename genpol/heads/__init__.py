@@ -9,6 +9,7 @@ from typing import Any
 from genpol.heads.base import HeadCapabilityError, PolicyHead, RatioTerms, Record
 from genpol.heads.consistency import ConsistencyHead
 from genpol.heads.diffusion import DiffusionHead
+from genpol.heads.energy_flow import EnergyFlowHead
 from genpol.heads.fpo import FPOHead
 from genpol.heads.gaussian import GaussianHead
 from genpol.heads.latent import LatentDecoderHead
@@ -19,7 +20,8 @@ from genpol.heads.vp_diffusion import VPDiffusionHead
 
 HEADS: dict[str, type[PolicyHead]] = {
     head.family: head for head in (GaussianHead, DiffusionHead, FPOHead, PolicyFlowHead, TanhGaussianHead,
-                                   ConsistencyHead, LatentDecoderHead, NormalizingFlowHead, VPDiffusionHead)
+                                   ConsistencyHead, LatentDecoderHead, NormalizingFlowHead, VPDiffusionHead,
+                                   EnergyFlowHead)
 }
 # Acting wrappers that own critics (EXPO's on-the-fly policy, Consistency-AC's softmax-Q choice) live
 # with their learners in genpol.algorithms: a head knows no learner. A checkpoint still names them by
@@ -28,7 +30,7 @@ ACTING_HEADS: dict[str, str] = {"expo": "genpol.algorithms.edit:OnTheFlyPolicy",
                                 "softmax_q": "genpol.algorithms.softmax_q:SoftmaxQPolicy",
                                 "max_q": "genpol.algorithms.maxentdp:MaxQPolicy"}
 
-__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "NormalizingFlowHead", "VPDiffusionHead", "HeadCapabilityError", "PolicyHead",
+__all__ = ["HEADS", "ACTING_HEADS", "is_registered", "build_head", "head_class", "head_from_spec", "GaussianHead", "DiffusionHead", "FPOHead", "PolicyFlowHead", "TanhGaussianHead", "ConsistencyHead", "LatentDecoderHead", "NormalizingFlowHead", "VPDiffusionHead", "EnergyFlowHead", "HeadCapabilityError", "PolicyHead",
            "RatioTerms", "Record"]
 
 

@@ -32,7 +32,9 @@ lacks (``check_capabilities``):
 * ``CANDIDATES``: ``candidates(obs, n)``, n independent actions per state in one batched call
   (argmax-Q over candidates);
 * ``NOISE_PREDICTION``: ``predict_noise(obs, noisy_actions, log_snr)``, a diffusion noise network on a
-  continuous noise level, and ``estimate_log_prob(obs, actions, levels, draws)`` (MaxEntDP).
+  continuous noise level, and ``estimate_log_prob(obs, actions, levels, draws)`` (MaxEntDP);
+* ``SOFT_VALUE``: ``soft_q_and_v(obs, actions, alpha, dropout_masks)`` and ``soft_value(obs, alpha)``, soft
+  Q and V from the head's own likelihood, and ``draw_dropout_masks`` (MEow's energy-based flow).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Capability(str, enum.Enum):
     LOG_PROB = "log-prob of its own samples"
     CANDIDATES = "batched candidates"
     NOISE_PREDICTION = "continuous-noise epsilon network"
+    SOFT_VALUE = "soft Q and V from its likelihood"
 
 
 def check_capabilities(head: "PolicyHead | type[PolicyHead]", learner: str, needed: "set[Capability] | frozenset[Capability]") -> None:
