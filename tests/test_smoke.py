@@ -72,6 +72,11 @@ CASES = {
                         "learner.num_samples=3", "learner.n_edit=2", "policy.denoising_steps=3",
                         "policy.ft_denoising_steps=3", "DATASET"],
     "policy-diffusion_expo": ["env=pendulum", "policy=diffusion_expo", *SMALL_DIFFUSION, *ON_POLICY],
+    # EXPO's base as their code builds it (denoiser=expo, vp schedule, their sampler) under EXPO's learner
+    "policy-diffusion_expo_authors": ["+experiment=expo", "policy=diffusion_expo_authors", "env=hopper", *OFF_POLICY,
+                                      "learner.num_qs=3", "learner.utd=2", "learner.num_samples=3", "learner.n_edit=2",
+                                      "policy.hidden_sizes=[32,32]", "policy.time_dim=8",
+                                      "learner.base_weight_decay=1e-4", "DATASET"],
     # MaxEntDP at toy sizes (its paper sizes cost ~3 s per gradient step), and its head under PPO
     "experiment-maxentdp": ["+experiment=maxentdp", "env=hopper", *OFF_POLICY, "learner.candidates=8",
                             "learner.log_prob_levels=3", "learner.log_prob_draws=2", "policy.sampling_steps=4",

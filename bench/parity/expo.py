@@ -26,11 +26,12 @@ weight layout this file follows), the comparison runs in two processes of this o
    minibatch traces its own draw) and ``jax.random.choice`` (inside their ``subsample_ensemble``).
 3. this interpreter compares.
 
-The base policy is not compared: genpol's denoiser is DPPO's residual MLP (Mish, sinusoidal time
-features), theirs a LayerNorm ResNet with learned Fourier time features (``DDPM``), so no weights
-map; its candidate actions are fed to their TD target as an input instead. Their base update
-(``update_actor``) runs on its own weights; it touches nothing compared here. The noise schedules are
-recorded side by side (``base_policy`` of every row).
+In these rows the base policy is genpol's default (DPPO's residual MLP, cosine schedule), whose
+weights do not map onto theirs: its candidate actions are fed to their TD target as an input, their
+base update (``update_actor``) runs on its own weights and touches nothing compared here, and the
+noise schedules are recorded side by side (``base_policy`` of every row). The base's own update is
+compared by ``expo_base.py`` at ``policy=diffusion_expo_authors learner.base_weight_decay=1e-4``
+(their network, schedule, loss and optimizer as options), whose rows follow (``--no-base`` skips them).
 
 Starting point as rlpd.py's: genpol's initialization with every parameter moved by N(0, 0.02^2), the
 target critics their own perturbation, alpha 0.5. The batch: 256 x utd transitions, observations
@@ -64,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from expo_base import base_rows
 from shared import (GymBox, difference, flatten, reference_commit, run_jax_side, shim_tfp_for_recent_jax,
                     stub_gym_and_packages, unflatten, worst)
 
@@ -418,6 +420,7 @@ def main() -> None:
     parser.add_argument("--their-adjust-target-entropy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--utd", type=int, nargs="+", default=[1, 20], help="critic minibatches per round")
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--no-base", dest="base", action="store_false", help="skip the base policy's rows")
     args = parser.parse_args()
     if args.jax_side:
         jax_side(*args.jax_side, args.ref.resolve(), args.their_adjust_target_entropy)
@@ -479,7 +482,11 @@ def main() -> None:
                         "alpha_bar_authors (vp_beta_schedule)": alpha_bar_theirs.tolist(),
                         "alpha_bar_max_abs_difference": float(np.abs(alpha_bar_ours - alpha_bar_theirs).max())},
                     "differences": compare(side["results"], theirs, reference)})
-    write_results("parity_expo.json", rows)
+        # the base policy's imitation step, with every option at the authors' value (bench/parity/expo_base.py)
+        shared_fields = {k: rows[0][k] for k in ("method", "repository", "commit", "date", "machine",
+                                                  "reference_stack", "reference_config")}
+        base = base_rows(ref, args.jax_python, Path(folder), THEIR_FLAGS, shared_fields) if args.base else []
+    write_results("parity_expo.json", rows + base)
     print("| setting | critic / edit / temp loss rel | entropy rel | next action abs | target Q rel "
           "| gradients rel (critic, edit, temp) | parameters after rel (edit, critic, target, temp) "
           "| step rel (edit, critic, target, temp) |")
@@ -493,8 +500,15 @@ def main() -> None:
         step = ", ".join(f"{v['rel']:.1e}" for v in d["step (after - before)"].values())
         print(f"| {row['setting']} | {losses} | {d['losses']['entropy']['rel']:.1e} | {d['next_actions']['abs']:.1e} "
               f"| {d['target_q']['rel']:.1e} | {grads} | {after} | {step} |")
-    print(f"\nbase noise schedule (not compared at update level): alpha_bar max abs difference "
+    print(f"\nbase noise schedule at genpol's default: alpha_bar max abs difference "
           f"{rows[0]['base_policy']['alpha_bar_max_abs_difference']:.3f}")
+    print("\n| base imitation step | loss rel | gradients rel | parameters after rel | EMA after rel | step rel |")
+    print("|---|---|---|---|---|---|")
+    for row in base:
+        d = row["differences"]
+        print(f"| {row['setting']} | {d['imitation_loss']['rel']:.1e} | {d['gradients']['rel']:.1e} "
+              f"| {d['parameters_after']['rel']:.1e} | {d['ema_after']['rel']:.1e} "
+              f"| {d['step (after - before)']['rel']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ batching), with three changes:
 
 * the **base policy** (the head: diffusion by default, any head with imitation and candidates) is
   trained *only* by its imitation loss, on the last minibatch of each round (half offline, half
-  online), with SAC's actor optimizer; an EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it:
-  nothing differentiable in its parameters ever meets a critic;
+  online), with SAC's actor optimizer (AdamW with ``base_weight_decay``, EXPO's optax.adamw); an
+  EMA copy (``base_ema_tau``) does the acting. No Q-gradient reaches it: nothing differentiable in
+  its parameters ever meets a critic;
 * the **edit policy** (``genpol.algorithms.edit.EditPolicy``) is trained SAC-style on the same minibatch's
   *replay* actions, ``edit_loss`` with the ensemble-mean Q; the temperature tracks the entropy of the
   edited action toward ``-|A| / 2 + |A| log beta`` (``adjust_target_entropy``; EXPO's default target,
@@ -67,6 +68,9 @@ class EXPO(SAC):
         self.edit_params = list(self.edit.parameters())
         fused = device.type in ("cpu", "cuda")
         self.edit_optimizer = torch.optim.Adam(self.edit_params, lr=cfg.lr, fused=fused)
+        if cfg.base_weight_decay > 0:  # EXPO's optax.adamw: decay by lr x weight_decay, then Adam's step
+            self.actor_optimizer = torch.optim.AdamW(self.actor_params, lr=cfg.lr, weight_decay=cfg.base_weight_decay,
+                                                     fused=fused)
         self.actor = OnTheFlyPolicy(obs_dim, act_dim, self.ema_base, self.edit, self.critic_target,
                                     cfg.num_samples, cfg.n_edit, self.num_min_qs)
         self.base_steps = 0

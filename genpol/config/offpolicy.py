@@ -255,6 +255,10 @@ class ExpoConfig(SACConfig):
     """Activation of the edit policy."""
     base_ema_tau: float = 0.001
     """EMA rate of the acting copy of the base policy (ema <- (1 - tau) ema + tau base, per base step)."""
+    base_weight_decay: float = 0.0
+    """Decoupled weight decay of the base policy's optimizer: 0 is Adam (genpol's); > 0 is AdamW, which
+    decays every parameter by lr x base_weight_decay per step at the scheduled lr, as EXPO's
+    ``optax.adamw`` (its default 1e-4, unmasked: biases and LayerNorms decay too)."""
     base_lr_decay_steps: Optional[int] = 3_000_000
     """Policy steps over which the base's and the edit policy's learning rates fall from ``lr`` to 0
     along a cosine, then stay at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps, one schedule
@@ -309,6 +313,7 @@ class ExpoConfig(SACConfig):
                 "learner.edit_hidden_sizes", "non-empty positive widths", self.edit_hidden_sizes)
         require(self.edit_activation in ACTIVATION_NAMES, "learner.edit_activation", f"one of {ACTIVATION_NAMES}",
                 self.edit_activation)
+        require(self.base_weight_decay >= 0, "learner.base_weight_decay", ">= 0", self.base_weight_decay)
         require(0.0 < self.base_ema_tau <= 1.0, "learner.base_ema_tau", "in (0, 1]", self.base_ema_tau)
         require(self.base_lr_decay_steps is None or self.base_lr_decay_steps >= 1, "learner.base_lr_decay_steps",
                 ">= 1 or null", self.base_lr_decay_steps)

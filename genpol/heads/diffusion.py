@@ -29,7 +29,7 @@ then it holds the random initialization, and those steps would never learn: a co
 from scratch must fine-tune every step (K' = K), which ``TrainConfig.__post_init__`` enforces.
 
 Schedules come from diffusers (``DDPMScheduler`` / ``DDIMScheduler``, cosine ``squaredcos_cap_v2``,
-epsilon prediction); the steps are written out here because DPPO needs their Gaussian means and
+epsilon prediction), or, ``beta_schedule=vp``, EXPO's (``genpol.heads.ddpm_schedules``); the steps are written out here because DPPO needs their Gaussian means and
 variances, which the schedulers' ``step`` functions do not expose. ``kl`` is exact: the mean over
 fine-tuned steps and action dims of KL(N(mu_old, sigma^2) || N(mu_theta, sigma^2)) with the log-prob
 std, which matches the averaged log-ratio.
@@ -57,7 +57,8 @@ from genpol.errors import require
 from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
-from genpol.heads.denoiser import DENOISER_TIME_EMBEDDINGS, Denoiser
+from genpol.heads.ddpm_schedules import BETA_SCHEDULES, step_tables
+from genpol.heads.denoiser import DENOISER_TIME_EMBEDDINGS, DENOISERS, Denoiser, ExpoDenoiser
 from genpol.nets import ACTIVATIONS
 
 
@@ -82,7 +83,25 @@ class DiffusionConfig(HeadConfig):
     ddim_steps: int = 5
     """DDIM sampling steps."""
     hidden_sizes: List[int] = field(default_factory=lambda: [512, 512, 512])
-    """Residual MLP widths of the denoiser (all equal)."""
+    """Residual MLP widths of the denoiser (all equal); ``denoiser=expo``: one residual block per entry."""
+    denoiser: str = "residual_mlp"
+    """The network: ``residual_mlp`` (genpol's, DPPO's residual MLP with the time options below) or ``expo``
+    (EXPO's ``DDPM``: learned Fourier features of the integer timestep of size time_dim, a time MLP to
+    2 time_dim, a LayerNorm ResNet of len(hidden_sizes) blocks; theirs: time_dim 128, activation silu)."""
+    beta_schedule: str = "squaredcos_cap_v2"
+    """Noise schedule: ``squaredcos_cap_v2`` (diffusers' cosine, genpol's and DPPO's) or ``vp`` (EXPO's
+    ``vp_beta_schedule``, the discretized VP SDE; ``genpol.heads.ddpm_schedules``)."""
+    sampling_variance: str = "posterior"
+    """DDPM step variance: ``posterior`` (the posterior's beta_t (1 - abar_{t-1}) / (1 - abar_t), genpol's
+    and DPPO's) or ``beta`` (beta_t, none at the last step: Ho et al.'s other choice and EXPO's sampler).
+    DDPM only."""
+    clip_every_step: bool = False
+    """Clamp every chain state to [-1, 1], not just the final one (EXPO's ``clip_sampler``); the stored
+    chain holds the clamped states. EXPO's sampler also clips neither x0 nor the noise: denoised_clip and
+    randn_clip .inf."""
+    imitation_reduction: str = "mean"
+    """The imitation loss's reduction of the squared noise error: ``mean`` over every element (genpol's)
+    or ``sum`` over the chunk's dims, then the mean over the batch (EXPO's: |A| times larger)."""
     activation: str = "mish"
     """Activation of the denoiser."""
     time_dim: int = 16
@@ -144,6 +163,15 @@ class DiffusionConfig(HeadConfig):
                  "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
         require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
                  self.hidden_sizes)
+        for key, allowed in (("denoiser", DENOISERS), ("beta_schedule", BETA_SCHEDULES),
+                             ("sampling_variance", ("posterior", "beta")), ("imitation_reduction", ("mean", "sum"))):
+            require(getattr(self, key) in allowed, f"policy.{key}", f"one of {allowed}", getattr(self, key))
+        require(not (self.use_ddim and self.sampling_variance == "beta"), "policy.sampling_variance",
+                "posterior with use_ddim (DDIM's sigma is set by its eta)", self.sampling_variance)
+        # EXPO's network has its own time features and always an activation before its output layer
+        require(self.denoiser != "expo" or (self.time_embedding == "genpol" and self.output_activation
+                                            and self.time_mlp_activation is None), "policy.denoiser",
+                "residual_mlp with time_embedding, output_activation or time_mlp_activation set", self.denoiser)
         require(self.time_embedding in DENOISER_TIME_EMBEDDINGS, "policy.time_embedding",
                 f"one of {tuple(DENOISER_TIME_EMBEDDINGS)}", self.time_embedding)
         smallest = 4 if self.time_embedding == "dppo" else 2  # DPPO's frequencies divide by time_dim/2 - 1
@@ -203,13 +231,18 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         self.logprob_clamp = tuple(c.logprob_clamp)
         self.ddim_eta, self.ddim_eval_eta = c.ddim_eta, c.ddim_eval_eta
         self.clamp_gradient = c.clamp_gradient
-        self.final_clamp = c.final_clamp
-        self.denoiser = Denoiser(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim,
-                                 c.time_embedding, c.output_activation, c.time_mlp_activation)
+        self.final_clamp, self.clip_every_step = c.final_clamp, c.clip_every_step
+        self.imitation_reduction = c.imitation_reduction
+        if c.denoiser == "expo":
+            self.denoiser = ExpoDenoiser(obs_dim, self.chunk_dim, c.hidden_sizes[0], len(c.hidden_sizes),
+                                         c.activation, c.time_dim)
+        else:
+            self.denoiser = Denoiser(obs_dim, self.chunk_dim, c.hidden_sizes, c.activation, c.time_dim,
+                                     c.time_embedding, c.output_activation, c.time_mlp_activation)
         self.frozen_denoiser = None
         if ft_denoising_steps < steps_sampled:  # early steps run the pretrained weights, frozen
             self.frozen_denoiser = self._frozen_copy()
-        self._register_schedule(denoising_steps, use_ddim, ddim_steps)
+        self._register_schedule(denoising_steps, use_ddim, ddim_steps, c.beta_schedule, c.sampling_variance)
         j = torch.arange(ft_denoising_steps, dtype=torch.float32)
         self.register_buffer("unit_weights", c.gamma_denoising ** (ft_denoising_steps - 1 - j), persistent=False)
         # None: no per-step clip, the updater's clip_range applies to every step
@@ -229,36 +262,12 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         return clip_base + (clip_final - clip_base) * (torch.exp(3 * u) - 1) / (math.exp(3) - 1)
 
     # ------------------------------------------------------------------ schedule
-    def _register_schedule(self, denoising_steps: int, use_ddim: bool, ddim_steps: int) -> None:
-        """Per sampling step i (0 = noisiest): the timestep, alpha-bar of it and of the step's target,
-        and the DDPM posterior coefficients and variance. Tables from diffusers' schedulers."""
-        # imported here: diffusers takes ~1.6 s to import, which every genpol process paid at start
-        from diffusers import DDIMScheduler, DDPMScheduler
-
-        ddpm = DDPMScheduler(num_train_timesteps=denoising_steps, beta_schedule="squaredcos_cap_v2",
-                             prediction_type="epsilon", clip_sample=False)
-        alphas_cumprod = ddpm.alphas_cumprod.to(torch.float32)
-        self.register_buffer("train_alphas_cumprod", alphas_cumprod, persistent=False)
-        if use_ddim:
-            ddim = DDIMScheduler(num_train_timesteps=denoising_steps, beta_schedule="squaredcos_cap_v2",
-                                 prediction_type="epsilon", clip_sample=False, set_alpha_to_one=True)
-            ddim.set_timesteps(ddim_steps)
-            timesteps = ddim.timesteps.long()
-            previous = timesteps - denoising_steps // ddim_steps
-        else:
-            timesteps = torch.arange(denoising_steps - 1, -1, -1)
-            previous = timesteps - 1
-        alpha_bar = alphas_cumprod[timesteps]
-        alpha_bar_prev = torch.where(previous >= 0, alphas_cumprod[previous.clamp(min=0)], torch.ones(()))
-        beta = 1 - alpha_bar / alpha_bar_prev  # the step's own beta (= beta_t for DDPM)
-        self.register_buffer("timesteps", timesteps.float(), persistent=False)
-        self.register_buffer("alpha_bar", alpha_bar, persistent=False)
-        self.register_buffer("alpha_bar_prev", alpha_bar_prev, persistent=False)
-        self.register_buffer("coef_x0", alpha_bar_prev.sqrt() * beta / (1 - alpha_bar), persistent=False)
-        self.register_buffer("coef_xt", (1 - beta).sqrt() * (1 - alpha_bar_prev) / (1 - alpha_bar), persistent=False)
-        # DDPM's posterior variance; it is also DDIM's sigma^2 at eta = 1 (scaled by eta^2 in step_mean)
-        variance = beta * (1 - alpha_bar_prev) / (1 - alpha_bar)
-        self.register_buffer("variance", variance.clamp(min=1e-20), persistent=False)
+    def _register_schedule(self, denoising_steps: int, use_ddim: bool, ddim_steps: int,
+                           beta_schedule: str = "squaredcos_cap_v2", sampling_variance: str = "posterior") -> None:
+        """The schedule's tables as non-persistent buffers (``genpol.heads.ddpm_schedules.step_tables``)."""
+        tables = step_tables(denoising_steps, use_ddim, ddim_steps, beta_schedule, sampling_variance)
+        for name, table in tables.items():
+            self.register_buffer(name, table, persistent=False)
 
     def _frozen_copy(self) -> nn.Module:
         frozen = copy.deepcopy(self.denoiser)
@@ -323,7 +332,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
                 std = std.clamp(min=self.min_sampling_std)
             noise = torch.randn(x.shape, device=x.device, generator=generator).clamp(-self.randn_clip, self.randn_clip)
             x = mean + std * noise
-            if last and self.final_clamp:
+            if self.clip_every_step or (last and self.final_clamp):
                 x = clamp_to_box(x, self.clamp_gradient) if reparameterized else x.clamp(-1.0, 1.0)
             if i >= first_ft:
                 chain.append(x)
@@ -388,4 +397,5 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         alpha_bar = self.train_alphas_cumprod[timestep].unsqueeze(-1)
         noise = torch.randn_like(actions)
         noisy = alpha_bar.sqrt() * actions + (1 - alpha_bar).sqrt() * noise
-        return (self.denoiser(noisy, timestep.float(), obs) - noise).square().mean()
+        squared = (self.denoiser(noisy, timestep.to(alpha_bar.dtype), obs) - noise).square()
+        return squared.mean() if self.imitation_reduction == "mean" else squared.sum(dim=-1).mean()
