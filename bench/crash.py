@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from common import ROOT, date_stamp, machine, read_results, update_results
 
@@ -108,8 +108,16 @@ def overrides_of(name: str, workdir: Path) -> list[str]:
     return [f"dataset.path={dataset_path(workdir)}" if item == "DATASET" else item for item in CONFIGS[name]]
 
 
-def train_command(run_dir: Path, overrides: list[str]) -> list[str]:
-    return [sys.executable, "-m", "genpol.train", *COMMON, *overrides, f"run_dir={run_dir}"]
+def train_arguments(run_dir: Path, overrides: list[str]) -> list[str]:
+    return [*COMMON, *overrides, f"run_dir={run_dir}"]
+
+
+def cold_start(module: str, arguments: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``python -m module *arguments`` from the repository root, stdout discarded, stderr kept. The
+    harness's process factory: the test suite passes one that forks a warm interpreter instead
+    (``tests/warm_start.py``), with the same signals, exit codes and stderr."""
+    return subprocess.Popen([sys.executable, "-m", module, *arguments], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
 
 
 def child_env() -> dict[str, str]:
@@ -119,14 +127,14 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONWARNINGS": "ignore,default::RuntimeWarning", "PYTHONPATH": path}
 
 
-def run_until_done(run_dir: Path, overrides: list[str], attempts: int = 4) -> str:
+def run_until_done(run_dir: Path, overrides: list[str], attempts: int = 4, start: Callable = cold_start) -> str:
     """The same command until it exits 0 (a resume after the kill finishes the run); its stderr."""
     for _ in range(attempts):
-        result = subprocess.run(train_command(run_dir, overrides), cwd=ROOT, capture_output=True, text=True,
-                                env=child_env())
-        if result.returncode == 0:
-            return result.stderr
-    raise RuntimeError(f"{run_dir} did not finish in {attempts} attempts:\n{result.stderr[-3000:]}")
+        process = start("genpol.train", train_arguments(run_dir, overrides), child_env())
+        _, stderr = process.communicate()
+        if process.returncode == 0:
+            return stderr
+    raise RuntimeError(f"{run_dir} did not finish in {attempts} attempts:\n{stderr[-3000:]}")
 
 
 def first_difference(a: Any, b: Any, where: str = "") -> str | None:
@@ -173,26 +181,26 @@ def final_state(run_dir: Path) -> dict[str, Any]:
     return {"name": path.name, "policy": load_policy_files(path)[1], "training_state": state, "progress_steps": rows}
 
 
-def reference_run(name: str, workdir: Path) -> tuple[Path, float, dict[str, Any]]:
+def reference_run(name: str, workdir: Path, start: Callable = cold_start) -> tuple[Path, float, dict[str, Any]]:
     """The uninterrupted run: its directory, wall time and final state."""
     run_dir = workdir / f"{name}-reference"
     overrides = overrides_of(name, workdir)  # the dataset is made before the clock starts
-    start = time.perf_counter()
-    run_until_done(run_dir, overrides, attempts=1)
-    return run_dir, time.perf_counter() - start, final_state(run_dir)
+    clock = time.perf_counter()
+    run_until_done(run_dir, overrides, attempts=1, start=start)
+    return run_dir, time.perf_counter() - clock, final_state(run_dir)
 
 
-def stop_at(run_dir: Path, overrides: list[str], moment: float, stop: str) -> dict[str, Any]:
+def stop_at(run_dir: Path, overrides: list[str], moment: float, stop: str,
+            start: Callable = cold_start) -> dict[str, Any]:
     """Start the run and send ``stop``'s signal ``moment`` seconds later: how it ended. A stopped run
     (SIGTERM after its handler is installed) must exit 4 and leave no summary.json."""
-    process = subprocess.Popen(train_command(run_dir, overrides), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=child_env())
+    process = start("genpol.train", train_arguments(run_dir, overrides), child_env())
     try:
-        process.wait(timeout=moment)
+        process.communicate(timeout=moment)
         return {"killed": False, "exit": process.returncode, "as_documented": process.returncode == 0}
     except subprocess.TimeoutExpired:
         process.send_signal(SIGNALS[stop])
-        process.wait()
+        process.communicate()
     code = process.returncode
     if stop == "kill":
         documented = code == -signal.SIGKILL
@@ -202,23 +210,23 @@ def stop_at(run_dir: Path, overrides: list[str], moment: float, stop: str) -> di
 
 
 def trial(name: str, workdir: Path, index: int, moment: float, reference: dict[str, Any],
-          stop: str = "kill") -> dict[str, Any]:
+          stop: str = "kill", start: Callable = cold_start) -> dict[str, Any]:
     """One signal at ``moment`` seconds after the start, then runs until done; the comparison. For an
     ``INEXACT`` configuration the stopped run is resumed twice, from two copies, and the two compared."""
     run_dir = workdir / f"{name}-trial{index}"
     shutil.rmtree(run_dir, ignore_errors=True)
     overrides = overrides_of(name, workdir)
-    stopped = stop_at(run_dir, overrides, moment, stop)
+    stopped = stop_at(run_dir, overrides, moment, stop, start)
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) if stopped["killed"] else []
     twin = run_dir.with_name(run_dir.name + "-twin")
     if name in INEXACT:
         shutil.rmtree(twin, ignore_errors=True)
         if run_dir.exists():  # a stop before the run created its directory leaves nothing to copy
             shutil.copytree(run_dir, twin)
-    stderr = run_until_done(run_dir, overrides)
+    stderr = run_until_done(run_dir, overrides, start=start)
     final = final_state(run_dir)
     if name in INEXACT:  # repeatable, finished, and warned when it resumed from a checkpoint
-        run_until_done(twin, overrides)
+        run_until_done(twin, overrides, start=start)
         difference = first_difference(final_state(twin), final)
         # the warning is due where training resumed; a kill after the final checkpoint redoes only the
         # final evaluation, which loads no env state
@@ -236,12 +244,15 @@ def trial(name: str, workdir: Path, index: int, moment: float, reference: dict[s
             "identical": difference is None, "first_difference": difference}
 
 
-def crash_test(name: str, trials: int, seed: int, workdir: Path, stop: str = "kill") -> dict[str, Any]:
+def crash_test(name: str, trials: int, seed: int, workdir: Path, stop: str = "kill",
+               start: Callable = cold_start) -> dict[str, Any]:
     """``trials`` random stops of configuration ``name`` by ``stop`` (``kill`` or ``term``; moments from
-    ``random.Random``, seeded by the configuration, the seed and, for SIGTERM, the signal)."""
-    _, duration, reference = reference_run(name, workdir)
+    ``random.Random``, seeded by the configuration, the seed and, for SIGTERM, the signal), every process
+    made by ``start`` (``cold_start``'s signature)."""
+    _, duration, reference = reference_run(name, workdir, start)
     draws = random.Random(f"{name}-{seed}" if stop == "kill" else f"{name}-{stop}-{seed}")
-    results = [trial(name, workdir, index, draws.uniform(0.0, duration), reference, stop) for index in range(trials)]
+    results = [trial(name, workdir, index, draws.uniform(0.0, duration), reference, stop, start)
+               for index in range(trials)]
     return {"config": CONFIGS[name], "signal": stop, "exact": name not in INEXACT, "seed": seed,
             "reference_wall_s": round(duration, 2), "trials": len(results),
             "killed": sum(r["killed"] for r in results), "identical": sum(r["identical"] for r in results),

@@ -10,6 +10,7 @@ os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from warm_start import WarmProcess, warm_run  # noqa: E402
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
@@ -24,22 +25,27 @@ def examples_on_path(monkeypatch):
 
 
 def run_cli(*args: str, cwd: Path | None = None, check: bool = True, timeout: float = 300,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None, cold: bool = False) -> subprocess.CompletedProcess:
     """Run ``python -m <args>`` in a subprocess from the repository root (or ``cwd``), with
-    ``os.environ`` (or ``env``)."""
-    result = subprocess.run([sys.executable, *args], cwd=cwd or REPO, capture_output=True, text=True,
-                            timeout=timeout, env={**(env or os.environ), "PYTHONWARNINGS": "ignore"})
+    ``os.environ`` (or ``env``). A ``-m`` command is forked from the warm server (``warm_start``: the
+    same module run as ``__main__`` in its own process, without ~3 s of imports); ``cold=True`` starts a
+    fresh interpreter, for tests of the interpreter's start itself."""
+    environment = {**(env or os.environ), "PYTHONWARNINGS": "ignore"}
+    if not cold and len(args) >= 2 and args[0] == "-m":
+        result = warm_run(args[1], list(args[2:]), cwd or REPO, environment, timeout)
+    else:
+        result = subprocess.run([sys.executable, *args], cwd=cwd or REPO, capture_output=True, text=True,
+                                timeout=timeout, env=environment)
     if check and result.returncode != 0:
         raise AssertionError(f"command failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
 
 
-def start_training(run_dir: Path, *overrides: str) -> subprocess.Popen:
+def start_training(run_dir: Path, *overrides: str) -> WarmProcess:
     """``python -m genpol.train <overrides> run_dir=<run_dir>`` started in the background (for kill and
-    resume tests); stderr is kept for the failure message."""
-    return subprocess.Popen([sys.executable, "-m", "genpol.train", *overrides, f"run_dir={run_dir}"], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    resume tests), forked from the warm server; ``.stderr.read()`` once it has ended."""
+    return WarmProcess("genpol.train", [*overrides, f"run_dir={run_dir}"], REPO,
+                       {**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
 def final_checkpoint(run_dir: Path) -> tuple:
@@ -124,3 +130,16 @@ def assert_trees_equal(a, b, where=""):
         assert a.dtype == b.dtype and torch.equal(a, b), where
     else:
         assert a == b, where
+
+
+# The files whose tests take longest (``--durations=60`` on 2026-12-02: several seconds each), collected
+# first: the two xdist workers then end on short tests instead of one idling while the other finishes a
+# long one (longest-first scheduling). The order inside a file and of every other file is kept.
+LONGEST_FIRST = ("test_launchers.py", "test_distributed.py", "test_packaging.py", "test_learning.py",
+                 "test_consistency_learning.py", "test_crash.py", "test_sac.py", "test_layers.py", "test_smoke.py",
+                 "test_expo.py", "test_subproc.py", "test_custom_envs.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

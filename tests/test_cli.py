@@ -18,8 +18,9 @@ MULTIGOAL_TINY = ["env=multigoal", "total_steps=4096", "learner.rollout_steps=64
 def trained_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     run_dir = root / "tiny"
+    # a cold interpreter: the CLI exactly as from a shell (the suite's other runs fork a warm one)
     result = run_cli("-m", "genpol.train", *MULTIGOAL_TINY, f"run_dir={run_dir}",
-                     f"pipeline.video_dir={root / 'videos'}")
+                     f"pipeline.video_dir={root / 'videos'}", cold=True)
     return root, run_dir, result
 
 

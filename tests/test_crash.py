@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from warm_start import WarmProcess
 
 SEED = int(os.environ.get("GENPOL_CRASH_SEED", "0"))
 
@@ -28,7 +29,10 @@ def load_harness():
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_two_random_kills_resume_bit_identically(tmp_path, name):
     harness = load_harness()
-    result = harness.crash_test(name, trials=2, seed=SEED, workdir=tmp_path)
+    # every run forked from the warm server (tests/warm_start.py): the same processes, signals and files,
+    # without ~3 s of imports each; the benchmark's own runs start cold
+    result = harness.crash_test(name, trials=2, seed=SEED, workdir=tmp_path,
+                                start=lambda module, arguments, env: WarmProcess(module, arguments, REPO, env))
     replay = f"replay: python bench/crash.py --configs {name} --trials 2 --seed {SEED}"
     assert result["identical"] == 2, f"{result['mismatches']} ({replay})"
 

@@ -29,6 +29,7 @@ from genpol.heads import build_head
 from genpol.policy import TrainedPolicy, make_policy_spec
 
 from conftest import REPO, assert_nonblank_mp4, assert_trees_equal, final_checkpoint
+from warm_start import WarmProcess
 
 TESTS = Path(__file__).resolve().parent
 # 4 iterations of 2 envs x 32 steps, a checkpoint after each; episodes of 20 steps
@@ -50,9 +51,13 @@ def launch(tmp_path, name, *args, sigkill_at=None):
     env.pop(SIGKILL_ENV, None)
     if sigkill_at is not None:
         env[SIGKILL_ENV] = str(sigkill_at)
-    with open(tmp_path / f"{name}.log", "w") as log:
-        process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    process.log_path = tmp_path / f"{name}.log"
+    log_path = tmp_path / f"{name}.log"
+    if args[0] == "-m":  # forked from the warm server (tests/warm_start.py)
+        process = WarmProcess(args[1], list(args[2:]), REPO, env, log=log_path)
+    else:
+        with open(log_path, "w") as log:
+            process = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process.log_path = log_path
     return process
 
 

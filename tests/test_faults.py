@@ -5,8 +5,6 @@ previous one, and one run directory has one writer."""
 import errno
 import math
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from genpol.checkpoint import CheckpointError, list_checkpoints, load_policy_fil
 from genpol.runners.guards import NonFiniteError, RunDirBusyError, hold_run_dir
 
 from conftest import REPO
+from warm_start import WarmProcess, warm_run
 
 # 4 iterations of 2 x 64 steps on Pendulum, a checkpoint after each
 TINY = ["env.num_envs=2", "learner.rollout_steps=64", "learner.epochs=1", "pipeline.checkpoint_every=1",
@@ -244,15 +243,13 @@ def test_a_held_run_dir_is_refused_at_once_naming_the_holder(tmp_path):
 
 
 def test_a_second_process_fails_and_the_first_is_untouched(tmp_path):
-    command = [sys.executable, "-m", "genpol.train", "env=pendulum", *TINY, "total_steps=20480",
-               "pipeline.video=false", f"run_dir={tmp_path / 'run'}"]
+    command = ["env=pendulum", *TINY, "total_steps=20480", "pipeline.video=false", f"run_dir={tmp_path / 'run'}"]
     environment = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env=environment)
+    first = WarmProcess("genpol.train", command, REPO, environment)  # both forked warm: tests/warm_start.py
     deadline = time.time() + 120
     while not list_checkpoints(tmp_path / "run" / "checkpoints") and time.time() < deadline:
         time.sleep(0.05)
-    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment, timeout=120)
+    second = warm_run("genpol.train", command, REPO, environment, timeout=120)
     assert second.returncode == 2 and f"pid {first.pid} on host" in second.stderr, second.stderr
     assert first.wait(timeout=300) == 0, first.stderr.read()
     rows = (tmp_path / "run" / "progress.jsonl").read_text().splitlines()

@@ -4,8 +4,6 @@ transitions, budget accounting, the combined policy, resume after SIGKILL) on th
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,6 +16,7 @@ from genpol.pipelines.gorl.stages import stage_budgets
 from genpol.pipelines.gorl.distill import DecoderTraining
 
 from conftest import REPO, assert_trees_equal
+from warm_start import WarmProcess
 
 OBS_DIM, ACT_DIM = 5, 3
 
@@ -176,10 +175,9 @@ def test_the_run_checkpoint_is_the_combined_policy_of_the_last_best_encoder(refe
 def kill_mid_stage_1_and_resume(args, reference, run_dir, directories):
     """Run ``genpol.train args``, SIGKILL it mid stage 1, run it again to the end, and compare the
     latest checkpoint of each of ``directories`` and the summary with the uninterrupted ``reference``."""
-    command = [sys.executable, "-m", "genpol.train", *args, f"run_dir={run_dir}"]
+    arguments = [*args, f"run_dir={run_dir}"]
     process_env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    interrupted = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   env=process_env)
+    interrupted = WarmProcess("genpol.train", arguments, REPO, process_env)  # forked warm: tests/warm_start.py
     marker = run_dir / "stage_1" / "checkpoints" / "step_000000000512"  # mid stage 1 (of 1536 steps)
     deadline = time.time() + 120
     while not marker.exists() and time.time() < deadline and interrupted.poll() is None:
@@ -187,7 +185,8 @@ def kill_mid_stage_1_and_resume(args, reference, run_dir, directories):
     interrupted.send_signal(signal.SIGKILL)
     assert interrupted.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
     assert not (run_dir / "stage_1" / "stage.json").exists()
-    subprocess.run(command, cwd=REPO, check=True, capture_output=True, env=process_env, timeout=120)
+    resumed = WarmProcess("genpol.train", arguments, REPO, process_env)
+    assert resumed.wait(timeout=120) == 0, resumed.stderr.read()
 
     for directory in directories:
         path_a, path_b = list_checkpoints(reference / directory)[-1], list_checkpoints(run_dir / directory)[-1]

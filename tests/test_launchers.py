@@ -85,7 +85,7 @@ def joblib_sweep(tmp_path_factory):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     cwd = tmp_path_factory.mktemp("joblib")
     run_cli("-m", "genpol.train", "--multirun", "launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1",
-            "learner.epochs=1,2", *TINY, cwd=cwd, timeout=240)
+            "learner.epochs=1,2", *TINY, cwd=cwd, timeout=240, cold=True)  # a cold start: under the warm fork the sweep hung (not investigated)
     sweeps = [path for path in (cwd / "runs").glob("*/*") if path.is_dir()]
     assert len(sweeps) == 1, sweeps  # one launch, one claimed sweep directory
     return sweeps[0]
@@ -270,7 +270,8 @@ def test_ray_sweep_against_a_local_head(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_cli("-m", "genpol.train", "--multirun", "launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
-                "seed=0,1", "learner.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180)
+                "seed=0,1", "learner.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180,
+                cold=True)  # as joblib's: the launcher's processes are the point
         listening = _listening_addresses(head.pid)
         assert listening and all(address.endswith("127.0.0.1") for address in listening), listening
     finally:

@@ -10,9 +10,8 @@ acting heads by the old families (``softmax_q``, ``expo``), which the heads regi
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from genpol.configure import validate
 from genpol.errors import ConfigError
 
 from conftest import REPO, assert_trees_equal, final_checkpoint
+from warm_start import warm_run
 
 SAVED = REPO / "tests" / "data" / "saved_before_layers"
 
@@ -47,8 +47,7 @@ def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates
     # are read under today's name, learner, and the old name warns naming the new one
     assert any(item.startswith("updater") for item in overrides)
     if learner == "sac":  # through the command line (a process of its own)
-        result = subprocess.run([sys.executable, "-m", "genpol.train", *overrides], cwd=REPO, capture_output=True,
-                                text=True, timeout=300)
+        result = warm_run("genpol.train", overrides, REPO, dict(os.environ), timeout=300)  # tests/warm_start.py
         assert result.returncode == 0, result.stderr[-3000:]
         assert "'updater' is now 'learner'" in result.stderr
     else:  # in this process, through the API (no interpreter start-up)
