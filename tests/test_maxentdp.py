@@ -137,6 +137,28 @@ def test_qne_candidates_lie_in_the_box_and_map_back_to_the_noisy_action():
                                noisy.unsqueeze(1).expand_as(clean), rtol=0, atol=1e-9)
 
 
+def test_a_head_built_in_float64_samples_on_the_float64_schedule():
+    """Built with float64 as the default dtype (as the parity harness builds it), the head's tables are the
+    schedule's float64 values and it samples. They were float32 whatever the dtype: its first network call
+    failed on a float32 log-SNR against float64 weights, and ``.double()`` kept the float32 roundings (1e-8)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        head = VPDiffusionHead(3, 2, sampling_steps=5, hidden_sizes=[8], time_hidden_sizes=[8], time_dim=8)
+        action = head.act(torch.randn(4, 3), deterministic=False)
+    finally:
+        torch.set_default_dtype(previous)
+    assert action.dtype == torch.float64 and action.shape == (4, 2)
+    grid = [abar_by_hand(float(t)) for t in np.linspace(T_MIN, T_MAX, 6)]
+    beta = [1 - ab / previous_ab for previous_ab, ab in zip(grid[:-1], grid[1:])]
+    assert head.alpha_bar.dtype == head.beta.dtype == torch.float64
+    np.testing.assert_allclose(head.alpha_bar.numpy(), grid[1:], rtol=1e-13, atol=0)
+    np.testing.assert_allclose(head.beta.numpy(), beta, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(head.log_snr.numpy(), [math.log(ab / (1 - ab)) for ab in grid[1:]], rtol=1e-13, atol=0)
+    float32_head = VPDiffusionHead(3, 2, sampling_steps=5, hidden_sizes=[8], time_hidden_sizes=[8], time_dim=8)
+    assert float32_head.alpha_bar.dtype == torch.float32  # a float32 head keeps float32 tables
+
+
 # ----------------------------------------------------------------------------------- the learner's losses
 OBS_DIM, ACT_DIM = 3, 2
 

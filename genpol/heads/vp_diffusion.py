@@ -130,7 +130,9 @@ class VPDiffusionHead(PolicyHead):
         for name, value in (("alpha_bar", grid), ("log_snr", log_snr(grid)), ("beta", beta),
                             ("coef_x0", grid_prev.sqrt() * beta / (1 - grid)),
                             ("coef_xt", (1 - beta).sqrt() * (1 - grid_prev) / (1 - grid))):
-            self.register_buffer(name, value.to(torch.float32), persistent=False)
+            # float64 values cast to the dtype the network is built in (float32 tables in a float64 head
+            # failed its first call and, through .double(), kept float32 roundings)
+            self.register_buffer(name, value.to(torch.get_default_dtype()), persistent=False)
 
     # ------------------------------------------------------------------ the noise network
     def predict_noise(self, obs: torch.Tensor, noisy: torch.Tensor, noise_level: torch.Tensor) -> torch.Tensor:
