@@ -11,6 +11,16 @@ over several seeds; CI keeps a faster check of the same learner (named per row).
   steps; 100 stochastic episodes end at >= 3 distinct goals (each >= 2 %) with mean return > 6. CI keeps
   PolicyFlow's (``tests/test_learning.py::test_flow_heads_reach_at_least_three_goals``);
   ``bench/multigoal.py`` reports every head's goals and entropy.
+* ``updaters_multigoal-<learner>`` (ppo, ppo-adaptive-lr, spo, aspo, trpo): a Gaussian on MultiGoal, 40 960
+  steps; deterministic evaluation and training episodes both > 10. CI runs the same at 20 480 steps
+  (training episodes > 8; ``tests/test_learning.py::test_every_updater_learns_multigoal_with_a_gaussian``).
+* ``fpo_multigoal``, ``fpo++_multigoal``: FPO, and FPO++ under ASPO, 40 960 steps; evaluation > 10. CI runs
+  them at 20 480 and 30 720 steps (``test_flow_heads_learn_multigoal``).
+* ``policyflow_goals``: PolicyFlow with the Brownian term at 0.05, 61 440 steps; >= 3 goals (each >= 2 % of
+  100 stochastic episodes) with mean return > 10. CI: the same at 30 720 steps.
+* ``consistency_ppo_goals``: PPO through the stochastic consistency sampler, 40 960 steps; evaluation and
+  training episodes > 10 and >= 80 of 100 stochastic episodes at a goal. CI: 20 480 steps, training
+  episodes and goals only (``tests/test_consistency_learning.py``).
 
     python bench/learning_checks.py [--checks ...] [--seeds 0 1 2]
 
@@ -20,10 +30,11 @@ Writes ``bench/results/learning_checks.json``: per check and seed, the measured 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, Callable
 
-from common import RUNS, date_stamp, machine, read_progress, train_once, write_results
+from common import RUNS, date_stamp, machine, read_progress, train_once, update_results
 
 QUIET = ["pipeline.video=false", "logger.progress_bar=false"]
 
@@ -42,7 +53,46 @@ def goal_coverage_of(run_dir: Path) -> dict[str, Any]:
             "goal_counts": list(map(int, coverage.goal_counts))}
 
 
+def returns_of(run_dir: Path) -> dict[str, Any]:
+    """The summary's deterministic evaluation (``value``) and last training episodes' mean return."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"value": summary["eval_return_mean"], "training_return": summary["episodic_return_mean"]}
+
+
+def returns_and_goals_of(run_dir: Path) -> dict[str, Any]:
+    return {**returns_of(run_dir), "reached": int(sum(goal_coverage_of(run_dir)["goal_counts"]))}
+
+
+MULTIGOAL = ["env=multigoal", "learner.rollout_steps=128", *QUIET, "pipeline.eval_episodes=50"]
+UPDATERS = {"ppo": ["learner.minibatch_size=256"],
+            "ppo-adaptive-lr": ["learner.minibatch_size=256", "learner.lr_schedule=adaptive"],
+            "spo": ["learner=spo", "learner.minibatch_size=256"], "aspo": ["learner=aspo", "learner.minibatch_size=256"],
+            "trpo": ["learner=trpo"]}
+
 CHECKS: dict[str, dict[str, Any]] = {
+    **{f"updaters_multigoal-{name}": {
+        "overrides": [*MULTIGOAL, "total_steps=40960", *extra], "measure": returns_of,
+        "passes": lambda m: m["value"] > 10.0 and m["training_return"] > 10.0,
+        "threshold": "evaluation and training episodes > 10"} for name, extra in UPDATERS.items()},
+    "fpo_multigoal": {
+        "overrides": [*MULTIGOAL, "policy=fpo", "total_steps=40960", "learner.minibatch_size=256"],
+        "measure": returns_of, "passes": lambda m: m["value"] > 10.0, "threshold": "evaluation > 10"},
+    "fpo++_multigoal": {
+        "overrides": [*MULTIGOAL, "policy=fpo", "total_steps=40960", "learner.minibatch_size=256",
+                      "policy.ratio_mode=per_sample", "learner=aspo"],
+        "measure": returns_of, "passes": lambda m: m["value"] > 10.0, "threshold": "evaluation > 10"},
+    "policyflow_goals": {
+        "overrides": ["env=multigoal", "policy=policyflow", "total_steps=61440", "learner.rollout_steps=128", *QUIET,
+                      "pipeline.eval_episodes=10", "+experiment=policyflow", "policy.brownian_coef=0.05"],
+        "measure": goal_coverage_of, "passes": lambda m: m["value"] >= 3 and m["mean_return"] > 10.0,
+        "threshold": ">= 3 goals (each >= 2 % of 100 episodes), mean return > 10"},
+    "consistency_ppo_goals": {
+        "overrides": [*MULTIGOAL, "policy=consistency", "total_steps=40960", "learner.minibatch_size=256",
+                      "policy.hidden_sizes=[64,64,64]", "policy.critic_hidden_sizes=[64,64]",
+                      "policy.critic_activation=tanh"],
+        "measure": returns_and_goals_of,
+        "passes": lambda m: m["value"] > 10.0 and m["training_return"] > 10.0 and m["reached"] >= 80,
+        "threshold": "evaluation and training episodes > 10, >= 80 of 100 episodes at a goal"},
     "consistency_ac_online": {
         "overrides": ["env=multigoal", "policy=consistency", "learner=consistency_ac", "total_steps=3000", *QUIET,
                       "pipeline.eval_episodes=4", "policy.hidden_sizes=[64,64,64]", "learner.critic_hidden_sizes=[64,64]",
@@ -75,7 +125,13 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     args = parser.parse_args()
     rows = [run_check(name, seed) for name in args.checks for seed in args.seeds]
-    write_results("learning_checks.json", {"date": date_stamp(), "machine": machine(), "rows": rows})
+
+    def merge(old: dict[str, Any]) -> dict[str, Any]:  # keep the other checks' and seeds' rows
+        measured = {(row["check"], row["seed"]) for row in rows}
+        kept = [row for row in old.get("rows", []) if (row["check"], row["seed"]) not in measured]
+        return {"date": date_stamp(), "machine": machine(), "rows": kept + rows}
+
+    update_results("learning_checks.json", merge)
     print("| check | seed | value | passed |\n|---|---|---|---|")
     for row in rows:
         print(f"| {row['check']} | {row['seed']} | {row['value']:.2f} | {row['passed']} |")
