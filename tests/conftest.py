@@ -140,6 +140,28 @@ LONGEST_FIRST = ("test_launchers.py", "test_distributed.py", "test_packaging.py"
                  "test_expo.py", "test_subproc.py", "test_custom_envs.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    """Longest files first; and the tests that share a module-scoped fixture (a trained run, a sweep, a
+    wheel) in one xdist group, so that the fixture is made once, not once per worker."""
+    for item in items:
+        for name in item.fixturenames:
+            definitions = item._fixtureinfo.name2fixturedefs.get(name)
+            if definitions and definitions[-1].scope == "module":
+                item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}.{name}"))
+        if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
+            _add_group_to_node_id(item)
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def _add_group_to_node_id(item) -> None:
+    """``<nodeid>@<group>``, which ``--dist loadgroup`` sends to one worker. pytest-xdist 3.8 writes the
+    suffix to ``item._nodeid``, which pytest 9 no longer reads (the id lives in ``item._id``), so every
+    ``xdist_group`` was silently ignored: this writes it where pytest 9 reads it."""
+    groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                     for mark in item.iter_markers("xdist_group")})
+    if not groups or "@" in item.nodeid:
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
