@@ -32,10 +32,9 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
 from genpol.algorithms.acting import CandidatePolicy
-from genpol.algorithms.offpolicy import OffPolicyAlgorithm
+from genpol.algorithms.offpolicy import LearnedTemperature, OffPolicyAlgorithm
 from genpol.envs import VectorEnv
 from genpol.heads.base import Capability, PolicyHead
 from genpol.heads.vp_schedule import T_MAX, T_MIN, alpha_bar, log_snr
@@ -96,7 +95,7 @@ class MaxQPolicy(CandidatePolicy):
         return candidates[torch.arange(obs.shape[0], device=obs.device), best]
 
 
-class MaxEntDP(OffPolicyAlgorithm):
+class MaxEntDP(LearnedTemperature, OffPolicyAlgorithm):
     """MaxEntDP. ``cfg`` is a ``MaxEntDPConfig`` (the ``learner`` group); the arguments are
     ``OffPolicyAlgorithm``'s, plus ``temperature``, the fixed alpha (or the learned one's start)."""
 
@@ -204,23 +203,6 @@ class MaxEntDP(OffPolicyAlgorithm):
         for _ in range(self.num_envs * self.cfg.utd):
             named = self.gradient_step()
         return named
-
-    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
-        return {**super().networks(), "log_alpha": self.log_alpha}
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        state = {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
 
 
 def make_maxentdp(cfg: Any, head: PolicyHead, env: VectorEnv, offline: OfflineReplay | None) -> MaxEntDP:

@@ -201,3 +201,30 @@ class OffPolicyAlgorithm(Algorithm):
             self.sampler.load_state_dict(state["replay"])
         else:  # saved without its replay: refill learning_starts transitions before learning again
             self.env_steps = 0
+
+
+class LearnedTemperature:
+    """The temperature's share of an off-policy learner's checkpoint (SAC and EXPO, MaxEntDP): ``log_alpha``
+    among the networks and in the state, and its optimizer's state when the temperature is learned. A
+    mixin before ``OffPolicyAlgorithm`` in the bases; the learner sets ``log_alpha`` and
+    ``alpha_optimizer`` (None for a fixed temperature) in its constructor."""
+
+    log_alpha: torch.Tensor
+    alpha_optimizer: torch.optim.Optimizer | None
+
+    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        return {**super().networks(), "log_alpha": self.log_alpha}  # type: ignore[misc]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}  # type: ignore[misc]
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)  # type: ignore[misc]
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+

@@ -32,15 +32,14 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
-from genpol.algorithms.offpolicy import OffPolicyAlgorithm, compile_step
+from genpol.algorithms.offpolicy import LearnedTemperature, OffPolicyAlgorithm, compile_step
 from genpol.heads.base import Capability, PolicyHead
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.sac_losses import actor_loss, sac_diagnostics, td_target, temperature_loss
 
 
-class SAC(OffPolicyAlgorithm):
+class SAC(LearnedTemperature, OffPolicyAlgorithm):
     """SAC / RLPD. ``cfg`` is a ``SACConfig`` (the ``learner`` group); see its field docstrings.
 
     Args:
@@ -152,20 +151,3 @@ class SAC(OffPolicyAlgorithm):
             for _ in range(self.num_envs * self.cfg.utd):
                 named = self.sb3_gradient_step()
         return named
-
-    def networks(self) -> dict[str, nn.Module | torch.Tensor]:
-        return {**super().networks(), "log_alpha": self.log_alpha}
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        state = {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
