@@ -48,6 +48,17 @@ def start_training(run_dir: Path, *overrides: str) -> WarmProcess:
                        {**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
+def rewound_copy(run_dir: Path, copy_dir: Path, later_checkpoints: list[str]) -> None:
+    """``copy_dir``: a copy of the finished run ``run_dir`` as it stood before ``later_checkpoints`` were
+    written (those and the summary removed), so that training it again resumes from the one before."""
+    import shutil
+
+    shutil.copytree(run_dir, copy_dir)
+    for name in later_checkpoints:
+        shutil.rmtree(Path(copy_dir) / "checkpoints" / name)
+    (Path(copy_dir) / "summary.json").unlink()
+
+
 def final_checkpoint(run_dir: Path) -> tuple:
     """``(name, policy spec, policy weights, training state)`` of a run's latest checkpoint."""
     from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state

@@ -9,14 +9,13 @@ from __future__ import annotations
 import copy
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from conftest import assert_trees_equal, final_checkpoint
+from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 
 from genpol.algorithms.maxentdp import MaxEntDP, MaxQPolicy
 from genpol.config.maxentdp import MaxEntDPConfig
@@ -376,10 +375,7 @@ def test_a_short_run_has_finite_losses_and_resumes_to_the_uninterrupted_runs_sta
     losses = {key: row[key] for row in rows for key in row if key.startswith("losses/")}
     assert {"losses/value", "losses/policy", "losses/next_log_prob", "losses/qne_ess"} <= set(losses)
     assert all(math.isfinite(value) for value in losses.values()), losses
-    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
-    for later in ("step_000000000192", "step_000000000256"):
-        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / later)
-    (tmp_path / "resumed" / "summary.json").unlink()
+    rewound_copy(tmp_path / "whole", tmp_path / "resumed", ["step_000000000192", "step_000000000256"])
     train(env="pendulum", policy="vp_diffusion", learner="maxentdp", total_steps=256, run_dir=tmp_path / "resumed",
           overrides=TINY)
     name_a, spec, weights_a, state_a = final_checkpoint(tmp_path / "whole")

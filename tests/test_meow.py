@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pytest
 import torch
 
-from conftest import assert_trees_equal, final_checkpoint
+from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 
 from genpol.algorithms.meow import MEow, meow_loss, meow_td_target
 from genpol.config.meow import MEowConfig
@@ -199,10 +198,7 @@ def test_a_short_run_has_finite_losses_and_resumes_to_the_uninterrupted_runs_sta
     losses = {key: row[key] for row in rows for key in row if key.startswith("losses/")}
     assert {"losses/value", "losses/q_mean", "losses/target_mean", "losses/shift_mean"} <= set(losses)
     assert all(math.isfinite(value) for value in losses.values()), losses
-    shutil.copytree(tmp_path / "whole", tmp_path / "resumed")
-    for later in ("step_000000000192", "step_000000000256"):
-        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / later)
-    (tmp_path / "resumed" / "summary.json").unlink()
+    rewound_copy(tmp_path / "whole", tmp_path / "resumed", ["step_000000000192", "step_000000000256"])
     train(env="pendulum", policy="energy_flow", learner="meow", total_steps=256, run_dir=tmp_path / "resumed",
           overrides=TINY)
     name_a, spec, weights_a, state_a = final_checkpoint(tmp_path / "whole")
