@@ -5,7 +5,8 @@
 * ``learner.grad_clip_eps``: GoRL's clip factor max_norm / (norm + 1e-8) (torch's adds 1e-6);
 * ``learner.weight_decay``: the PolicyFlow port's AdamW;
 * ``learner.adaptive_lr_rule=per_epoch`` and ``policy.kl_log_eps``: the port's KL-adaptive rule;
-* ``policy.log_std_bounds``, ``policy.time_grid_endpoint``: the port's noise clamp and evaluation times.
+* ``policy.log_std_bounds``, ``policy.time_grid_endpoint``: the port's noise clamp and evaluation times;
+* ``policy.velocity_network=port``: the port's velocity network (Fourier time MLP plus a linear map of obs).
 
 genpol's defaults stay as they were; each test also checks that the default is the old behaviour.
 """
@@ -291,3 +292,59 @@ def test_kl_log_eps_is_the_ports_kl():
         per_dim = math.log(math.exp(0.5) + eps) + (1 + 0.09) / (2 * math.exp(1.0)) - 0.5
         kl = head.log_ratio(obs, record).kl
         assert torch.allclose(kl, torch.full((3,), 2 * per_dim, dtype=torch.float64), rtol=1e-13, atol=0)
+
+
+def test_the_port_velocity_network_by_hand():
+    """policy.velocity_network=port, width 16 (2 frequencies f), one hidden layer of 8, ELU:
+    c = W2 mish(W1 [cos 2 pi f t, sin 2 pi f t] + b1) + b2 + Ws obs + bs, v = A2 elu(A1 [x, c] + a1) + a2,
+    in plain float64 ops from the head's own weights; mish(h) = h tanh(log(1 + e^h)), elu(z) = z or e^z - 1."""
+    from genpol.api import compose_config
+    from genpol.build import make_head
+    from genpol.configure import validate
+    from genpol.errors import ConfigError
+    from genpol.heads.flow_core import FourierVelocityNetwork, VelocityNetwork
+
+    head = policyflow(velocity_network="port", time_embed_dim=16, activation="elu")
+    assert isinstance(head.velocity, FourierVelocityNetwork) and isinstance(policyflow().velocity, VelocityNetwork)
+    w = {name: value.detach().clone() for name, value in head.velocity.state_dict().items()}
+    assert sorted(w) == ["frequencies", "net.0.bias", "net.0.weight", "net.2.bias", "net.2.weight", "obs_map.bias",
+                         "obs_map.weight", "time_mlp.0.bias", "time_mlp.0.weight", "time_mlp.2.bias",
+                         "time_mlp.2.weight"]
+    assert w["frequencies"].shape == (2,) and w["time_mlp.0.weight"].shape == (16, 4)
+    assert w["obs_map.weight"].shape == (16, 4) and w["net.0.weight"].shape == (8, 2 + 16)
+    obs = torch.randn(5, 4, dtype=torch.float64)
+    x = torch.randn(5, 2, dtype=torch.float64)
+    t = torch.tensor([0.0, 0.05, 0.35, 0.95, 1.0], dtype=torch.float64)
+
+    expected = torch.zeros(5, 2, dtype=torch.float64)
+    for b in range(5):
+        features = [math.cos(2 * math.pi * f * t[b].item()) for f in w["frequencies"].tolist()]
+        features += [math.sin(2 * math.pi * f * t[b].item()) for f in w["frequencies"].tolist()]
+        h = w["time_mlp.0.weight"] @ torch.tensor(features, dtype=torch.float64) + w["time_mlp.0.bias"]
+        h = torch.tensor([v * math.tanh(math.log1p(math.exp(v))) for v in h.tolist()], dtype=torch.float64)
+        c = w["time_mlp.2.weight"] @ h + w["time_mlp.2.bias"] + w["obs_map.weight"] @ obs[b] + w["obs_map.bias"]
+        z = w["net.0.weight"] @ torch.cat([x[b], c]) + w["net.0.bias"]
+        z = torch.tensor([v if v > 0 else math.expm1(v) for v in z.tolist()], dtype=torch.float64)
+        expected[b] = w["net.2.weight"] @ z + w["net.2.bias"]
+    assert torch.allclose(head.velocity(obs, x, t), expected, rtol=1e-13, atol=1e-15)
+    # output_scale multiplies it; the snapshot is the same network (dv = 0 right after sampling)
+    scaled = policyflow(velocity_network="port", time_embed_dim=16, activation="elu", output_scale=0.5)
+    assert torch.allclose(scaled.velocity(obs, x, t), 0.5 * expected, rtol=1e-13, atol=1e-15)
+    _, record = head.sample(obs)
+    assert torch.equal(head.log_ratio(obs, record).diagnostics["delta_v"], torch.tensor(0.0, dtype=torch.float64))
+    # the frequencies are saved, and a loaded state dict moves them into the snapshot as well
+    other = policyflow(velocity_network="port", time_embed_dim=16, activation="elu")
+    state = {name: value + 1.0 for name, value in head.state_dict().items()}
+    other.load_state_dict(state)
+    assert torch.equal(other.snapshot.frequencies, w["frequencies"] + 1.0)
+    assert torch.equal(other.snapshot(obs, x, t), other.velocity(obs, x, t))
+    # from the config; genpol's network by default; a width under 8 (no frequency) or an unknown name refused
+    cfg = validate(compose_config(["run_dir=/tmp/genpol_test_onpolicy_options_unused", "policy=policyflow",
+                                   "policy.velocity_network=port", "policy.time_embed_dim=64"]))
+    assert (cfg.policy.velocity_network, cfg.policy.fourier_scale) == ("port", 16.0)
+    assert isinstance(make_head(cfg.policy, 3, 2).velocity, FourierVelocityNetwork)
+    assert config("policy=policyflow").policy.velocity_network == "genpol"
+    for bad in ("policy.velocity_network=theirs", "policy.velocity_network=port policy.time_embed_dim=6",
+                "policy.fourier_scale=0"):
+        with pytest.raises(ConfigError):
+            config("policy=policyflow", *bad.split())

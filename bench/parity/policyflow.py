@@ -21,10 +21,12 @@ default grid, k < 20, t = 1 is never drawn: a row).
 
 The velocity network: theirs is ``FlowMlp(x, FourierMLP(t) + Linear(obs))`` (an MLP on ``[x, emb]``, the time
 embedding a random-frequency Fourier feature followed by a Linear-Mish-Linear MLP, the observation entering
-through a linear layer added to it); genpol's ``VelocityNetwork`` is one MLP on ``[obs, x, sin/cos(2^k pi t)]``.
-No genpol option builds theirs, so genpol's head gets, in this process only, a ``velocity`` module wrapping
-copies of their flow and condition networks (weights copied by name) and a snapshot that is a frozen copy of
-their ``model_last``: everything else (ratio, entropy, Brownian term, KL, loss, clip, Adam) is genpol's.
+through a linear layer added to it); genpol's default ``VelocityNetwork`` is one MLP on ``[obs, x, sin/cos(2^k pi
+t)]``. genpol's head is built with ``policy.velocity_network=port`` (``FourierVelocityNetwork``, since
+2026-12-03; before, this harness put a wrapper of their modules into genpol's head) and their weights and
+frequencies are copied into it layer by layer (``copy_their_network``): their ``model_last`` into the head
+before ``begin_update`` (the snapshot), then their current ``model``. Everything, the network's forward
+included, is genpol's code.
 
 Compared per row (largest absolute and relative difference): dv, the log-ratio, the policy (clipped surrogate),
 entropy, Brownian and value terms, the KL their adaptive learning rate uses and the learning rate after that
@@ -35,6 +37,7 @@ genpol settings for a match: ``learner.vf_coef=1.0``, ``learner.clip_range_vf=0.
 ``policy.brownian_coef`` = their scales, ``learner.adam_eps=1e-8``, ``learner.grad_clip=joint``, and, options
 since 2026-12-02 (genpol's defaults differ; each has a row with genpol's value): ``policy.log_std_bounds=[-20,4]``,
 ``policy.time_grid_endpoint=true``, ``policy.kl_log_eps=1e-5`` (their KL, log(std ratio + 1e-5)),
+``policy.velocity_network=port policy.time_embed_dim=16 policy.activation=elu`` (their network at this width),
 ``learner.adaptive_lr_rule=per_epoch`` and ``learner.weight_decay`` = their AdamW weight decay (0 in most
 rows; their default 1e-5 in one). The harness builds genpol's head and updater from these values directly
 (no config): ``PolicyFlowHead(log_std_bounds=, time_grid_endpoint=, kl_log_eps=)``,
@@ -49,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import importlib.util
 import sys
@@ -178,16 +180,23 @@ class OneMinibatchStorage:
         pass
 
 
-class TheirVelocity(nn.Module):
-    """genpol's ``velocity(obs, x, t)`` interface around copies of their flow and condition networks."""
-
-    def __init__(self, flow: nn.Module, condition: nn.Module):
-        super().__init__()
-        self.flow = copy.deepcopy(flow).requires_grad_(True)
-        self.condition = copy.deepcopy(condition).requires_grad_(True)
-
-    def forward(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor, t_embed: Any = None) -> torch.Tensor:
-        return self.flow(x, t, self.condition(obs))
+def copy_their_network(velocity: nn.Module, flow: nn.Module, condition: nn.Module) -> dict[str, str]:
+    """Copies their ``FlowMlp`` and ``ConditionLinearLayer`` into genpol's ``FourierVelocityNetwork``
+    (``policy.velocity_network=port``); returns genpol's parameter names -> theirs under ``actor.model``."""
+    names = {"time_mlp.0": "flow.map_noise.mlp.0", "time_mlp.2": "flow.map_noise.mlp.2", "obs_map": "condition.linear"}
+    ours = dict(velocity.named_modules())
+    theirs = {f"flow.{n}": m for n, m in flow.named_modules()}
+    theirs |= {f"condition.{n}": m for n, m in condition.named_modules()}
+    our_net = [n for n, m in velocity.net.named_modules() if isinstance(m, nn.Linear)]
+    their_net = [n for n, m in flow.mlp.named_modules() if isinstance(m, nn.Linear)]
+    assert len(our_net) == len(their_net)
+    names |= {f"net.{o}": f"flow.mlp.{t}" for o, t in zip(our_net, their_net)}
+    with torch.no_grad():
+        velocity.frequencies.copy_(flow.map_noise.freqs)
+        for our, their in names.items():
+            ours[our].weight.copy_(theirs[their].weight)
+            ours[our].bias.copy_(theirs[their].bias)
+    return {f"{o}.{p}": f"{t}.{p}" for o, t in names.items() for p in ("weight", "bias")}
 
 
 @contextlib.contextmanager
@@ -234,7 +243,8 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     head = PolicyFlowHead(OBS_DIM, ACT_DIM, hidden_sizes=HIDDEN, activation="elu", integrator="midpoint",
                           integration_steps=STEPS, brownian_coef=s.genpol_brownian,
                           degenerate_to_gaussian=s.degenerate, log_std_bounds=list(s.log_std_bounds),
-                          time_grid_endpoint=s.time_grid_endpoint, kl_log_eps=s.kl_log_eps).double()
+                          time_grid_endpoint=s.time_grid_endpoint, kl_log_eps=s.kl_log_eps, velocity_network="port",
+                          time_embed_dim=EMB).double()
     critic = ValueNetwork(OBS_DIM, HIDDEN, activation="elu").double()
     with torch.no_grad():
         for source, target in zip(linears(policy.critic), linears(critic.net)):
@@ -268,11 +278,10 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     # t = grid[index], the same nominal t on both sides: t = 1 among them where genpol's grid holds it
     index = torch.randint(0, 2 * STEPS + int(s.time_grid_endpoint), (BATCH,))
 
-    # genpol's head: their networks (current) as velocity, their model_last as the snapshot
-    head.velocity = TheirVelocity(actor.model["flow"], actor.model["condition"])
-    head.init_snapshot()
-    snapshot = TheirVelocity(actor.model_last["flow"], actor.model_last["condition"])
-    head.__dict__["snapshot"] = snapshot.requires_grad_(False)
+    # genpol's head (policy.velocity_network=port): their model_last's weights, snapshotted, then their model's
+    copy_their_network(head.velocity, actor.model_last["flow"], actor.model_last["condition"])
+    head.begin_update()
+    their_names = copy_their_network(head.velocity, actor.model["flow"], actor.model["condition"])
     with torch.no_grad():
         head.log_std.copy_(actor.model["variance"]._log_std)
 
@@ -340,9 +349,9 @@ def one_step(theirs: types.SimpleNamespace, s: Setting, seed: int) -> dict[str, 
     genpol_lr = adaptive.step(float(named["kl"]))
     terms = genpol_terms["terms"]
 
-    # pair the parameters by name: genpol's velocity.{flow,condition}.*, log_std, critic.net.* with theirs
+    # pair the parameters by name: genpol's log_std, velocity.* (copy_their_network's map), critic.net.* with theirs
     pairs = [(head.log_std, their_params["actor.model.variance._log_std"])]
-    pairs += [(p, their_params[f"actor.model.{name}"]) for name, p in head.velocity.named_parameters()]
+    pairs += [(p, their_params[f"actor.model.{their_names[name]}"]) for name, p in head.velocity.named_parameters()]
     pairs += [(o, t) for lo, lt in zip(linears(critic.net), linears(policy.critic))
               for o, t in ((lo.weight, lt.weight), (lo.bias, lt.bias))]
     assert len(pairs) == len(their_params)

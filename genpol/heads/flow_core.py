@@ -13,6 +13,7 @@ converts.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Callable, List, Sequence
 
@@ -21,7 +22,9 @@ from torch import nn
 
 from genpol.errors import require
 from genpol.heads.base import HeadConfig
+from genpol.mish import Mish
 from genpol.nets import MLP, TIME_EMBEDDINGS
+from genpol.onednn import OneDNNLinear
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [B, A], t [B]) -> v [B, A]
 
@@ -98,6 +101,54 @@ class VelocityNetwork(nn.Module):
         pairs) that cut the pointwise kernels from 2.46-3.23 to 2.00-2.09 ms (bench/fpo_profile.py, A/B in
         bench/results/fpo_tembed_ab.json)."""
         return self.embed(t, self.time_embed_dim)
+
+
+class FourierVelocityNetwork(nn.Module):
+    """``v_theta(x_t, t, s)`` built as the PolicyFlow port's (SUPERGUPPY0907/rsl_rl) velocity network, the
+    PolicyFlow head's ``policy.velocity_network=port``:
+
+        c = W2 mish(W1 [cos(2 pi f t), sin(2 pi f t)] + b1) + b2 + (W_s s + b_s)     (width ``embed_dim``)
+        v = output_scale * MLP([x_t, c])
+
+    ``f`` are ``embed_dim // 8`` frequencies drawn once from N(0, fourier_scale^2) at construction and kept
+    in the state dict (a buffer, not trained); the observation enters only through the linear map W_s, added
+    to the time features. Every layer has torch's default initialization, as the port's.
+
+    Args:
+        obs_dim, act_dim: sizes.
+        hidden_sizes, activation: the MLP on ``[x_t, c]`` (no activation after its output layer).
+        embed_dim: the width of ``c`` (the port's ``flow_embedding_dim``); at least 8.
+        output_scale: multiplies the output (1 is the port's).
+        fourier_scale: the std of the random frequencies (the port's 16).
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: Sequence[int] = (64, 64, 64),
+                 activation: str = "elu", embed_dim: int = 64, output_scale: float = 1.0,
+                 fourier_scale: float = 16.0):
+        super().__init__()
+        if embed_dim < 8:
+            raise ValueError(f"the Fourier time features need embed_dim >= 8, got {embed_dim}")
+        frequencies = embed_dim // 8
+        self.output_scale = output_scale
+        self.register_buffer("frequencies", torch.randn(frequencies) * fourier_scale)
+        self.time_mlp = nn.Sequential(OneDNNLinear(2 * frequencies, embed_dim), Mish(),
+                                      OneDNNLinear(embed_dim, embed_dim))
+        self.obs_map = OneDNNLinear(obs_dim, embed_dim)
+        self.net = MLP(act_dim + embed_dim, hidden_sizes, act_dim, activation, orthogonal_init=False)
+
+    def forward(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor,
+                t_embed: torch.Tensor | None = None) -> torch.Tensor:
+        """``obs [B, D]``, ``x [B, A]``, ``t [B]`` -> velocity ``[B, A]``; ``t_embed``, if given, is
+        ``time_embedding(t)`` (the weight-free Fourier features, before the time MLP)."""
+        if t_embed is None:
+            t_embed = self.time_embedding(t)
+        condition = self.time_mlp(t_embed) + self.obs_map(obs)
+        return self.output_scale * self.net(torch.cat([x, condition], dim=-1))
+
+    def time_embedding(self, t: torch.Tensor) -> torch.Tensor:
+        """``t [...]`` -> ``[..., 2 F]``: cos then sin of ``2 pi f t`` for the F fixed frequencies."""
+        angles = t.unsqueeze(-1) * (2 * math.pi * self.frequencies)
+        return torch.cat([angles.cos(), angles.sin()], dim=-1)
 
 
 def integrate(velocity: VelocityFn, x0: torch.Tensor, steps: int, method: str = "euler") -> torch.Tensor:
@@ -207,9 +258,12 @@ class VelocitySnapshot:
         self.register_load_state_dict_post_hook(lambda module, _: module.begin_update())
 
     def begin_update(self) -> None:
-        """Copy the current (rollout) velocity network into the frozen snapshot, in place."""
+        """Copy the current (rollout) velocity network into the frozen snapshot, in place (its buffers too:
+        the Fourier network's frequencies, which a loaded state dict replaces)."""
         with torch.no_grad():
             for target, source in zip(self.snapshot.parameters(), self.velocity.parameters()):
+                target.copy_(source)
+            for target, source in zip(self.snapshot.buffers(), self.velocity.buffers()):
                 target.copy_(source)
 
     def _apply(self, fn, recurse=True):  # keep the unregistered snapshot on the head's device

@@ -21,6 +21,8 @@ whose fixed point is an expanding field that counters mode collapse; reported as
 which is what the reference's KL-adaptive learning rate uses (``kl_log_eps`` adds the port's 1e-5
 inside its log, ``log(sigma_theta / sigma_old + eps)``). ``degenerate_to_gaussian`` fixes
 x0 = 0, which makes x1 a deterministic function of s: Gaussian PPO as a built-in ablation.
+``velocity_network=port`` swaps genpol's velocity MLP for the PolicyFlow port's network
+(``flow_core.FourierVelocityNetwork``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from torch import nn
 
 from genpol.errors import require
 from genpol.heads.base import PolicyHead, RatioTerms, Record
-from genpol.heads.flow_core import (FlowConfig, VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_loss,
-                                   integrate, solver_grid)
+from genpol.heads.flow_core import (FlowConfig, FourierVelocityNetwork, VelocityNetwork, VelocitySnapshot,
+                                   brownian_regularizer, flow_matching_loss, integrate, solver_grid)
 from genpol.heads.gaussian import diagonal_gaussian_kl, diagonal_gaussian_log_prob
 
 LOG_STD_BOUNDS = (-5.0, 2.0)  # genpol's default clamp of the noise's log std (the port's: -20, 4)
@@ -51,6 +53,14 @@ class PolicyFlowConfig(FlowConfig):
     """Hidden layer widths of the velocity network."""
     output_scale: float = 1.0
     """Multiplies the velocity network's output."""
+    velocity_network: str = "genpol"
+    """``genpol``: one MLP on [obs, x_t, time embedding]. ``port``: the PolicyFlow port's network, an MLP on
+    [x_t, c] with c = MLP_mish(Fourier features of t) + a linear map of obs (``FourierVelocityNetwork``; its
+    width c is ``time_embed_dim``, the port's ``flow_embedding_dim``, at least 8; its random frequencies
+    N(0, ``fourier_scale``^2); ``time_embedding`` unused). The port's other settings: ``activation=elu``,
+    ``time_embed_dim=64``, ``output_scale=1``."""
+    fourier_scale: float = 16.0
+    """Std of the random time frequencies of ``velocity_network=port`` (the port's 16)."""
     integrator: str = "midpoint"
     """``euler`` or ``midpoint`` (PolicyFlow's)."""
     log_std_init: float = 0.0
@@ -84,6 +94,12 @@ class PolicyFlowConfig(FlowConfig):
         require(len(self.log_std_bounds) == 2 and self.log_std_bounds[0] < self.log_std_bounds[1],
                 "policy.log_std_bounds", "[low, high] with low < high", list(self.log_std_bounds))
         require(self.kl_log_eps >= 0, "policy.kl_log_eps", ">= 0", self.kl_log_eps)
+        require(self.velocity_network in ("genpol", "port"), "policy.velocity_network", "genpol or port",
+                self.velocity_network)
+        require(self.fourier_scale > 0, "policy.fourier_scale", "> 0", self.fourier_scale)
+        if self.velocity_network == "port":
+            require(self.time_embed_dim >= 8, "policy.time_embed_dim", ">= 8 with policy.velocity_network=port",
+                    self.time_embed_dim)
 
 
 class PolicyFlowHead(VelocitySnapshot, PolicyHead):
@@ -98,8 +114,12 @@ class PolicyFlowHead(VelocitySnapshot, PolicyHead):
     def __init__(self, obs_dim: int, act_dim: int, config: PolicyFlowConfig | None = None, **hyperparameters: Any):
         super().__init__(obs_dim, act_dim, config, **hyperparameters)
         c = self.config
-        self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim, c.output_scale,
-                                        c.time_embedding)
+        if c.velocity_network == "port":
+            self.velocity = FourierVelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim,
+                                                   c.output_scale, c.fourier_scale)
+        else:
+            self.velocity = VelocityNetwork(obs_dim, act_dim, c.hidden_sizes, c.activation, c.time_embed_dim,
+                                            c.output_scale, c.time_embedding)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(c.log_std_init)))
         self.integration_steps = c.integration_steps
         self.integrator = c.integrator
