@@ -1,6 +1,6 @@
 """MultiGoal multimodality: Gaussian vs FPO vs FPO++ vs PolicyFlow with the same budget, and SAC's
 maximum-entropy objective with a tanh-Gaussian and with the normalizing-flow head, and MaxEntDP's diffusion
-policy (scaled down to this CPU).
+policy (scaled down to this CPU), and MEow's energy-based flow.
 
 The flow heads run twice: with their papers' settings, and with the Brownian regularizer strong
 enough to keep the modes (PolicyFlow ``brownian_coef`` 0.05 instead of 0.01; FPO++ with genpol's
@@ -55,6 +55,9 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "sac tanh_gaussian": ("tanh_gaussian", SAC, 30_000),
     "sac normalizing_flow": ("normalizing_flow", SAC, 30_000),
     "maxentdp vp_diffusion": ("vp_diffusion", MAXENTDP, 5_000),
+    # MEow (issue 30; docs/concepts/meow.md) with its authors' MultiGoal settings (their toy config: 4000 steps,
+    # 1000 random, gamma 0.9, tau 0.0005, alpha 2.5, log sigma in [-2, 1])
+    "meow energy_flow": ("energy_flow", ["learner=meow", "+experiment=meow_multigoal"], 4_000),
 }
 LOG4 = float(np.log(4.0))
 
