@@ -44,7 +44,7 @@ def test_lobe_fraction_by_hand():
 def test_every_updater_learns_multigoal_with_a_gaussian(tmp_path, updater, extra):
     """20 480 env steps. Seeds 0-2 of the five rows: deterministic evaluation 14.37-14.77, the training
     episodes 10.35-14.22 (ASPO seed 0 the lowest). At 40 960 steps both pass 10:
-    ``bench/learning_checks.py --checks updaters_multigoal``."""
+    ``bench/learning_checks.py``, checks ``updaters_multigoal-<learner>``."""
     from genpol.api import train
 
     summary = train(env="multigoal", learner=updater, total_steps=20_480, run_dir=tmp_path / "run", seed=0,
