@@ -172,7 +172,9 @@ def _add_group_to_node_id(item) -> None:
     groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
                      for mark in item.iter_markers("xdist_group")})
     if not groups or "@" in item.nodeid:
+        return  # none, or xdist's own suffix took (pytest 8, which reads item._nodeid)
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # a pytest without NodeId keeps the id in item._nodeid, where xdist wrote it
         return
-    from _pytest.nodeid import coerce_node_id
-
     item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
