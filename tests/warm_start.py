@@ -36,14 +36,29 @@ PRELOAD = ["torch", "torch._dynamo", "torch.utils.tensorboard", "matplotlib.pypl
            "gymnasium", "genpol.configure", "genpol.pipelines", "genpol.callbacks", "genpol.checkpoint"]
 
 _context = None
+# the path and environment as conftest imports this module, before any test patches them: the server starts
+# with these, whichever test first asks for it (a child's own cwd, PYTHONPATH and env are set per command)
+_CLEAN_SYS_PATH = list(sys.path)
+_CLEAN_ENVIRON = dict(os.environ)
 
 
 def context() -> multiprocessing.context.ForkServerContext:
     global _context
     if _context is None:
-        os.environ.setdefault("MPLBACKEND", "Agg")
+        from multiprocessing import forkserver
+
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
+        saved_path, saved_environ = list(sys.path), dict(os.environ)
+        sys.path[:] = _CLEAN_SYS_PATH
+        os.environ.clear()
+        os.environ.update({**_CLEAN_ENVIRON, "MPLBACKEND": _CLEAN_ENVIRON.get("MPLBACKEND", "Agg")})
+        try:
+            forkserver.ensure_running()  # the server takes this process's sys.path and environment now
+        finally:
+            sys.path[:] = saved_path
+            os.environ.clear()
+            os.environ.update(saved_environ)
     return _context
 
 
@@ -95,6 +110,8 @@ class WarmProcess:
         self.stdout_path = str(log) if log else os.path.join(self._outdir, "stdout")
         self.stderr_path = str(log) if log else os.path.join(self._outdir, "stderr")
         self.args = [module, *args]
+        for path in {self.stdout_path, self.stderr_path}:  # empty, not missing, if the child dies before writing
+            Path(path).write_text("")
         self._process = context().Process(target=_child, args=(module, list(args), str(cwd), dict(env),
                                                               self.stdout_path, self.stderr_path))
         self._process.start()
