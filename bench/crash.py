@@ -202,10 +202,12 @@ def stop_at(run_dir: Path, overrides: list[str], moment: float, stop: str,
         process.send_signal(SIGNALS[stop])
         process.communicate()
     code = process.returncode
+    if code == 0:  # it finished between the moment and the signal (a run's last milliseconds): not stopped
+        return {"killed": False, "exit": code, "as_documented": True}
     if stop == "kill":
         documented = code == -signal.SIGKILL
-    else:  # 4: stopped after a checkpoint; -15: before the handler existed; 0: it finished meanwhile
-        documented = (code == 4 and not (run_dir / "summary.json").exists()) or code in (-signal.SIGTERM, 0)
+    else:  # 4: stopped after a checkpoint; -15: before the handler existed
+        documented = (code == 4 and not (run_dir / "summary.json").exists()) or code == -signal.SIGTERM
     return {"killed": True, "exit": code, "as_documented": documented}
 
 
