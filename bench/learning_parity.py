@@ -1,0 +1,278 @@
+"""Learning parity at equal budget: the authors' (or the field's reference) training code against
+genpol at the same hyperparameters, the same task and the same env steps, several seeds per side.
+
+Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tree, ``--ref-*``):
+
+* ``ppo``  CleanRL's ``ppo_continuous_action.py`` (its defaults: 1 env x 2048 steps, 32 minibatches,
+  10 epochs, lr 3e-4 annealed, clip 0.2 with value clipping, 64-64 tanh, observation and reward
+  normalization) against ``learner=ppo`` set to the same;
+* ``spo``  SPO's official ``mujoco/main.py`` (``main(env, seed, "spo")``: 8 envs x 256 steps, 4
+  minibatches, 10 epochs, lr 3e-4 annealed, epsilon 0.2, the 7-layer 256-256-128-128-64-64 tanh
+  policy) against ``learner=spo`` set to the same;
+* ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings).
+
+The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
+on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
+compare.
+
+**The metric** is the same on both sides: the undiscounted returns of the training episodes, averaged
+per rollout of the pair's length (the episodes that ended during it: what genpol logs as
+``charts/episodic_return``), then over the rollouts in the last 10 % of the budget. It needs nothing
+but episode returns, which every script reports; genpol's deterministic final evaluation is recorded
+beside it.
+
+**The verdict**: per pair, the medians over seeds with ``genpol.report``'s 95 % bootstrap interval,
+and the percentile-bootstrap 95 % interval of the difference of medians (genpol - reference; exact,
+every resample of both sides, up to 7 seeds a side). Parity holds when that interval contains 0.
+
+Every finished run is stored in ``bench/results/learning_parity.json`` as it ends; a rerun skips the
+runs already there, so the script resumes after an interruption (a run cut short starts over).
+
+    python bench/learning_parity.py --pairs ppo spo trpo --seeds 1 2 3 \\
+        --ref-cleanrl /tmp/ref/cleanrl --ref-spo /tmp/ref/Simple-Policy-Optimization
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from common import ROOT, RUNS, cpu_name, date_stamp, read_progress, read_results, train_once, update_results
+
+RESULTS_NAME = "learning_parity.json"
+RUN_ROOT = RUNS / "learning_parity"
+LAST_FRACTION = 0.1  # the metric averages the rollouts in this final fraction of the budget
+GENPOL_COMMON = ["env=hopper", "env.workers=1", "torch_threads=1", "update_threads=1", "pipeline.video=false",
+                 "pipeline.eval_episodes=10", "pipeline.eval_every=0", "logger.progress_bar=false"]
+# CleanRL's and SPO's loss is 0.5 * c * mean((R - V)^2) with c = 0.5; genpol writes vf_coef * mean(...)
+ONPOLICY_COMMON = ["learner.lr=3e-4", "learner.lr_schedule=linear", "learner.epochs=10", "learner.clip_range=0.2",
+                   "learner.clip_range_vf=0.2", "learner.vf_coef=0.25", "learner.ent_coef=0", "learner.max_grad_norm=0.5",
+                   "learner.grad_clip=joint", "learner.adam_eps=1e-5", "learner.gamma=0.99", "learner.gae_lambda=0.95"]
+
+
+# --------------------------------------------------------------------------- the pairs
+def pair_settings(name: str) -> dict[str, Any]:
+    """Per pair: the task, the budget, the rollout length the metric averages over, genpol's overrides
+    and what the reference side needs."""
+    if name == "ppo":
+        return {"env": "Hopper-v5", "steps": 147 * 2048, "rollout": 2048, "reference": "CleanRL ppo_continuous_action.py",
+                "genpol": ["policy=gaussian", "learner=ppo", "env.num_envs=1", "learner.rollout_steps=2048",
+                           "learner.minibatch_size=64", *ONPOLICY_COMMON]}
+    if name == "spo":
+        return {"env": "Hopper-v5", "steps": 245 * 2048, "rollout": 2048, "reference": "SPO mujoco/main.py",
+                "genpol": ["policy=gaussian", "learner=spo", "env.num_envs=8", "learner.rollout_steps=256",
+                           "learner.minibatch_size=512", "policy.hidden_sizes=[256,256,128,128,64,64]",
+                           *ONPOLICY_COMMON]}
+    if name == "trpo":
+        return {"env": "Hopper-v5", "steps": 98 * 2048, "rollout": 2048, "reference": "sb3-contrib TRPO",
+                "genpol": ["policy=gaussian", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
+                           "learner.cg_iterations=25", "learner.critic_epochs=20", "learner.critic_minibatch_size=128"]}
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo or trpo")
+
+
+def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
+    """The ``bench/run_reference.py`` command line of a CleanRL or SPO run."""
+    launcher = [sys.executable, str(ROOT / "bench" / "run_reference.py")]
+    if name == "ppo":
+        script = Path(args.ref_cleanrl) / "cleanrl" / "ppo_continuous_action.py"
+        return [*launcher, str(script), "--", "--env-id", "Hopper-v5", "--total-timesteps", str(steps),
+                "--seed", str(seed), "--no-cuda"]
+    script = Path(args.ref_spo) / "mujoco" / "main.py"
+    return [*launcher, str(script), "--call", "main", "--call-args", json.dumps(["Hopper-v5", seed, "spo"]), "--",
+            "--total_time_steps", str(steps)]
+
+
+# --------------------------------------------------------------------------- the metric
+def last_rollouts_mean(per_rollout: dict[int, float], steps: int, rollout: int) -> float:
+    """Mean of ``per_rollout`` (rollout index -> the mean return of the episodes that ended in it) over the
+    last ``LAST_FRACTION`` of the ``steps // rollout`` rollouts (at least one)."""
+    count = steps // rollout
+    first = count - max(1, round(LAST_FRACTION * count))
+    means = [value for index, value in per_rollout.items() if first <= index < count]
+    if not means:
+        raise RuntimeError(f"no episode ended in rollouts {first}..{count - 1} of {rollout} steps")
+    return float(np.mean(means))
+
+
+def episode_means(episodes: Sequence[tuple[int, float]], rollout: int) -> dict[int, float]:
+    """Rollout index -> mean return of the episodes that ended in it; ``episodes``: ``(env steps when it
+    ended, counting from 1, return)``."""
+    per_rollout: dict[int, list[float]] = {}
+    for step, value in episodes:
+        per_rollout.setdefault((step - 1) // rollout, []).append(value)
+    return {index: float(np.mean(values)) for index, values in per_rollout.items()}
+
+
+def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    run_dir = RUN_ROOT / f"{name}-reference-s{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run cut short starts over: the scripts cannot resume
+    run_dir.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.ref_site, os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    subprocess.run(reference_command(name, seed, settings["steps"], args), cwd=run_dir, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if args.quiet else None)
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    timing = json.loads((run_dir / "reference_run.json").read_text())
+    per_rollout = episode_means([(row["step"], row["return"]) for row in episodes], settings["rollout"])
+    return {"metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]),
+            "episodes": len(episodes), "wall_time_s": timing["wall_time_s"],
+            "ms_per_env_step": 1000 * timing["wall_time_s"] / timing["env_steps"]}
+
+
+def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from sb3_contrib import TRPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    episodes: list[tuple[int, float]] = []
+    env = VecNormalize(make_vec_env("Hopper-v5", n_envs=2, seed=seed), gamma=0.99)  # make_vec_env adds Monitor
+    model = TRPO("MlpPolicy", env, n_steps=1024, batch_size=128, gamma=0.99, gae_lambda=0.95, cg_max_steps=25,
+                 cg_damping=0.1, n_critic_updates=20, learning_rate=1e-3, target_kl=0.01, seed=seed, device="cpu")
+
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Episodes(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    episodes.append((self.num_timesteps, float(info["episode"]["r"])))
+            return True
+
+    start = time.perf_counter()
+    model.learn(total_timesteps=settings["steps"], callback=Episodes())
+    wall = time.perf_counter() - start
+    per_rollout = episode_means(episodes, settings["rollout"])
+    return {"metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]), "episodes": len(episodes),
+            "wall_time_s": wall, "ms_per_env_step": 1000 * wall / settings["steps"]}
+
+
+def run_genpol(name: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
+    summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], f"total_steps={settings['steps']}",
+                                   f"seed={seed}"], steps=settings["steps"])
+    rows = read_progress(run_dir)
+    # genpol logs each rollout's mean as charts/episodic_return at the rollout's last step
+    per_rollout = {(row["global_step"] - 1) // settings["rollout"]: row["charts/episodic_return"]
+                   for row in rows if "charts/episodic_return" in row}
+    return {"metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]), "eval_return_mean": summary["eval_return_mean"],
+            "wall_time_s": summary["train_time_s"], "ms_per_env_step": 1000 * summary["train_time_s"] / summary["env_steps"]}
+
+
+# --------------------------------------------------------------------------- the verdict
+def median_difference_ci(ours: Sequence[float], theirs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of median(ours) - median(theirs), each side resampled on its own:
+    exact (every pair of resamples) up to ``EXACT_BOOTSTRAP_MAX_SEEDS`` values a side, as genpol.report."""
+    from genpol.report import EXACT_BOOTSTRAP_MAX_SEEDS
+
+    def medians(values: Sequence[float]) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)
+        n = len(values)
+        if n > EXACT_BOOTSTRAP_MAX_SEEDS:
+            raise ValueError(f"exact bootstrap up to {EXACT_BOOTSTRAP_MAX_SEEDS} seeds a side, got {n}")
+        return np.median(values[np.array(list(itertools.product(range(n), repeat=n)))], axis=1)
+
+    differences = (medians(ours)[:, None] - medians(theirs)[None, :]).ravel()
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(differences, [tail, 1.0 - tail], method="inverted_cdf")
+    return float(low), float(high)
+
+
+def summarize(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    from genpol.report import bootstrap_median_ci
+
+    sides = {side: [row for key, row in sorted(runs.items()) if key.startswith(f"{name}/{side}/")]
+             for side in ("reference", "genpol")}
+    if min(len(rows) for rows in sides.values()) < 2:
+        return None
+    out: dict[str, Any] = {}
+    for side, rows in sides.items():
+        values = [row["metric"] for row in rows]
+        out[side] = {"seeds": len(values), "median": float(np.median(values)), "ci95": bootstrap_median_ci(values),
+                     "values": values, "ms_per_env_step_median": float(np.median([r["ms_per_env_step"] for r in rows]))}
+    low, high = median_difference_ci(out["genpol"]["values"], out["reference"]["values"])
+    out["difference_of_medians"] = out["genpol"]["median"] - out["reference"]["median"]
+    out["difference_ci95"] = [low, high]
+    out["parity"] = bool(low <= 0.0 <= high)
+    out["time_ratio_genpol_to_reference"] = out["genpol"]["ms_per_env_step_median"] / out["reference"]["ms_per_env_step_median"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--ref-cleanrl", default="/tmp/ref/vwxyzjn+cleanrl", help="CleanRL snapshot")
+    parser.add_argument("--ref-spo", default="/tmp/ref/MyRepositories-hub+Simple-Policy-Optimization",
+                        help="SPO snapshot")
+    parser.add_argument("--ref-site", default="/tmp/ref/site",
+                        help="extra packages the reference scripts need (CleanRL's tyro), put on PYTHONPATH")
+    parser.add_argument("--quiet", action="store_true", help="hide the reference scripts' stderr")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="a trial: this budget for every pair, results to learning_parity_trial.json")
+    args = parser.parse_args()
+    global RESULTS_NAME, RUN_ROOT
+    if args.steps is not None:
+        RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
+    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo}
+    for name in args.pairs:
+        settings = pair_settings(name)
+        if args.steps is not None:
+            settings["steps"] = args.steps
+        commit = None
+        if name in snapshots:
+            commit = subprocess.run(["git", "-C", snapshots[name], "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, check=True).stdout.strip()
+        for seed, side in itertools.product(args.seeds, ("reference", "genpol")):
+            key = f"{name}/{side}/{seed}"
+            if key in read_results(RESULTS_NAME).get("runs", {}):
+                continue
+            print(f"{date_stamp()}  {key}: {settings['steps']} steps", flush=True)
+            if side == "genpol":
+                row = run_genpol(name, seed, settings)
+            elif name == "trpo":
+                row = run_sb3_trpo(seed, settings)
+            else:
+                row = run_reference_script(name, seed, settings, args)
+            row.update(date=date_stamp(), cpu=cpu_name(), load_average_1m=os.getloadavg()[0])
+            print(f"    metric {row['metric']:.1f}   {row['ms_per_env_step']:.3f} ms/env step", flush=True)
+
+            def merge(payload: dict[str, Any], key: str = key, row: dict[str, Any] = row, name: str = name,
+                      settings: dict[str, Any] = settings, commit: str | None = commit) -> dict[str, Any]:
+                payload.setdefault("benchmark", "learning_parity")
+                payload.setdefault("metric", f"mean training-episode return over the rollouts in the last "
+                                             f"{LAST_FRACTION:.0%} of the budget")
+                payload.setdefault("runs", {})[key] = row
+                pair = payload.setdefault("pairs", {}).setdefault(name, {})
+                pair.update(env=settings["env"], steps=settings["steps"], reference=settings["reference"],
+                            reference_commit=commit, genpol_overrides=settings["genpol"])
+                summary = summarize(name, payload["runs"])
+                if summary:
+                    pair["summary"] = summary
+                return payload
+
+            update_results(RESULTS_NAME, merge)
+    payload = read_results(RESULTS_NAME)
+    for name, pair in payload.get("pairs", {}).items():
+        summary = pair.get("summary")
+        if not summary:
+            continue
+        print(f"{name:5s} reference {summary['reference']['median']:8.1f} {summary['reference']['ci95']}  "
+              f"genpol {summary['genpol']['median']:8.1f} {summary['genpol']['ci95']}  "
+              f"diff CI {summary['difference_ci95']}  parity {summary['parity']}  "
+              f"time ratio {summary['time_ratio_genpol_to_reference']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
