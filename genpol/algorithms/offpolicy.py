@@ -72,7 +72,7 @@ class OffPolicyAlgorithm(Algorithm):
         # fused: one kernel per optimizer step instead of ~10 foreach passes over the parameters
         fused = device.type in ("cpu", "cuda")
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.lr, fused=fused)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.lr, fused=fused)
+        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=self.critic_lr, fused=fused)
         if offline is not None and cfg.offline_ratio == 0:
             offline = None
         self.replay = ReplayBuffer(capacity, obs_dim, act_dim, device=device, seed=seed)
@@ -101,6 +101,11 @@ class OffPolicyAlgorithm(Algorithm):
         return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
                    capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
                    **kwargs)
+
+    @property
+    def critic_lr(self) -> float:
+        """The critics' Adam learning rate: ``critic_lr``, or ``lr`` when unset."""
+        return self.cfg.lr if self.cfg.critic_lr is None else self.cfg.critic_lr
 
     # ------------------------------------------------------------------ acting and storing
     @torch.no_grad()

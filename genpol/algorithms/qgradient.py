@@ -47,7 +47,6 @@ from genpol.heads.consistency_training import ema_update_due
 from genpol.storage.replay import OfflineReplay, ReplayBatch
 from genpol.updaters.qgradient_losses import q_gradient_actor_loss
 from genpol.updaters.sac_losses import td_target
-from genpol.updaters.schedules import set_lr
 
 
 class QGradientActor(OffPolicyAlgorithm):
@@ -70,12 +69,6 @@ class QGradientActor(OffPolicyAlgorithm):
         self.pair_generator = torch.Generator().manual_seed(seed + 5)
         self.softmax_q = SoftmaxQPolicy(obs_dim, act_dim, head, self.critic_target, cfg.act_candidates)
         self.offline_steps = 0  # gradient steps on dataset batches only (the offline phase)
-        set_lr(self.critic_lr, self.critic_optimizer)  # the base class built it at lr
-
-    @property
-    def critic_lr(self) -> float:
-        """The critics' Adam learning rate: ``critic_lr``, or ``lr`` when unset."""
-        return self.cfg.lr if self.cfg.critic_lr is None else self.cfg.critic_lr
 
     # ------------------------------------------------------------------ acting
     def epsilon(self) -> float:

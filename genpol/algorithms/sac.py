@@ -10,6 +10,12 @@ One gradient step in ``sb3`` batching, in stable-baselines3's order:
 5. actor step on ``mean(alpha log pi(a_pi|s) - reduce_i Q_i(s, a_pi))`` with the critics just updated;
 6. Polyak update of the targets every ``target_update_interval`` critic steps.
 
+``cleanrl`` batching follows CleanRL's ``sac_continuous_action.py``: a fresh batch per critic step
+(step 3 then 4, with the temperature as it stands); every ``actor_update_interval`` critic steps
+(its ``policy_frequency``), that many rounds on the same batch of an actor step on a fresh sample
+(step 5) and a temperature step on another fresh sample from the updated actor, each round using the
+temperature the previous one left. A step without rounds reports the critic's diagnostics only.
+
 ``rlpd`` batching draws one batch of ``batch_size x utd`` (half offline, half online, interleaved),
 cuts it into ``utd`` minibatches with one critic step (and one Polyak update) each, then takes one
 actor step and one temperature step on the last minibatch, the temperature from the actor step's
@@ -36,7 +42,7 @@ import torch
 from genpol.algorithms.offpolicy import LearnedTemperature, OffPolicyAlgorithm, compile_step
 from genpol.heads.base import Capability, PolicyHead
 from genpol.storage.replay import OfflineReplay, ReplayBatch
-from genpol.updaters.sac_losses import actor_loss, sac_diagnostics, td_target, temperature_loss
+from genpol.updaters.sac_losses import actor_loss, critic_diagnostics, sac_diagnostics, td_target, temperature_loss
 
 
 class SAC(LearnedTemperature, OffPolicyAlgorithm):
@@ -66,7 +72,8 @@ class SAC(LearnedTemperature, OffPolicyAlgorithm):
         self.log_alpha = torch.tensor([math.log(initial) if initial > 0 else -math.inf], device=device,
                                       requires_grad=self.learn_temperature)
         fused = device.type in ("cpu", "cuda")
-        self.alpha_optimizer = (torch.optim.Adam([self.log_alpha], lr=cfg.lr, fused=fused)
+        temperature_lr = cfg.lr if cfg.temperature_lr is None else cfg.temperature_lr
+        self.alpha_optimizer = (torch.optim.Adam([self.log_alpha], lr=temperature_lr, fused=fused)
                                 if self.learn_temperature else None)
         self._sample, self._actor_loss = head.rsample_log_prob, self._actor_loss_eager
         if cfg.compile:
@@ -120,6 +127,21 @@ class SAC(LearnedTemperature, OffPolicyAlgorithm):
         policy = self.actor_step(actions_pi, log_prob, batch.obs, alpha)
         return self._named(critic, policy, temperature, log_prob, alpha)
 
+    def cleanrl_gradient_step(self) -> dict[str, torch.Tensor]:
+        batch = self.sampler.sample(self.cfg.batch_size)
+        alpha = self.alpha
+        critic = self.critic_step(batch, alpha)
+        if self.critic_steps % self.cfg.actor_update_interval != 0:
+            return {"value": critic["value"], **critic_diagnostics(critic["q"], critic["target"])}
+        for _ in range(self.cfg.actor_update_interval):
+            actions_pi, log_prob = self._sample(batch.obs)
+            policy = self.actor_step(actions_pi, log_prob, batch.obs, alpha)
+            with torch.no_grad():
+                _, fresh_log_prob = self._sample(batch.obs)
+            temperature = self.temperature_step(fresh_log_prob)
+            alpha = self.alpha
+        return self._named(critic, policy, temperature, log_prob, alpha)
+
     def rlpd_round(self) -> dict[str, torch.Tensor]:
         minibatches = self.sampler.sample(self.cfg.batch_size * self.cfg.utd).chunk(self.cfg.utd)
         alpha = self.alpha
@@ -143,10 +165,14 @@ class SAC(LearnedTemperature, OffPolicyAlgorithm):
 
     def update(self) -> dict[str, torch.Tensor]:
         """The gradient steps of one vector-env step: ``num_envs x utd`` critic steps, with an actor
-        step after each (``sb3``) or after each ``utd`` (``rlpd``). Returns the last step's diagnostics."""
+        step after each (``sb3``), after each ``utd`` (``rlpd``) or rounds of them every
+        ``actor_update_interval`` (``cleanrl``). Returns the last step's diagnostics."""
         if self.cfg.batching == "rlpd":
             for _ in range(self.num_envs):
                 named = self.rlpd_round()
+        elif self.cfg.batching == "cleanrl":
+            for _ in range(self.num_envs * self.cfg.utd):
+                named = self.cleanrl_gradient_step()
         else:
             for _ in range(self.num_envs * self.cfg.utd):
                 named = self.sb3_gradient_step()

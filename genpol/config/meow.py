@@ -36,3 +36,5 @@ class MEowConfig(OffPolicyConfig):
         super().__post_init__()
         require(self.temperature > 0, "learner.temperature", "> 0", self.temperature)
         require(not self.compile, "learner.compile", "false (MEow's steps run eager)", self.compile)
+        # one network is both actor and critic, with one optimizer at lr
+        require(self.critic_lr is None, "learner.critic_lr", "null (MEow's flow is its critic; set lr)", self.critic_lr)

@@ -28,6 +28,10 @@ class OffPolicyConfig:
     """Polyak coefficient of the target critics."""
     lr: float = 3e-4
     """Adam learning rate of actor, critics and temperature (SB3 and RLPD use one rate)."""
+    critic_lr: Optional[float] = None
+    """Adam learning rate of the critics (None: lr). CleanRL's SAC uses 1e-3 (its q_lr) with an actor at
+    3e-4; Ding & Jin's and CPQL's consistency code fix it at 3e-4 whatever their lr (1e-3 and 3e-5 on
+    some tasks)."""
     batch_size: int = 256
     """Transitions per gradient step."""
     buffer_size: int = 1_000_000
@@ -72,6 +76,8 @@ class OffPolicyConfig:
         require(0.0 < self.gamma <= 1.0, "learner.gamma", "in (0, 1]", self.gamma)
         require(0.0 < self.tau <= 1.0, "learner.tau", "in (0, 1]", self.tau)
         require(self.lr > 0, "learner.lr", "> 0", self.lr)
+        if self.critic_lr is not None:
+            require(self.critic_lr > 0, "learner.critic_lr", "> 0 or null", self.critic_lr)
         require(self.batch_size >= 1, "learner.batch_size", ">= 1", self.batch_size)
         require(self.buffer_size >= self.batch_size, "learner.buffer_size", f">= batch_size ({self.batch_size})",
                 self.buffer_size)
@@ -108,7 +114,14 @@ class SACConfig(OffPolicyConfig):
     """Learner name; selects the learner."""
     batching: str = "sb3"
     """``sb3``: a fresh batch and an actor step for every critic step; ``rlpd``: one batch of batch_size x utd
-    cut into utd critic minibatches, then one actor and temperature step on the last."""
+    cut into utd critic minibatches, then one actor and temperature step on the last; ``cleanrl``: CleanRL's
+    ``sac_continuous_action.py``, a fresh batch per critic step and, every actor_update_interval critic
+    steps, that many actor steps on it, each followed by a temperature step on a new sample."""
+    actor_update_interval: int = 1
+    """``cleanrl`` batching: critic steps between actor rounds, each round taking this many actor (and
+    temperature) steps, so actor and critic steps stay equal in number (CleanRL's policy_frequency, 2)."""
+    temperature_lr: Optional[float] = None
+    """Adam learning rate of the temperature (None: lr; CleanRL uses its q_lr, 1e-3)."""
     actor_q_reduction: str = "min"
     """Q in the actor loss: ``min`` over critics (SB3) or ``mean`` (RLPD)."""
     ent_coef: str = "auto"
@@ -124,7 +137,13 @@ class SACConfig(OffPolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.batching in ("sb3", "rlpd"), "learner.batching", "sb3 or rlpd", self.batching)
+        require(self.batching in ("sb3", "rlpd", "cleanrl"), "learner.batching", "sb3, rlpd or cleanrl", self.batching)
+        require(self.actor_update_interval >= 1, "learner.actor_update_interval", ">= 1", self.actor_update_interval)
+        if self.actor_update_interval > 1:
+            require(self.batching == "cleanrl", "learner.batching", "cleanrl with actor_update_interval > 1",
+                    self.batching)
+        if self.temperature_lr is not None:
+            require(self.temperature_lr > 0, "learner.temperature_lr", "> 0 or null", self.temperature_lr)
         require(self.actor_q_reduction in ("min", "mean"), "learner.actor_q_reduction", "min or mean",
                 self.actor_q_reduction)
         if self.ent_coef != "auto":
@@ -166,9 +185,6 @@ class QGradientConfig(SACConfig):
     """EMA-actor samples per next state in the TD target; each target critic takes its maximum over them
     before the minimum over critics (1: one sample; Ding & Jin's ``max_q_backup``, on 5 of their 6 antmaze
     tasks, is 10)."""
-    critic_lr: Optional[float] = None
-    """Adam learning rate of the critics (None: lr). Ding & Jin's and CPQL's code fix it at 3e-4 whatever
-    their lr (1e-3 and 3e-5 on some tasks)."""
     act_candidates: int = 50
     """Head samples per state when acting, one drawn with probability softmax(min Q) (1: the head's sample)."""
     explore_initial: float = 1.0
@@ -208,8 +224,6 @@ class QGradientConfig(SACConfig):
         require(self.max_q_backup_samples >= 1, "learner.max_q_backup_samples", ">= 1", self.max_q_backup_samples)
         if self.q_norm:  # the std of a single target is undefined
             require(self.batch_size >= 2, "learner.batch_size", ">= 2 with q_norm", self.batch_size)
-        if self.critic_lr is not None:
-            require(self.critic_lr > 0, "learner.critic_lr", "> 0 or null", self.critic_lr)
         require(self.offline_lr_decay_every >= 1, "learner.offline_lr_decay_every", ">= 1",
                 self.offline_lr_decay_every)
         if self.offline_lr_decay_horizon is not None:

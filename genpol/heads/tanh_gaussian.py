@@ -81,6 +81,10 @@ class TanhGaussianConfig(HeadConfig):
     """Lower clamp of the state-dependent log-std (SB3 and RLPD: -20)."""
     log_std_max: float = 2.0
     """Upper clamp of the log-std (SB3 and RLPD: 2)."""
+    log_std_bound: str = "clamp"
+    """How the network's output x is kept in [log_std_min, log_std_max]: ``clamp`` (SB3, RLPD) or
+    ``tanh``, min + (max - min) (tanh(x) + 1) / 2 (CleanRL's SAC, with bounds -5 and 2; a gradient
+    everywhere)."""
     log_prob_epsilon: float = 1e-6
     """eps in log(1 - tanh(u)^2 + eps) (SB3); 0 gives the exact form (RLPD)."""
     init: str = "default"
@@ -90,6 +94,7 @@ class TanhGaussianConfig(HeadConfig):
         super().__post_init__()
         require(self.log_std_min < self.log_std_max, "policy.log_std_min", f"< log_std_max ({self.log_std_max})",
                 self.log_std_min)
+        require(self.log_std_bound in ("clamp", "tanh"), "policy.log_std_bound", "clamp or tanh", self.log_std_bound)
         require(self.log_prob_epsilon >= 0, "policy.log_prob_epsilon", ">= 0", self.log_prob_epsilon)
         require(self.init in ("default", "xavier_uniform"), "policy.init", "default or xavier_uniform", self.init)
 
@@ -116,6 +121,7 @@ class TanhGaussianHead(PolicyHead):
         c = self.config
         self.log_std_min = c.log_std_min
         self.log_std_max = c.log_std_max
+        self.log_std_bound = c.log_std_bound
         self.log_prob_epsilon = c.log_prob_epsilon
         hidden_sizes, activation, init = c.hidden_sizes, c.activation, c.init
         act = activation_class(activation)
@@ -141,7 +147,11 @@ class TanhGaussianHead(PolicyHead):
     def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [B, D]`` -> ``(mean [B, A], log_std [B, A])`` of the pre-tanh Gaussian."""
         latent = self.latent_pi(obs)
-        log_std = torch.clamp(self.log_std(latent), self.log_std_min, self.log_std_max)
+        raw = self.log_std(latent)
+        if self.log_std_bound == "tanh":
+            log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1)
+        else:
+            log_std = torch.clamp(raw, self.log_std_min, self.log_std_max)
         return self.mu(latent), log_std
 
     def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -51,8 +51,10 @@ class OffPolicyRunner(EnvRunner):
             if self.global_step >= self.total_steps:
                 break
         self.obs = obs
-        metrics = {f"losses/{key}": float(torch.stack([named[key] for named in diagnostics]).mean())
-                   for key in (diagnostics[0] if diagnostics else {})}
+        # each key's mean over the steps that report it (a critic-only step reports no actor losses)
+        keys = dict.fromkeys(key for named in diagnostics for key in named)
+        metrics = {f"losses/{key}": float(torch.stack([named[key] for named in diagnostics if key in named]).mean())
+                   for key in keys}
         metrics["losses/gradient_steps"] = float(algorithm.critic_steps)
         metrics["charts/replay_size"] = float(len(algorithm.replay))
         return metrics

@@ -113,15 +113,11 @@ def temperature_loss(
     raise ValueError(f"temperature form must be 'log_alpha' or 'alpha', got '{form}'")
 
 
-def sac_diagnostics(
-    q: torch.Tensor, target: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Detached scalars to log for one SAC step: ``q [E, B]`` (critic on buffer actions), ``target
-    [B]``, ``log_prob [B]`` (the actor's fresh samples), ``alpha`` scalar.
+def critic_diagnostics(q: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Detached scalars of one critic step: ``q [E, B]`` (critic on buffer actions), ``target [B]``.
 
     ``q_mean``, ``q_ensemble_std`` (mean over states of the std across heads: ensemble
-    disagreement), ``target_mean``, ``td_error_abs`` (mean |Q_i - y|), ``entropy`` (-mean log pi, the
-    estimate the temperature tracks) and ``alpha``."""
+    disagreement), ``target_mean`` and ``td_error_abs`` (mean |Q_i - y|)."""
     with torch.no_grad():
         ensemble_std = q.std(dim=0, unbiased=False).mean() if q.shape[0] > 1 else torch.zeros((), device=q.device)
         return {
@@ -129,6 +125,14 @@ def sac_diagnostics(
             "q_ensemble_std": ensemble_std,
             "target_mean": target.mean(),
             "td_error_abs": (q - target.unsqueeze(0)).abs().mean(),
-            "entropy": -log_prob.mean(),
-            "alpha": alpha.detach().reshape(()),
         }
+
+
+def sac_diagnostics(
+    q: torch.Tensor, target: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Detached scalars to log for one SAC step: ``critic_diagnostics(q, target)``, ``entropy``
+    (-mean log pi over ``log_prob [B]``, the actor's fresh samples: the estimate the temperature
+    tracks) and ``alpha`` (scalar)."""
+    with torch.no_grad():
+        return {**critic_diagnostics(q, target), "entropy": -log_prob.mean(), "alpha": alpha.detach().reshape(())}
