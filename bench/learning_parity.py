@@ -9,7 +9,13 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
 * ``spo``  SPO's official ``mujoco/main.py`` (``main(env, seed, "spo")``: 8 envs x 256 steps, 4
   minibatches, 10 epochs, lr 3e-4 annealed, epsilon 0.2, the 7-layer 256-256-128-128-64-64 tanh
   policy) against ``learner=spo`` set to the same;
-* ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings).
+* ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings);
+* ``sac``  CleanRL's ``sac_continuous_action.py`` (its defaults: 256-256 ReLU actor and twin critics,
+  batch 256, actor lr 3e-4, critic and temperature lr 1e-3, two actor steps every second env step,
+  learned temperature from 1, log-std squashed into [-5, 2] by tanh, 5000 random steps) against
+  ``learner=sac`` with ``batching=cleanrl`` and the same (``tests/test_sac_cleanrl.py`` checks the
+  update against CleanRL's loop body written out); its rollout, for the metric, is genpol's logging
+  iteration of 1000 env steps.
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
@@ -28,7 +34,7 @@ every resample of both sides, up to 7 seeds a side). Parity holds when that inte
 Every finished run is stored in ``bench/results/learning_parity.json`` as it ends; a rerun skips the
 runs already there, so the script resumes after an interruption (a run cut short starts over).
 
-    python bench/learning_parity.py --pairs ppo spo trpo --seeds 1 2 3 \\
+    python bench/learning_parity.py --pairs ppo spo trpo sac --seeds 1 2 3 \\
         --ref-cleanrl /tmp/ref/cleanrl --ref-spo /tmp/ref/Simple-Policy-Optimization
 """
 
@@ -77,12 +83,24 @@ def pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 98 * 2048, "rollout": 2048, "reference": "sb3-contrib TRPO",
                 "genpol": ["policy=gaussian", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
                            "learner.cg_iterations=25", "learner.critic_epochs=20", "learner.critic_minibatch_size=128"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo or trpo")
+    if name == "sac":
+        return {"env": "Hopper-v5", "steps": 100_000, "rollout": 1000, "reference": "CleanRL sac_continuous_action.py",
+                "genpol": ["policy=tanh_gaussian", "learner=sac", "env.num_envs=1", "learner.batching=cleanrl",
+                           "learner.actor_update_interval=2", "learner.lr=3e-4", "learner.critic_lr=1e-3",
+                           "learner.temperature_lr=1e-3", "learner.critic_reduction=sum",
+                           "learner.temperature_loss=alpha", "learner.learning_starts=5000", "learner.batch_size=256",
+                           "policy.log_std_min=-5", "policy.log_std_max=2", "policy.log_std_bound=tanh",
+                           "learner.compile=true"]}
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, trpo or sac")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
     """The ``bench/run_reference.py`` command line of a CleanRL or SPO run."""
     launcher = [sys.executable, str(ROOT / "bench" / "run_reference.py")]
+    if name == "sac":
+        script = Path(args.ref_cleanrl) / "cleanrl" / "sac_continuous_action.py"
+        return [*launcher, str(script), "--", "--env-id", "Hopper-v5", "--total-timesteps", str(steps),
+                "--seed", str(seed), "--no-cuda"]
     if name == "ppo":
         script = Path(args.ref_cleanrl) / "cleanrl" / "ppo_continuous_action.py"
         return [*launcher, str(script), "--", "--env-id", "Hopper-v5", "--total-timesteps", str(steps),
@@ -117,7 +135,9 @@ def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: a
     run_dir = RUN_ROOT / f"{name}-reference-s{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a run cut short starts over: the scripts cannot resume
     run_dir.mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.ref_site, os.environ.get("PYTHONPATH")])),
+    # CleanRL's scripts import its cleanrl_utils package from the snapshot's root
+    path = [args.ref_site, args.ref_cleanrl if name in ("ppo", "sac") else None, os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path)),
            "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     subprocess.run(reference_command(name, seed, settings["steps"], args), cwd=run_dir, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if args.quiet else None)
@@ -211,7 +231,7 @@ def summarize(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any] | No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo"])
+    parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo", "sac"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--ref-cleanrl", default="/tmp/ref/vwxyzjn+cleanrl", help="CleanRL snapshot")
     parser.add_argument("--ref-spo", default="/tmp/ref/MyRepositories-hub+Simple-Policy-Optimization",
@@ -225,7 +245,7 @@ def main() -> None:
     global RESULTS_NAME, RUN_ROOT
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
-    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo}
+    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "sac": args.ref_cleanrl}
     for name in args.pairs:
         settings = pair_settings(name)
         if args.steps is not None:
