@@ -150,8 +150,8 @@ def test_memory_is_checked_against_what_the_device_has(monkeypatch):
 
 def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
     """The rollout's bytes for a Gaussian head on Hopper, by hand (11 observation floats, five float and
-    two bool fields, a record of action 3 + log-prob 1 + mean 3 + log-std 3 floats: 106 bytes a step)
-    and against the tensors a filled RolloutStorage holds; a config of 10^9 steps is refused naming
+    two bool fields, a record of action 3 + log-prob 1 + mean 3 + log-std 3 floats: 106 bytes a step,
+    and the observation after the rollout, 44 bytes an env) and against the tensors a filled RolloutStorage holds; a config of 10^9 steps is refused naming
     learner.rollout_steps, and measuring the record draws nothing from the run's random stream."""
     from types import SimpleNamespace
 
@@ -163,7 +163,7 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
 
     head = GaussianHead(11, 3)
     torch.manual_seed(7)
-    assert rollout_bytes(head, 64, 2, 11, torch.device("cpu")) == 64 * 2 * (44 + 20 + 2 + 40)
+    assert rollout_bytes(head, 64, 2, 11, torch.device("cpu")) == 64 * 2 * (44 + 20 + 2 + 40) + 2 * 44
     after = torch.rand(3)
     torch.manual_seed(7)
     assert torch.equal(after, torch.rand(3))  # the random stream untouched
@@ -173,7 +173,7 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
                 torch.zeros(2, dtype=torch.bool))
     held = [*(value for value in vars(storage).values() if isinstance(value, torch.Tensor)),
             *storage.records.values()]
-    assert sum(t.numel() * t.element_size() for t in held) == 64 * 2 * (44 + 20 + 2 + 40)
+    assert sum(t.numel() * t.element_size() for t in held) == 64 * 2 * (44 + 20 + 2 + 40) + 2 * 44
     cfg = validate(compose_config(["env=hopper", "learner.rollout_steps=1000000000", "run_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match=r"learner.rollout_steps=1000000000 needs [0-9.]+ [GT]B for the rollout storage "
                                           r"of env.num_envs=8 envs and the model, but cpu has .* available: lower "

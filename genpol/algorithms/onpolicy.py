@@ -52,6 +52,7 @@ class OnPolicyAlgorithm(Algorithm):
             ``set_lr_scale``, ``state_dict``).
         rollout_steps, num_envs, obs_dim: the rollout's shape.
         gamma, gae_lambda: advantage estimation.
+        reward_scale: rewards are multiplied by it before GAE (FPO's and GoRL's code: 10).
         seed: seed of minibatch shuffling (the generator is ``seed + 1``).
         lr_schedule: ``"constant"``, ``"linear"`` (decay to 0 over training) or ``"adaptive"``
             (handled inside the updater).
@@ -64,12 +65,12 @@ class OnPolicyAlgorithm(Algorithm):
 
     def __init__(self, head: PolicyHead, critic: nn.Module, updater: Any, *, name: str, rollout_steps: int,
                  num_envs: int, obs_dim: int, gamma: float, gae_lambda: float, seed: int = 0,
-                 lr_schedule: str = "constant", compile_sampling: bool = False):
+                 lr_schedule: str = "constant", compile_sampling: bool = False, reward_scale: float = 1.0):
         self.name = name  # type: ignore[misc]  # per instance: "ppo", "spo", "aspo" or "trpo"
         super().__init__(head)
         self.critic = critic
         self.updater = updater
-        self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.gamma, self.gae_lambda, self.reward_scale = gamma, gae_lambda, reward_scale
         self.lr_schedule = lr_schedule
         self.device = next(critic.parameters()).device
         # refused here, before the rollout is allocated, naming the key that sizes it
@@ -125,7 +126,8 @@ class OnPolicyAlgorithm(Algorithm):
     @torch.no_grad()
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE over the filled rollout, bootstrapping from ``V(last_obs [N, D])``."""
-        self.storage.compute_advantages(self.critic(last_obs), self.gamma, self.gae_lambda)
+        self.storage.compute_advantages(self.critic(last_obs), self.gamma, self.gae_lambda, self.reward_scale,
+                                        last_obs=last_obs)
 
     def set_progress(self, fraction: float) -> None:
         if self.lr_schedule == "linear":

@@ -34,7 +34,7 @@ from genpol.errors import ConfigError
 from genpol.heads.base import Capability, PolicyHead
 from genpol.nets import ValueNetwork
 from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
-from genpol.updaters.minibatch import MinibatchUpdater
+from genpol.updaters.minibatch import MinibatchUpdater, SequenceSettings
 from genpol.updaters.schedules import adaptive_lr
 from genpol.updaters.trpo import TRPOUpdater
 
@@ -129,6 +129,9 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
         max_grad_norm=updater_cfg.max_grad_norm, target_kl=updater_cfg.target_kl, adam_eps=updater_cfg.adam_eps,
         adaptive_lr=adaptive, compile=updater_cfg.compile, joint_clip=updater_cfg.grad_clip == "joint",
         weight_decay=updater_cfg.weight_decay, clip_eps=updater_cfg.grad_clip_eps,
+        sequences=(SequenceSettings(updater_cfg.sequence_length, updater_cfg.gamma, updater_cfg.gae_lambda,
+                                    updater_cfg.reward_scale)
+                   if updater_cfg.advantage_estimation == "minibatch" else None),
     )
 
 
@@ -140,6 +143,7 @@ def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = N
         head, critic, updater, name=cfg.learner.name, rollout_steps=cfg.learner.rollout_steps,
         num_envs=env.num_envs, obs_dim=env.obs_dim, gamma=cfg.learner.gamma, gae_lambda=cfg.learner.gae_lambda,
         seed=cfg.seed, lr_schedule=cfg.learner.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
+        reward_scale=cfg.learner.reward_scale,
     )
 
 

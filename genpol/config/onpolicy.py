@@ -22,11 +22,15 @@ class RolloutConfig:
     """Discount factor."""
     gae_lambda: float = 0.95
     """GAE lambda."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by it before advantages are estimated (FPO's and GoRL's code: 10, with
+    env.normalize_reward=false)."""
 
     def __post_init__(self) -> None:
         require(self.rollout_steps >= 1, "learner.rollout_steps", ">= 1", self.rollout_steps)
         require(0.0 < self.gamma <= 1.0, "learner.gamma", "in (0, 1]", self.gamma)
         require(0.0 <= self.gae_lambda <= 1.0, "learner.gae_lambda", "in [0, 1]", self.gae_lambda)
+        require(self.reward_scale > 0, "learner.reward_scale", "> 0", self.reward_scale)
 
 
 @dataclass
@@ -79,6 +83,15 @@ class PPOConfig(RolloutConfig):
     advantage_std: str = "unbiased"
     """The std that normalizes them: ``unbiased`` (n - 1, stable-baselines3; genpol's default) or
     ``population`` (n, ``jnp.std``: FPO's and GoRL's code)."""
+    advantage_estimation: str = "rollout"
+    """``rollout``: GAE once per rollout over each env's whole rollout, a time-limit truncation bootstrapped
+    from V(final observation), advantage vs - V (genpol's default); ``minibatch``: Brax's PPO, as FPO's and
+    GoRL's code, minibatches of whole sub-sequences of sequence_length steps whose advantages and value
+    targets are recomputed in every loss from the critic being trained, truncations masked, advantage
+    r + gamma vs' - V (``genpol.storage.sequences``)."""
+    sequence_length: int = 30
+    """``minibatch`` estimation: steps per sub-sequence (Brax's unroll_length; FPO 30); divides
+    rollout_steps and minibatch_size."""
     adam_eps: float = 1e-5
     """Adam's epsilon."""
     weight_decay: float = 0.0
@@ -117,6 +130,14 @@ class PPOConfig(RolloutConfig):
                 self.advantage_std)
         require(self.adaptive_lr_rule in ("per_minibatch", "per_epoch"), "learner.adaptive_lr_rule",
                 "per_minibatch or per_epoch", self.adaptive_lr_rule)
+        require(self.advantage_estimation in ("rollout", "minibatch"), "learner.advantage_estimation",
+                "rollout or minibatch", self.advantage_estimation)
+        require(self.sequence_length >= 1, "learner.sequence_length", ">= 1", self.sequence_length)
+        if self.advantage_estimation == "minibatch":
+            require(self.rollout_steps % self.sequence_length == 0, "learner.rollout_steps",
+                    f"a multiple of learner.sequence_length={self.sequence_length}", self.rollout_steps)
+            require(self.minibatch_size % self.sequence_length == 0, "learner.minibatch_size",
+                    f"a multiple of learner.sequence_length={self.sequence_length}", self.minibatch_size)
 
 
 @dataclass

@@ -73,9 +73,10 @@ class RolloutStorage:
     def bytes_for(num_steps: int, num_envs: int, obs_dim: int, record: Record) -> int:
         """Bytes of a full rollout: per step and env the float32 observation, five float32 fields
         (rewards, values, truncation values, advantages, returns), two bool flags, and one sample's
-        ``record`` (a dict of ``[1, ...]`` tensors, as ``head.sample`` of one observation returns)."""
+        ``record`` (a dict of ``[1, ...]`` tensors, as ``head.sample`` of one observation returns);
+        and the observation after it."""
         record_bytes = sum(tensor.numel() * tensor.element_size() for tensor in record.values())
-        return num_steps * num_envs * (4 * obs_dim + 5 * 4 + 2 + record_bytes)
+        return num_steps * num_envs * (4 * obs_dim + 5 * 4 + 2 + record_bytes) + num_envs * 4 * obs_dim
 
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, device: torch.device | str = "cpu"):
         self.num_steps = num_steps
@@ -90,6 +91,7 @@ class RolloutStorage:
         self.truncated = torch.zeros(shape, dtype=torch.bool, device=self.device)
         self.advantages = torch.zeros(shape, device=self.device)
         self.returns = torch.zeros(shape, device=self.device)
+        self.last_obs = torch.zeros(num_envs, obs_dim, device=self.device)  # the observation after the rollout
         self.records: Record = {}
         self.step = 0
 
@@ -129,12 +131,18 @@ class RolloutStorage:
         self.step = 0
         self.truncation_values.zero_()
 
-    def compute_advantages(self, last_value: torch.Tensor, gamma: float, gae_lambda: float) -> None:
-        """Fill ``advantages`` and ``returns`` given ``last_value [N]`` = V(obs after the last step)."""
+    def compute_advantages(self, last_value: torch.Tensor, gamma: float, gae_lambda: float, reward_scale: float = 1.0,
+                           last_obs: torch.Tensor | None = None) -> None:
+        """Fill ``advantages`` and ``returns`` given ``last_value [N]`` = V(obs after the last step), on
+        rewards times ``reward_scale``; keep ``last_obs [N, D]``, that observation, where given (the
+        sub-sequences of ``genpol.storage.sequences`` bootstrap from it)."""
+        if last_obs is not None:
+            self.last_obs.copy_(last_obs)
         next_values = torch.cat([self.values[1:], last_value.unsqueeze(0)], dim=0)
         next_values = torch.where(self.truncated, self.truncation_values, next_values)
+        rewards = self.rewards * reward_scale if reward_scale != 1.0 else self.rewards
         self.advantages, self.returns = generalized_advantage_estimate(
-            self.rewards, self.values, next_values, self.terminated, self.terminated | self.truncated,
+            rewards, self.values, next_values, self.terminated, self.terminated | self.truncated,
             gamma, gae_lambda,
         )
 

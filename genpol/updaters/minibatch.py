@@ -3,10 +3,16 @@
 The updater owns the optimizer and the learning rate; the loss object (``PPOClipLoss`` or a
 subclass) owns the math. It sees a filled ``RolloutStorage`` and the head and critic modules, and
 does no I/O: it returns named diagnostics for the callbacks to log.
+
+With ``sequences`` (``learner.advantage_estimation=minibatch``) the minibatches are whole
+sub-sequences of each env and every minibatch's loss recomputes its advantages and value targets
+from the critic being trained (``genpol.storage.sequences``: Brax's PPO, as FPO's and GoRL's code);
+without, they are shuffled single steps with the advantages GAE gave once per rollout.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,6 +21,7 @@ from torch import nn
 from genpol import collectives
 from genpol.heads.base import PolicyHead
 from genpol.storage import Batch, RolloutStorage
+from genpol.storage.sequences import SequenceBatch, sequence_gae, sequence_minibatches
 from genpol.updaters.compiled import CompiledAdamStep
 from genpol.updaters.losses import PPOClipLoss
 from genpol.updaters.schedules import AdaptiveLR, policy_kl
@@ -45,6 +52,17 @@ def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torc
     return 1 - (targets - predictions).var() / var_targets
 
 
+@dataclass(frozen=True)
+class SequenceSettings:
+    """Per-minibatch advantage estimation (``genpol.storage.sequences``): sub-sequences of ``length``
+    steps; the discount, GAE's lambda and the reward scale of the recomputed GAE."""
+
+    length: int
+    gamma: float
+    gae_lambda: float
+    reward_scale: float = 1.0
+
+
 class MinibatchUpdater:
     """``epochs`` passes of shuffled minibatches over the rollout, one Adam step each.
 
@@ -73,6 +91,9 @@ class MinibatchUpdater:
         compile: run each minibatch step as one ``torch.compile``d function (``CompiledAdamStep``):
             several times faster for small minibatches, after a one-off compilation of ~20 s.
             Not combined with ``target_kl``, whose check must come between loss and step.
+        sequences: minibatches of ``minibatch_size / sequences.length`` whole sub-sequences with
+            advantages recomputed in every loss (module docstring), or None (single steps, the
+            rollout's advantages).
     """
 
     def __init__(
@@ -92,6 +113,7 @@ class MinibatchUpdater:
         joint_clip: bool = False,
         weight_decay: float = 0.0,
         clip_eps: float = TORCH_CLIP_EPS,
+        sequences: SequenceSettings | None = None,
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
@@ -118,11 +140,16 @@ class MinibatchUpdater:
             eps=adam_eps, fused=True, weight_decay=weight_decay, decoupled_weight_decay=weight_decay > 0,
         )
         self.adaptive_lr = adaptive_lr
+        self.sequences = sequences
+        if sequences is not None and minibatch_size % sequences.length:
+            raise ValueError(f"learner.minibatch_size={minibatch_size} must be a multiple of "
+                             f"learner.sequence_length={sequences.length}")
         self.compiled_step = None
         if compile:
             if target_kl is not None:
                 raise ValueError("learner.compile=true cannot stop early on target_kl; set target_kl=null")
-            self.compiled_step = CompiledAdamStep({"head": head, "critic": critic}, self.minibatch_loss,
+            self.compiled_step = CompiledAdamStep({"head": head, "critic": critic},
+                                                  self.minibatch_loss if sequences is None else self.sequence_loss,
                                                   self.optimizer, max_grad_norm, joint_clip=joint_clip,
                                                   clip_eps=clip_eps)
         # the parameter groups whose gradient norm is clipped: each network, or both as one
@@ -140,9 +167,33 @@ class MinibatchUpdater:
 
     def minibatch_loss(self, obs: torch.Tensor, record: dict[str, torch.Tensor], advantages: torch.Tensor,
                        returns: torch.Tensor, old_values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The surrogate loss of one minibatch and its named diagnostics (detached)."""
+        """The surrogate loss of one minibatch of ``[B]`` samples and its named diagnostics (detached)."""
+        return self._loss(obs, record, advantages, self.critic(obs), returns, old_values)
+
+    def sequence_loss(self, obs: torch.Tensor, record: dict[str, torch.Tensor], rewards: torch.Tensor,
+                      terminated: torch.Tensor, truncated: torch.Tensor, old_values: torch.Tensor,
+                      bootstrap_obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The surrogate loss of ``[L, B]`` sub-sequences (``SequenceBatch``'s fields), advantages and
+        value targets from ``sequence_gae`` on the critic being trained, without gradient through
+        them. A truncated step's value target is the prediction itself: no value error there, as the
+        references' ``(vs - v) (1 - truncation)``; the mean still counts it."""
+        settings = self.sequences
+        length, batch = rewards.shape
+        flat_obs = obs.reshape(length * batch, -1)
+        values = self.critic(flat_obs)
+        with torch.no_grad():
+            value_targets, advantages = sequence_gae(
+                rewards * settings.reward_scale, values.detach().reshape(length, batch), self.critic(bootstrap_obs),
+                terminated, truncated, settings.gamma, settings.gae_lambda)
+            returns = torch.where(truncated, values.detach().reshape(length, batch), value_targets)
+        flat_record = {key: tensor.reshape(length * batch, *tensor.shape[2:]) for key, tensor in record.items()}
+        return self._loss(flat_obs, flat_record, advantages.reshape(-1), values, returns.reshape(-1),
+                          old_values.reshape(-1))
+
+    def _loss(self, obs: torch.Tensor, record: dict[str, torch.Tensor], advantages: torch.Tensor, values: torch.Tensor,
+              returns: torch.Tensor, old_values: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss object on ``[B]`` samples whose ``values`` the critic has just predicted."""
         terms = self.head.log_ratio(obs, record)
-        values = self.critic(obs)
         out = self.loss(terms, advantages, values, returns, old_values)
         named = {"policy": out.policy, "value": out.value, "entropy": out.entropy, **out.diagnostics}
         named.update({f"head/{key}": value.detach() for key, value in terms.diagnostics.items()})
@@ -151,12 +202,16 @@ class MinibatchUpdater:
                 named["kl"] = policy_kl(self.head, obs, record, terms)
         return out.total, named
 
-    def eager_step(self, batch: Batch) -> dict[str, torch.Tensor] | None:
+    def eager_step(self, batch: Batch | SequenceBatch) -> dict[str, torch.Tensor] | None:
         """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl.
 
         Under torchrun the gradients and the diagnostics are averaged over ranks in one all-reduce
         before the KL check and the clip, so every rank stops, clips and steps alike."""
-        total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+        if isinstance(batch, SequenceBatch):
+            total, named = self.sequence_loss(*self._sequence_arguments(batch))
+        else:
+            total, named = self.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns,
+                                               batch.values)
         synchronized = collectives.world_size() > 1
         if not synchronized and self._kl_too_large(named):
             return None
@@ -173,6 +228,18 @@ class MinibatchUpdater:
         self.optimizer.step()
         return named
 
+    @staticmethod
+    def _sequence_arguments(batch: SequenceBatch) -> tuple[Any, ...]:
+        return (batch.obs, batch.record, batch.rewards, batch.terminated, batch.truncated, batch.values,
+                batch.bootstrap_obs)
+
+    def _minibatches(self, storage: RolloutStorage, generator: torch.Generator) -> Any:
+        if self.sequences is None:
+            return storage.minibatches(self.minibatch_size, generator)
+        return sequence_minibatches(storage.obs, storage.records, storage.rewards, storage.terminated,
+                                    storage.truncated, storage.values, storage.last_obs, self.sequences.length,
+                                    self.minibatch_size // self.sequences.length, generator)
+
     def _kl_too_large(self, named: dict[str, torch.Tensor]) -> bool:
         return self.target_kl is not None and bool(named["approx_kl"] > 1.5 * self.target_kl)
 
@@ -184,8 +251,10 @@ class MinibatchUpdater:
         per_epoch = self.adaptive_lr is not None and self.adaptive_lr.every == "epoch"
         for _ in range(self.epochs):
             epoch_kls: list[float] = []
-            for batch in storage.minibatches(self.minibatch_size, generator):
-                if self.compiled_step is not None:
+            for batch in self._minibatches(storage, generator):
+                if self.compiled_step is not None and self.sequences is not None:
+                    named = self.compiled_step(*self._sequence_arguments(batch))
+                elif self.compiled_step is not None:
                     named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
                                                batch.values)
                 else:
