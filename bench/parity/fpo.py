@@ -31,9 +31,13 @@ and theirs JAX, so the comparison runs in processes of this one file:
 
 Shims (their package needs mujoco_playground, wandb, mujoco and Python 3.12 syntax in
 ``rollouts.py``): ``mujoco_playground.MjxEnv`` is a placeholder type, ``flow_policy.rollouts`` a stand-in
-holding ``TransitionStruct`` (the same fields) and ``compute_gae``, which returns the harness's
+holding ``TransitionStruct`` (the same fields) and a ``compute_gae`` that returns the harness's
 (returns, advantages): their update recomputes GAE from the current critic inside every minibatch
-loss (departure below); here both sides get the same advantages and value targets. Observation
+loss; in the rows below both sides get the same advantages and value targets. One more row compares
+exactly that recomputation: genpol's ``learner.advantage_estimation=minibatch`` (an option since
+2026-12-02) against their ``compute_gae`` itself, cut unmodified out of ``rollouts.py`` at run time
+(the module cannot be imported here), on the same batch read as 4 steps x 128 sub-sequences with
+rewards, about 10 % terminal and 10 % truncated steps, and the observations after each sub-sequence. Observation
 statistics are the identity (mean 0, std 1): genpol stores normalized observations.
 
 Rows beyond these: ``policy.ratio_mode=per_sample`` against their ``average_losses_before_exp=False``
@@ -77,6 +81,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 OBS_DIM, ACT_DIM, BATCH, N_MC, STEPS, EMBED = 11, 3, 512, 8, 10, 8  # Hopper's sizes, +experiment=fpo's minibatch
 PERTURB, OLD_PERTURB, RETURN_SCALE, SEED = 0.02, 0.2, 20.0, 0
 VELOCITY_LAYERS, VALUE_LAYERS = 5, 6
+SEQ_LENGTH = 4  # the per-minibatch GAE row: the batch as 4 steps x 128 sub-sequences (their unroll_length x batch_size)
+SEQ_BATCH = BATCH // SEQ_LENGTH
+SEQUENCE_OPTIONS = ["learner.advantage_estimation=minibatch", f"learner.sequence_length={SEQ_LENGTH}",
+                    "learner.reward_scale=10", "learner.gamma=0.995", "learner.gae_lambda=0.95"]
 MATCHED = ["learner.adam_eps=1e-8", "learner.max_grad_norm=null", "learner.vf_coef=0.25",
            "policy.critic_hidden_sizes=[256,256,256,256,256]"]
 
@@ -131,6 +139,22 @@ class Env:
     """What their ``FpoState`` reads of an environment."""
 
     observation_size, action_size = OBS_DIM, ACT_DIM
+
+
+def their_compute_gae(ref: Path) -> Any:
+    """Their ``rollouts.compute_gae``, unmodified, from their file: its source is cut out and executed
+    here, because the module it lives in needs Python 3.12 syntax, mujoco and wandb to import."""
+    import jax
+    from jax import Array
+    from jax import numpy as jnp
+
+    lines = (ref / "playground" / "src" / "flow_policy" / "rollouts.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("def compute_gae("))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
+                and not lines[i].startswith(")")), len(lines))
+    namespace: dict[str, Any] = {"jax": jax, "jnp": jnp, "Array": Array}
+    exec(compile("\n".join(lines[start:end]), str(ref / "playground/src/flow_policy/rollouts.py"), "exec"), namespace)
+    return namespace["compute_gae"]
 
 
 def jax_init(output_path: Path, ref: Path, seed: int) -> None:
@@ -233,6 +257,44 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
                 out[f"{mode}/grad/{name}/{i}/w"], out[f"{mode}/grad/{name}/{i}/b"] = getattr(recorded[0], name)[i]
                 kernel, bias = getattr(new_state.params, name)[i]
                 out[f"{mode}/after/{name}/{i}/w"], out[f"{mode}/after/{name}/{i}/b"] = np.asarray(kernel), np.asarray(bias)
+
+    # per-minibatch GAE: the same 512 samples as 4 steps x 128 sub-sequences, their compute_gae recomputing
+    # advantages and value targets from the current critic inside the loss (genpol's
+    # learner.advantage_estimation=minibatch)
+    def steps_first(array: Any) -> Any:
+        return jnp.asarray(array).reshape(SEQ_LENGTH, SEQ_BATCH, *np.shape(array)[1:])
+
+    sequence_obs = steps_first(data["batch/obs"])
+    next_obs = jnp.concatenate([sequence_obs[1:], jnp.asarray(data["seq/bootstrap_obs"])[None]], axis=0)
+    sequence_tau = steps_first(1.0 - data["batch/t"])[..., None]
+    sequences = fpo.rollouts.TransitionStruct(
+        obs=sequence_obs, next_obs=next_obs, action=steps_first(data["batch/action"]),
+        action_info=fpo.FpoActionInfo(loss_eps=steps_first(data["batch/noise"]), loss_t=sequence_tau,
+                                      initial_cfm_loss=steps_first(data["batch/cfm_loss"])),
+        reward=jnp.asarray(data["seq/rewards"]), truncation=jnp.asarray(data["seq/truncated"], jnp.float64),
+        discount=1.0 - jnp.asarray(data["seq/terminated"], jnp.float64))
+    stand_in, fpo.rollouts.compute_gae = fpo.rollouts.compute_gae, their_compute_gae(ref)
+    try:
+        config = fpo.FpoConfig(unroll_length=SEQ_LENGTH, batch_size=SEQ_BATCH)
+        state = make_state(config, current)
+        cfm = state._compute_cfm_loss(sequence_obs, sequences.action, eps=sequences.action_info.loss_eps, t=sequence_tau)
+        initial = sequences.action_info.initial_cfm_loss
+        log_ratio = jnp.mean(initial, axis=-1, keepdims=True) - jnp.mean(cfm, axis=-1, keepdims=True)
+        recorded.clear()
+        new_state, metrics = state._step_minibatch(sequences, jax.random.PRNGKey(2))
+        assert len(recorded) == 1
+    finally:
+        fpo.rollouts.compute_gae = stand_in
+    out["sequence/cfm_loss"], out["sequence/log_ratio"] = np.asarray(cfm), np.asarray(log_ratio)
+    out["sequence/policy_loss"], out["sequence/v_loss"] = np.asarray(metrics["policy_loss"]), np.asarray(metrics["v_loss"])
+    out["sequence/clipfrac"] = np.asarray(metrics["clipped_ratio_mean"])
+    out["sequence/advantages_mean"] = np.asarray(metrics["advantages_mean"])
+    out["sequence/advantages_std"] = np.asarray(metrics["advantages_std"])
+    for name, count in (("policy", VELOCITY_LAYERS), ("value", VALUE_LAYERS)):
+        for i in range(count):
+            out[f"sequence/grad/{name}/{i}/w"], out[f"sequence/grad/{name}/{i}/b"] = getattr(recorded[0], name)[i]
+            kernel, bias = getattr(new_state.params, name)[i]
+            out[f"sequence/after/{name}/{i}/w"], out[f"sequence/after/{name}/{i}/b"] = np.asarray(kernel), np.asarray(bias)
 
     # demonstration: their update re-normalizes the stored raw observations with statistics that
     # training_step has just updated with this batch, while initial_cfm_loss was computed at rollout
@@ -361,6 +423,12 @@ def genpol_inputs(init: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     inputs["batch/t"] = record["t"].double().numpy()  # float32 there (index.float() / steps), exact in float64
     inputs["batch/t_dtype"] = np.array(str(record["t"].dtype))
     inputs["batch/noise"], inputs["batch/cfm_loss"] = record["noise"].numpy(), record["cfm_loss"].numpy()
+    # the per-minibatch GAE row: rewards, episode ends (about 10 % terminal, 10 % truncated) and the
+    # observation after each sub-sequence
+    inputs["seq/rewards"] = rng.standard_normal((SEQ_LENGTH, SEQ_BATCH))
+    inputs["seq/terminated"] = rng.random((SEQ_LENGTH, SEQ_BATCH)) < 0.1
+    inputs["seq/truncated"] = (rng.random((SEQ_LENGTH, SEQ_BATCH)) < 0.1) & ~inputs["seq/terminated"]
+    inputs["seq/bootstrap_obs"] = rng.standard_normal((SEQ_BATCH, OBS_DIM))
     return inputs
 
 
@@ -401,6 +469,45 @@ def genpol_step(inputs: dict[str, np.ndarray], overrides: list[str], their_embed
            "v_loss": 0.25 * named["value"].numpy(), "clipfrac": named["clipfrac"].numpy()}
     if gradients:
         out.update({f"grad/{k}": v for k, v in their_layout(head, critic, gradients).items()})
+    out.update({f"after/{k}": v for k, v in their_layout(head, critic).items()})
+    return out
+
+
+def genpol_sequence_step(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One ``eager_step`` of genpol's updater with ``learner.advantage_estimation=minibatch`` on the batch as
+    ``[4, 128]`` sub-sequences (``SequenceBatch``); its losses, gradients and parameters after."""
+    import torch
+
+    from genpol.heads.flow_core import flow_matching_loss
+    from genpol.storage.sequences import SequenceBatch
+
+    _, head, critic, updater = build([*MATCHED, *SEQUENCE_OPTIONS, THEIR_EMBEDDING, THEIR_STD])
+    load_weights(head, critic, inputs, "current")
+
+    def steps_first(name: str) -> torch.Tensor:
+        tensor = torch.from_numpy(np.asarray(inputs[name]))
+        return tensor.reshape(SEQ_LENGTH, SEQ_BATCH, *tensor.shape[1:])
+
+    obs, action, t, noise = (steps_first(k) for k in ("batch/obs", "batch/action", "batch/t", "batch/noise"))
+    record = {"action": action, "t": t, "noise": noise, "t_embed": head.velocity.time_embedding(t),
+              "cfm_loss": steps_first("batch/cfm_loss")}
+    gradients: dict[int, torch.Tensor] = {}
+    updater.optimizer.register_step_pre_hook(lambda opt, *_: gradients.update(
+        {id(p): p.grad.detach().clone() for group in opt.param_groups for p in group["params"]}))
+    flat_obs, flat = obs.reshape(BATCH, -1), {key: value.reshape(BATCH, *value.shape[2:]) for key, value in record.items()}
+    with torch.no_grad():
+        cfm = flow_matching_loss(head.velocity, flat_obs, flat["action"], flat["t"], flat["noise"], head.loss_weighting,
+                                 flat["t_embed"])
+        log_ratio = head.log_ratio(flat_obs, flat).log_ratio
+    batch = SequenceBatch(obs=obs, record=record, rewards=torch.from_numpy(inputs["seq/rewards"]),
+                          terminated=torch.from_numpy(inputs["seq/terminated"]),
+                          truncated=torch.from_numpy(inputs["seq/truncated"]),
+                          values=torch.zeros(SEQ_LENGTH, SEQ_BATCH, dtype=torch.float64),  # no value clip
+                          bootstrap_obs=torch.from_numpy(inputs["seq/bootstrap_obs"]))
+    named = updater.eager_step(batch)
+    out = {"cfm_loss": cfm.numpy(), "log_ratio": log_ratio.numpy(), "policy_loss": named["policy"].numpy(),
+           "v_loss": 0.25 * named["value"].numpy(), "clipfrac": named["clipfrac"].numpy()}
+    out.update({f"grad/{k}": v for k, v in their_layout(head, critic, gradients).items()})
     out.update({f"after/{k}": v for k, v in their_layout(head, critic).items()})
     return out
 
@@ -510,6 +617,14 @@ def main() -> None:
                      "harness_patches": [],
                      "their_average_losses_before_exp": mode == "average",
                      "differences": compare(ours, theirs, mode, inputs)})
+    sequence_label = ("matched, per-minibatch GAE: learner.advantage_estimation=minibatch against their compute_gae "
+                      f"(the batch as {SEQ_LENGTH} steps x {SEQ_BATCH} sub-sequences, ~10 % terminal, ~10 % truncated)")
+    rows.append({**common_fields, "setting": sequence_label,
+                 "overrides": ["+experiment=fpo", "learner.compile=false", *MATCHED, *SEQUENCE_OPTIONS, THEIR_EMBEDDING,
+                               THEIR_STD],
+                 "harness_patches": [], "their_compute_gae": "unmodified, cut out of rollouts.py",
+                 "their_average_losses_before_exp": True,
+                 "differences": compare(genpol_sequence_step(inputs), theirs, "sequence", inputs)})
     write_results("parity_fpo.json", rows)  # a list of rows, as every bench/results/parity*.json
     print(f"sampler (action, old CFM loss) rel: {sampler['action']['rel']:.1e}, {sampler['old cfm_loss']['rel']:.1e}; "
           f"their obs re-normalization: |log r| at the start up to {float(theirs['obs_norm/start_log_ratio_max_abs']):.2e}, "
