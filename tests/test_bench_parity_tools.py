@@ -1,0 +1,81 @@
+"""The learning-parity harness's own logic (``bench/run_reference.py``, ``bench/learning_parity.py``): the
+gymnasium 0.29 vector contract the authors' scripts are run under, the episode log, the metric and the
+verdict's bootstrap interval, on hand cases. The harness's runs themselves are benchmarks, not CI."""
+
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "bench") not in sys.path:  # the harness imports bench/common as a script would
+    sys.path.insert(0, str(REPO / "bench"))
+
+import learning_parity  # noqa: E402
+import run_reference  # noqa: E402
+
+
+def test_gym029_vector_env_resets_in_the_same_step_and_reports_as_029(tmp_path):
+    """Two Pendulum envs cut at 3 and 5 steps: a finished env resets inside the step that ended it, the
+    step reports its last observation and info (returns as 1-element arrays) under final_observation /
+    final_info, None for the other env, and the log records each episode at the step count that ended it."""
+    log = run_reference.EpisodeLog(tmp_path / "episodes.jsonl")
+    vector_env = run_reference.make_gym029_vector_env(gym, log)
+
+    def make(limit):
+        return lambda: gym.wrappers.RecordEpisodeStatistics(gym.make("Pendulum-v1", max_episode_steps=limit))
+
+    envs = vector_env([make(3), make(5)])
+    obs, _ = envs.reset(seed=4)
+    assert obs.shape == (2, 3) and envs.single_action_space.shape == (1,)
+    reference = gym.make("Pendulum-v1")
+    np.testing.assert_allclose(obs[1], reference.reset(seed=5)[0])  # sub-env i seeded with seed + i
+    ended = {}
+    for step in range(1, 6):
+        obs, rewards, terminated, truncated, infos = envs.step(np.zeros((2, 1), dtype=np.float32))
+        assert rewards.shape == (2,) and not terminated.any()
+        if truncated.any():
+            assert list(infos["_final_info"]) == list(truncated)
+            for index in np.flatnonzero(truncated):
+                assert infos["final_info"][index]["episode"]["r"].shape == (1,)
+                assert infos["final_observation"][index].shape == (3,)
+                assert not np.allclose(infos["final_observation"][index], obs[index])  # obs is the reset one
+                ended[index] = step
+            assert all(infos["final_info"][i] is None for i in np.flatnonzero(~truncated))
+        else:
+            assert infos == {}
+    assert ended == {0: 3, 1: 5}
+    log.file.close()
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert [line.split(",")[0] for line in lines] == ['{"step": 6', '{"step": 10']  # 2 envs x 3, 2 envs x 5
+
+
+def test_transform_observation_takes_029s_two_arguments(monkeypatch):
+    for module, name in ((gym.vector, "SyncVectorEnv"), (gym.vector, "AsyncVectorEnv"),
+                         (gym.wrappers, "TransformObservation")):
+        monkeypatch.setattr(module, name, getattr(module, name))  # restored after the test: the shims are global
+    run_reference.install_shims(run_reference.EpisodeLog(Path("/dev/null")))
+    assert gym.vector.AsyncVectorEnv is gym.vector.SyncVectorEnv
+    env = gym.wrappers.TransformObservation(gym.make("Pendulum-v1"), lambda o: np.clip(o, -0.5, 0.5))
+    obs, _ = env.reset(seed=0)
+    assert np.abs(obs).max() <= 0.5
+
+
+def test_metric_averages_rollout_means_over_the_last_tenth():
+    """20 rollouts of 100 steps: the last 2 count. Episodes ending at steps 1850 and 1890 (rollout 18)
+    average to 15, one at 2000 (rollout 19) is 40: the metric is (15 + 40) / 2."""
+    episodes = [(50, 1000.0), (1850, 10.0), (1890, 20.0), (2000, 40.0)]
+    means = learning_parity.episode_means(episodes, 100)
+    assert means == {0: 1000.0, 18: 15.0, 19: 40.0}
+    assert learning_parity.last_rollouts_mean(means, 2000, 100) == 27.5
+    with pytest.raises(RuntimeError, match="no episode ended"):
+        learning_parity.last_rollouts_mean({0: 1.0}, 2000, 100)
+
+
+def test_median_difference_interval_by_hand():
+    """Against constant zeros the interval is that of median([1, 2, 3]) over its 27 resamples: median 1 in
+    7 of them (two or three 1s), 3 in 7, so the 2.5 % and 97.5 % points are 1 and 3, and 0 is outside."""
+    assert learning_parity.median_difference_ci([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == (1.0, 3.0)
+    assert learning_parity.median_difference_ci([-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == (-1.0, 1.0)
