@@ -7,11 +7,14 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   10 epochs, lr 3e-4 annealed, clip 0.2 with value clipping, 64-64 tanh, observation and reward
   normalization) against ``learner=ppo`` set to the same;
 * ``spo``  SPO's official ``mujoco/main.py`` (``main(env, seed, "spo")``: 8 envs x 256 steps, 4
-  minibatches, 10 epochs, lr 3e-4 annealed, epsilon 0.2, the 7-layer 256-256-128-128-64-64 tanh
-  policy) against ``learner=spo`` set to the same;
+  minibatches, 10 epochs, lr 3e-4 annealed, epsilon 0.2, Adam epsilon 1e-8, the 7-layer
+  256-256-128-128-64-64 tanh policy) against ``learner=spo`` set to the same;
+* ``ppo_spo`` SPO's ``main.py`` run as ``main(env, seed, "ppo")``: its PPO-clip at the same settings,
+  against ``learner=ppo`` set to them; with ``spo`` it is the SPO paper's claim (SPO above PPO) on
+  each codebase;
 * ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings);
 * ``sac``  CleanRL's ``sac_continuous_action.py`` (its defaults: 256-256 ReLU actor and twin critics,
-  batch 256, actor lr 3e-4, critic and temperature lr 1e-3, two actor steps every second env step,
+  batch 256, actor lr 3e-4, critic and temperature lr 1e-3, 60k steps, two actor steps every second env step,
   learned temperature from 1, log-std squashed into [-5, 2] by tanh, 5000 random steps) against
   ``learner=sac`` with ``batching=cleanrl`` and the same (``tests/test_sac_cleanrl.py`` checks the
   update against CleanRL's loop body written out); its rollout, for the metric, is genpol's logging
@@ -60,10 +63,11 @@ RUN_ROOT = RUNS / "learning_parity"
 LAST_FRACTION = 0.1  # the metric averages the rollouts in this final fraction of the budget
 GENPOL_COMMON = ["env=hopper", "env.workers=1", "torch_threads=1", "update_threads=1", "pipeline.video=false",
                  "pipeline.eval_episodes=10", "pipeline.eval_every=0", "logger.progress_bar=false"]
-# CleanRL's and SPO's loss is 0.5 * c * mean((R - V)^2) with c = 0.5; genpol writes vf_coef * mean(...)
+# CleanRL's and SPO's loss is 0.5 * c * mean((R - V)^2) with c = 0.5; genpol writes vf_coef * mean(...).
+# Adam's epsilon is per pair: CleanRL 1e-5, SPO torch's default 1e-8.
 ONPOLICY_COMMON = ["learner.lr=3e-4", "learner.lr_schedule=linear", "learner.epochs=10", "learner.clip_range=0.2",
                    "learner.clip_range_vf=0.2", "learner.vf_coef=0.25", "learner.ent_coef=0", "learner.max_grad_norm=0.5",
-                   "learner.grad_clip=joint", "learner.adam_eps=1e-5", "learner.gamma=0.99", "learner.gae_lambda=0.95"]
+                   "learner.grad_clip=joint", "learner.gamma=0.99", "learner.gae_lambda=0.95"]
 
 
 # --------------------------------------------------------------------------- the pairs
@@ -73,25 +77,29 @@ def pair_settings(name: str) -> dict[str, Any]:
     if name == "ppo":
         return {"env": "Hopper-v5", "steps": 147 * 2048, "rollout": 2048, "reference": "CleanRL ppo_continuous_action.py",
                 "genpol": ["policy=gaussian", "learner=ppo", "env.num_envs=1", "learner.rollout_steps=2048",
-                           "learner.minibatch_size=64", *ONPOLICY_COMMON]}
+                           "learner.minibatch_size=64", "learner.adam_eps=1e-5", *ONPOLICY_COMMON]}
     if name == "spo":
         return {"env": "Hopper-v5", "steps": 245 * 2048, "rollout": 2048, "reference": "SPO mujoco/main.py",
                 "genpol": ["policy=gaussian", "learner=spo", "env.num_envs=8", "learner.rollout_steps=256",
                            "learner.minibatch_size=512", "policy.hidden_sizes=[256,256,128,128,64,64]",
-                           *ONPOLICY_COMMON]}
+                           "learner.adam_eps=1e-8", *ONPOLICY_COMMON]}
+    if name == "ppo_spo":
+        spo = pair_settings("spo")
+        return {**spo, "reference": "SPO mujoco/main.py, algo ppo",
+                "genpol": [override.replace("learner=spo", "learner=ppo") for override in spo["genpol"]]}
     if name == "trpo":
         return {"env": "Hopper-v5", "steps": 98 * 2048, "rollout": 2048, "reference": "sb3-contrib TRPO",
                 "genpol": ["policy=gaussian", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
                            "learner.cg_iterations=25", "learner.critic_epochs=20", "learner.critic_minibatch_size=128"]}
     if name == "sac":
-        return {"env": "Hopper-v5", "steps": 100_000, "rollout": 1000, "reference": "CleanRL sac_continuous_action.py",
+        return {"env": "Hopper-v5", "steps": 60_000, "rollout": 1000, "reference": "CleanRL sac_continuous_action.py",
                 "genpol": ["policy=tanh_gaussian", "learner=sac", "env.num_envs=1", "learner.batching=cleanrl",
                            "learner.actor_update_interval=2", "learner.lr=3e-4", "learner.critic_lr=1e-3",
                            "learner.temperature_lr=1e-3", "learner.critic_reduction=sum",
                            "learner.temperature_loss=alpha", "learner.learning_starts=5000", "learner.batch_size=256",
                            "policy.log_std_min=-5", "policy.log_std_max=2", "policy.log_std_bound=tanh",
                            "learner.compile=true"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo, trpo or sac")
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, trpo or sac")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -106,7 +114,8 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
         return [*launcher, str(script), "--", "--env-id", "Hopper-v5", "--total-timesteps", str(steps),
                 "--seed", str(seed), "--no-cuda"]
     script = Path(args.ref_spo) / "mujoco" / "main.py"
-    return [*launcher, str(script), "--call", "main", "--call-args", json.dumps(["Hopper-v5", seed, "spo"]), "--",
+    algo = "ppo" if name == "ppo_spo" else "spo"
+    return [*launcher, str(script), "--call", "main", "--call-args", json.dumps(["Hopper-v5", seed, algo]), "--",
             "--total_time_steps", str(steps)]
 
 
@@ -229,6 +238,22 @@ def summarize(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any] | No
     return out
 
 
+def spo_claim(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The SPO paper's claim, SPO above PPO at the same settings, on each codebase: the medians of the
+    ``spo`` and ``ppo_spo`` pairs' runs and the bootstrap interval of their difference (SPO - PPO)."""
+    out: dict[str, Any] = {}
+    for side in ("reference", "genpol"):
+        spo = [row["metric"] for key, row in sorted(runs.items()) if key.startswith(f"spo/{side}/")]
+        ppo = [row["metric"] for key, row in sorted(runs.items()) if key.startswith(f"ppo_spo/{side}/")]
+        if min(len(spo), len(ppo)) < 2:
+            return None
+        low, high = median_difference_ci(spo, ppo)
+        out[side] = {"spo_median": float(np.median(spo)), "ppo_median": float(np.median(ppo)), "seeds": [len(spo), len(ppo)],
+                     "difference_ci95": [low, high],
+                     "verdict": "SPO above PPO" if low > 0 else "PPO above SPO" if high < 0 else "no difference shown"}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo", "sac"])
@@ -245,7 +270,7 @@ def main() -> None:
     global RESULTS_NAME, RUN_ROOT
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
-    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "sac": args.ref_cleanrl}
+    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl}
     for name in args.pairs:
         settings = pair_settings(name)
         if args.steps is not None:
@@ -280,6 +305,9 @@ def main() -> None:
                 summary = summarize(name, payload["runs"])
                 if summary:
                     pair["summary"] = summary
+                claim = spo_claim(payload["runs"])
+                if claim:
+                    payload["claim_spo_above_ppo"] = claim
                 return payload
 
             update_results(RESULTS_NAME, merge)
@@ -292,6 +320,9 @@ def main() -> None:
               f"genpol {summary['genpol']['median']:8.1f} {summary['genpol']['ci95']}  "
               f"diff CI {summary['difference_ci95']}  parity {summary['parity']}  "
               f"time ratio {summary['time_ratio_genpol_to_reference']:.2f}")
+    for side, claim in payload.get("claim_spo_above_ppo", {}).items():
+        print(f"SPO vs PPO, {side}: SPO {claim['spo_median']:.1f}, PPO {claim['ppo_median']:.1f}, "
+              f"difference CI {claim['difference_ci95']}: {claim['verdict']}")
 
 
 if __name__ == "__main__":
