@@ -9,7 +9,8 @@ mkdir -p .whl
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
 for package in playground mujoco==3.17.0 mujoco-mjx==3.17.0 ml_collections etils brax flax orbax-checkpoint \
         hydra-core omegaconf gymnasium cloudpickle farama-notifications tqdm \
-        jaxopt mediapy tensorboardx glfw pyopengl absl-py lxml trimesh; do
+        jaxopt mediapy tensorboardx glfw pyopengl absl-py lxml trimesh \
+        optax tensorflow-probability dm-tree decorator gast; do  # the last five: authors_cost's JAX side
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLATFORMS \
         -d .whl "$package" || echo "could not fetch $package"
 done

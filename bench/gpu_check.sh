@@ -4,6 +4,7 @@
 # training keep at 4096 envs (target >= 0.5)? Also: do env worker processes hand back CUDA tensors?
 # And what does RLPD's full recipe (10 LayerNorm critics, UTD 20, batch 256) cost per env step on
 # CUDA, against 0.3-0.5 s on the 2-core CPU? And EXPO's (the same critics plus diffusion candidates)?
+# And genpol's cost per env step beside the authors' code (authors-cost)?
 # All checks together do not fit one 10-minute device call (GoRL's alone trains 6M encoder steps):
 # pick with GPU_CHECKS="versions playground-cuda ..." (the names are the `check` lines below) and
 # give each call its own budget. Playground's checks take about 5 minutes on a fresh machine, most
@@ -129,5 +130,28 @@ json.dump(out, open('bench/results/gorl_cuda.json', 'w'), indent=1)"
 )
 check gorl-playground gorl_playground
 if [ -n "${OUT:-}" ]; then cp bench/results/gorl_cuda.json "$OUT/" 2>/dev/null; fi
+# genpol beside its authors' code, ms per env step on CUDA (bench/authors_cost.py; the 2-core CPU's numbers:
+# bench/results/authors_cost.json). NOT RUN on a device yet. The snapshots travel in .ref/<owner>+<repo> (git
+# clone them there; carry=[".whl", ".gl", ".ref"]). RLPD's and EXPO's JAX side runs with this python3 when it
+# imports flax, optax, tensorflow_probability and ml_collections (bench/fetch_gpu_wheels.sh fetches them): on CUDA where this jax has it, else on jax's CPU backend, which the output and each
+# JAX row's "device" then say; without those packages RLPD and EXPO are skipped, and the check goes on with DPPO.
+# Consistency-AC's harness builds its learners on the CPU: not run here.
+authors_cost() ( set -e
+refs=()
+if python3 -c "import flax, optax, tensorflow_probability, ml_collections" 2>/dev/null; then
+    backend=$(python3 -c "import jax; print(jax.default_backend())")
+    if [ "$backend" = gpu ]; then echo "authors' JAX side on CUDA"; else echo "authors' JAX side on jax's $backend backend (no CUDA in this jax): their rows are CPU-only"; fi
+    if [ -d .ref/ikostrikov+rlpd ]; then refs+=(--ref-rlpd .ref/ikostrikov+rlpd); fi
+    if [ -d .ref/Servo97+EXPO ]; then refs+=(--ref-expo .ref/Servo97+EXPO); fi
+else
+    echo "authors' JAX side: flax, optax, tensorflow_probability or ml_collections missing here: RLPD and EXPO skipped"
+fi
+if [ -d .ref/irom-lab+dppo ]; then refs+=(--ref-dppo .ref/irom-lab+dppo); fi
+if [ ${#refs[@]} -eq 0 ]; then echo "no snapshot in .ref/: nothing to compare"; return 1; fi
+python3 bench/authors_cost.py "${refs[@]}" --jax-python "$(command -v python3)" --device cuda --repeats 5 \
+    --output authors_cost_cuda.json
+)
+check authors-cost authors_cost
+if [ -n "${OUT:-}" ]; then cp bench/results/authors_cost_cuda.json "$OUT/" 2>/dev/null; fi
 echo "gpu_check: $failures failed"
 exit "$failures"

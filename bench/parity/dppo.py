@@ -178,11 +178,14 @@ def float64_schedule(theirs: types.SimpleNamespace, enabled: bool) -> Iterator[N
         theirs.diffusion.cosine_beta_schedule = original
 
 
-def their_model(theirs: types.SimpleNamespace, s: Setting) -> nn.Module:
+def their_model(theirs: types.SimpleNamespace, s: Setting, width: int = WIDTH, critic_width: int = CRITIC_WIDTH
+                ) -> nn.Module:
+    """Their ``PPODiffusion`` at setting ``s``; ``width`` / ``critic_width``: of the 3 hidden layers of the
+    denoiser and the critic (``bench/authors_cost.py`` builds it at genpol's +experiment=dppo_hopper widths)."""
     actor = theirs.mlp_diffusion.DiffusionMLP(action_dim=ACTION_DIM, horizon_steps=HORIZON, cond_dim=OBS_DIM,
-                                              time_dim=TIME_DIM, mlp_dims=[WIDTH] * 3, activation_type=s.activation,
+                                              time_dim=TIME_DIM, mlp_dims=[width] * 3, activation_type=s.activation,
                                               residual_style=True)
-    critic = theirs.critic.CriticObs(cond_dim=OBS_DIM, mlp_dims=[CRITIC_WIDTH] * 3, activation_type="Mish",
+    critic = theirs.critic.CriticObs(cond_dim=OBS_DIM, mlp_dims=[critic_width] * 3, activation_type="Mish",
                                      residual_style=s.their_critic_residual)
     with float64_schedule(theirs, s.float64_tables):
         return theirs.ppo.PPODiffusion(

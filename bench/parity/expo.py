@@ -78,21 +78,28 @@ THEIR_FLAGS = {"backup_entropy": False, "hidden_dims": (256, 256, 256), "N": 8, 
 
 
 # =========================================================================== genpol's side (torch)
+def genpol_config(utd: int, overrides: list[str]) -> Any:
+    """``+experiment=expo`` on Hopper plus ``overrides``, for batches handed in directly
+    (``learner.offline_ratio=0``, a buffer of one round). Also used by ``bench/authors_cost.py``."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+
+    return validate(compose_config(["+experiment=expo", "env=hopper", "run_dir=/tmp/genpol_parity_expo_unused",
+                                    f"learner.utd={utd}", "learner.offline_ratio=0",  # batch handed in directly
+                                    f"learner.buffer_size={BATCH * utd}", *overrides]))
+
+
 def genpol_round(utd: int, overrides: list[str], seed: int) -> dict[str, Any]:
     """One genpol ``rlpd_round`` at ``+experiment=expo`` plus ``overrides``, with its inputs, draws and
     results as numpy arrays in flax's layout."""
     import torch
 
     import genpol.algorithms.expo as expo_module
-    from genpol.api import compose_config
     from genpol.algorithms.expo import EXPO
     from genpol.build import make_head
-    from genpol.configure import validate
     from genpol.storage.replay import ReplayBatch
 
-    cfg = validate(compose_config(["+experiment=expo", "env=hopper", "run_dir=/tmp/genpol_parity_expo_unused",
-                                   f"learner.utd={utd}", "learner.offline_ratio=0",  # batch handed in directly
-                                   f"learner.buffer_size={BATCH * utd}", *overrides]))
+    cfg = genpol_config(utd, overrides)
     torch.manual_seed(seed)
     # the base policy stays float32: the diffusion head's step tables and time input are float32 buffers
     # (it does not run under a float64 default dtype); it is not compared, its candidates are cast to
@@ -224,6 +231,30 @@ def flax_layout(algo: Any, gradients: dict[int, Any] | None = None, only: str | 
 
 
 # =========================================================================== the authors' side (JAX)
+def their_learner(ref: Path, obs_dim: int, act_dim: int, adjust_target_entropy: bool, x64: bool = True
+                  ) -> tuple[Any, dict[str, Any]]:
+    """Their ``EXPOLearner.create(0, ...)`` from ``configs/expo_config.py`` with their D4RL scripts' flags
+    (``THEIR_FLAGS``) and ``adjust_target_entropy``, and those keyword arguments. Imports jax, flax, tfp and
+    the authors' modules (never torch or genpol); ``x64``: float64 arrays (the parity harness), else jax's
+    float32. Also used by ``bench/authors_cost.py``."""
+    import jax
+
+    shim_tfp_for_recent_jax()
+    jax.config.update("jax_enable_x64", x64)
+    import tensorflow_probability.substrates.jax  # noqa: F401  (their modules read it as an attribute)
+
+    # their expo_learner imports gym for an isinstance check, expo.data.dataset for gym.utils.seeding;
+    # expo.agents' __init__ imports the pixel (DrQ) agent, expo.data's the replay buffers: not needed
+    stub_gym_and_packages(ref, ("expo.agents", "expo.data"))
+    from configs import expo_config
+    from expo.agents.sac.expo_learner import EXPOLearner
+
+    kwargs = dict(expo_config.get_config())
+    kwargs.pop("model_cls")
+    kwargs.update(THEIR_FLAGS, adjust_target_entropy=adjust_target_entropy)
+    return EXPOLearner.create(0, GymBox(obs_dim), GymBox(act_dim), **kwargs), kwargs
+
+
 def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entropy: bool) -> None:
     """Their ``EXPOLearner.update`` on the inputs of ``inputs_path``; results to ``output_path``.
     Imports jax, flax, optax, tfp and the authors' modules only (never torch or genpol)."""
@@ -236,27 +267,18 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path, adjust_target_entr
     from flax.training.train_state import TrainState
     from tensorflow_probability.substrates.jax.internal import samplers
 
-    # their expo_learner imports gym for an isinstance check, expo.data.dataset for gym.utils.seeding;
-    # expo.agents' __init__ imports the pixel (DrQ) agent, expo.data's the replay buffers: not needed
-    stub_gym_and_packages(ref, ("expo.agents", "expo.data"))
-    from configs import expo_config
-    import expo.agents.sac.expo_learner as learner_module
-    from expo.agents.sac.expo_learner import EXPOLearner
-    from expo.networks import vp_beta_schedule
-
     data = dict(np.load(inputs_path))
     utd = int(data["utd"])
 
     def tree(prefix: str) -> dict[str, Any]:
         return unflatten(data, prefix, jnp.asarray)
 
-    Box = GymBox
+    agent, kwargs = their_learner(ref, data["batch/observations"].shape[1], data["batch/actions"].shape[1],
+                                  adjust_target_entropy)
+    import expo.agents.sac.expo_learner as learner_module
+    from expo.agents.sac.expo_learner import EXPOLearner
+    from expo.networks import vp_beta_schedule
 
-    kwargs = dict(expo_config.get_config())
-    kwargs.pop("model_cls")
-    kwargs.update(THEIR_FLAGS, adjust_target_entropy=adjust_target_entropy)
-    agent = EXPOLearner.create(0, Box(data["batch/observations"].shape[1]), Box(data["batch/actions"].shape[1]),
-                               **kwargs)
     their_layout = {name: sorted(flatten(getattr(agent, attr).params, "")) for name, attr in
                     (("edit", "edit_actor"), ("critic", "critic"))}
     edit, critic, target, temp = tree("init/edit"), tree("init/critic"), tree("init/target"), tree("init/temp")

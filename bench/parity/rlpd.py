@@ -65,6 +65,26 @@ ALPHA0, PERTURB, SEED = 0.5, 0.02, 0
 
 
 # =========================================================================== genpol's side (torch)
+def genpol_learner(utd: int, seed: int, overrides: list[str] = (), device: str = "cpu") -> Any:
+    """genpol's ``SAC`` as ``+experiment=rlpd`` builds it on Hopper's sizes (plus ``overrides``), in the
+    default dtype, on ``device``, for batches handed in directly (``learner.offline_ratio=0``, a buffer of
+    one round). Also used by ``bench/authors_cost.py``."""
+    import torch
+
+    from genpol.api import compose_config
+    from genpol.algorithms.sac import SAC
+    from genpol.build import make_head
+    from genpol.configure import validate
+
+    cfg = validate(compose_config(["+experiment=rlpd", "env=hopper", "run_dir=/tmp/genpol_parity_rlpd_unused",
+                                   f"learner.utd={utd}", "learner.offline_ratio=0",  # the batch is handed in
+                                   f"learner.buffer_size={BATCH * utd}", *overrides]))
+    torch.manual_seed(seed)
+    head = make_head(cfg.policy, OBS_DIM, ACT_DIM).to(device)
+    return SAC(head, cfg.learner, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=cfg.learner.buffer_size,
+               device=torch.device(device), seed=seed)
+
+
 def genpol_round(utd: int, layer_norm_eps: float | None, seed: int, compiled: bool = False) -> dict[str, Any]:
     """One genpol ``rlpd_round`` at ``+experiment=rlpd``, with its inputs, draws and results as numpy
     arrays in flax's layout. ``layer_norm_eps`` None keeps the configured epsilon (1e-6); a value
@@ -74,22 +94,12 @@ def genpol_round(utd: int, layer_norm_eps: float | None, seed: int, compiled: bo
     the same generator in the same order as eager, ``fallback_random``: the eager run's record serves)."""
     import torch
 
-    from genpol.api import compose_config
-    from genpol.algorithms.sac import SAC
-    from genpol.build import make_head
-    from genpol.configure import validate
     from genpol.storage.replay import ReplayBatch
 
     torch.set_default_dtype(torch.float64)  # every network, log_alpha and optimizer state in float64
     try:
-        cfg = validate(compose_config(["+experiment=rlpd", "env=hopper", "run_dir=/tmp/genpol_parity_rlpd_unused",
-                                       f"learner.utd={utd}", f"learner.compile={str(compiled).lower()}",
-                                       "learner.offline_ratio=0",  # the harness hands the batch in directly
-                                       f"learner.buffer_size={BATCH * utd}"]))
-        torch.manual_seed(seed)
-        head = make_head(cfg.policy, OBS_DIM, ACT_DIM)
-        algo = SAC(head, cfg.learner, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=cfg.learner.buffer_size,
-                   device=torch.device("cpu"), seed=seed)
+        algo = genpol_learner(utd, seed, [f"learner.compile={str(compiled).lower()}"])
+        head = algo.head
     finally:
         torch.set_default_dtype(torch.float32)
     if layer_norm_eps is not None:  # QEnsemble's constructor argument; the forward reads the attribute
@@ -187,6 +197,28 @@ def flax_layout(algo: Any, gradients: dict[int, Any] | None = None, only: str | 
 
 
 # =========================================================================== the authors' side (JAX)
+def their_learner(ref: Path, obs_dim: int, act_dim: int, x64: bool = True) -> tuple[Any, dict[str, Any]]:
+    """Their ``SACLearner.create(0, ...)`` at ``configs/rlpd_config.py``'s defaults (as train_finetuning.py
+    passes them), and those keyword arguments. Imports jax, flax, tfp and the authors' modules (never torch
+    or genpol); ``x64``: float64 arrays (the parity harness), else jax's float32. Also used by
+    ``bench/authors_cost.py``."""
+    import jax
+
+    shim_tfp_for_recent_jax()
+    jax.config.update("jax_enable_x64", x64)
+    import tensorflow_probability.substrates.jax  # noqa: F401  (their modules read it as an attribute)
+
+    # their sac_learner imports gym only for a type annotation, rlpd.data.dataset for gym.utils.seeding;
+    # rlpd.agents' and rlpd.data's __init__ import the pixel agents and replay buffers, not needed here
+    stub_gym_and_packages(ref, ("rlpd.agents", "rlpd.data"))
+    from configs import rlpd_config
+    from rlpd.agents.sac.sac_learner import SACLearner
+
+    kwargs = dict(rlpd_config.get_config())  # their defaults, as train_finetuning.py passes them
+    kwargs.pop("model_cls")
+    return SACLearner.create(0, GymBox(obs_dim), GymBox(act_dim), **kwargs), kwargs
+
+
 def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     """Their ``SACLearner.update`` on the inputs of ``inputs_path``; results to ``output_path``.
     Imports jax, flax, optax, tfp and the authors' modules only (never torch or genpol)."""
@@ -199,25 +231,14 @@ def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
     from flax.training.train_state import TrainState
     from tensorflow_probability.substrates.jax.internal import samplers
 
-    # their sac_learner imports gym only for a type annotation, rlpd.data.dataset for gym.utils.seeding;
-    # rlpd.agents' and rlpd.data's __init__ import the pixel agents and replay buffers, not needed here
-    stub_gym_and_packages(ref, ("rlpd.agents", "rlpd.data"))
-    from configs import rlpd_config
-    from rlpd.agents.sac.sac_learner import SACLearner
-    from rlpd.distributions.tanh_transformed import TanhTransformedDistribution
-
     data = dict(np.load(inputs_path))
     utd = int(data["utd"])
 
     def tree(prefix: str) -> dict[str, Any]:
         return unflatten(data, prefix, jnp.asarray)
 
-    Box = GymBox
-
-    kwargs = dict(rlpd_config.get_config())  # their defaults, as train_finetuning.py passes them
-    kwargs.pop("model_cls")
-    agent = SACLearner.create(0, Box(data["batch/observations"].shape[1]), Box(data["batch/actions"].shape[1]),
-                              **kwargs)
+    agent, kwargs = their_learner(ref, data["batch/observations"].shape[1], data["batch/actions"].shape[1])
+    from rlpd.distributions.tanh_transformed import TanhTransformedDistribution
     init_check = {key: float(np.abs(np.asarray(value)).max())
                   for key, value in flatten(agent.critic.params, "critic").items() if key.endswith("/bias")}
     actor, critic, target, temp = tree("init/actor"), tree("init/critic"), tree("init/target"), tree("init/temp")
