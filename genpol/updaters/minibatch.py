@@ -274,6 +274,7 @@ class MinibatchUpdater:
         stats = {key: float(torch.stack([named[key] for named in diagnostics]).mean()) for key in
                  (diagnostics[0] if diagnostics else {})}
         flat = storage.flat()
+        # of the rollout's GAE returns, under either estimation (the per-minibatch targets are not kept)
         stats["explained_variance"] = float(explained_variance(flat.values, flat.returns))
         stats["gradient_steps"] = float(len(diagnostics))
         stats["stopped_early"] = float(stopped_early)
