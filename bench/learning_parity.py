@@ -18,7 +18,13 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   learned temperature from 1, log-std squashed into [-5, 2] by tanh, 5000 random steps) against
   ``learner=sac`` with ``batching=cleanrl`` and the same (``tests/test_sac_cleanrl.py`` checks the
   update against CleanRL's loop body written out); its rollout, for the metric, is genpol's logging
-  iteration of 1000 env steps.
+  iteration of 1000 env steps;
+* ``rlpd`` the authors' RLPD learner (ikostrikov/rlpd's ``SACLearner``, JAX, ``--jax-python``) in their
+  ``train_finetuning.py``'s loop written out (``bench/run_reference_rlpd.py``: their script needs D4RL's
+  servers and gym 0.2x) against ``+experiment=rlpd``, both at the CPU-sized setting of
+  ``bench/learning.py``'s rlpd suite (10 LayerNorm critics of 256 x 2, subset-min 2, UTD 2, batch 128,
+  half of every batch from ``--dataset``, 5000 random steps), 50k steps; the dataset is genpol's
+  locally made Hopper "medium" file (``bench/make_hopper_medium.sh``).
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
@@ -99,11 +105,20 @@ def pair_settings(name: str) -> dict[str, Any]:
                            "learner.temperature_loss=alpha", "learner.learning_starts=5000", "learner.batch_size=256",
                            "policy.log_std_min=-5", "policy.log_std_max=2", "policy.log_std_bound=tanh",
                            "learner.compile=true"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, trpo or sac")
+    if name == "rlpd":
+        return {"env": "Hopper-v5", "steps": 50_000, "rollout": 1000, "reference": "ikostrikov/rlpd SACLearner",
+                "genpol": ["+experiment=rlpd", "learner.utd=2", "learner.batch_size=128", "learner.learning_starts=5000",
+                           "learner.num_qs=10", "learner.critic_hidden_sizes=[256,256]"]}
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, trpo, sac or rlpd")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
-    """The ``bench/run_reference.py`` command line of a CleanRL or SPO run."""
+    """The command line of a CleanRL, SPO (``bench/run_reference.py``) or RLPD run."""
+    if name == "rlpd":
+        return [str(args.jax_python), str(ROOT / "bench" / "run_reference_rlpd.py"), "--ref", str(args.ref_rlpd),
+                "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps), "--seed", str(seed), "--utd", "2",
+                "--batch-size", "128", "--start-training", "5000", "--config", json.dumps({"num_qs": 10,
+                                                                                         "hidden_dims": [256, 256]})]
     launcher = [sys.executable, str(ROOT / "bench" / "run_reference.py")]
     if name == "sac":
         script = Path(args.ref_cleanrl) / "cleanrl" / "sac_continuous_action.py"
@@ -147,13 +162,17 @@ def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: a
     # CleanRL's scripts import its cleanrl_utils package from the snapshot's root
     path = [args.ref_site, args.ref_cleanrl if name in ("ppo", "sac") else None, os.environ.get("PYTHONPATH")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path)),
-           "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+           "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
     subprocess.run(reference_command(name, seed, settings["steps"], args), cwd=run_dir, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if args.quiet else None)
     episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     timing = json.loads((run_dir / "reference_run.json").read_text())
     per_rollout = episode_means([(row["step"], row["return"]) for row in episodes], settings["rollout"])
-    return {"metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]),
+    evals = run_dir / "evals.jsonl"  # the RLPD loop's evaluations (deterministic, 10 episodes)
+    final_eval = ({"eval_return_mean": json.loads(evals.read_text().splitlines()[-1])["return"]}
+                  if evals.exists() and evals.read_text().strip() else {})
+    return {**final_eval, "metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]),
             "episodes": len(episodes), "wall_time_s": timing["wall_time_s"],
             "ms_per_env_step": 1000 * timing["wall_time_s"] / timing["env_steps"]}
 
@@ -187,9 +206,10 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
             "wall_time_s": wall, "ms_per_env_step": 1000 * wall / settings["steps"]}
 
 
-def run_genpol(name: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
-    summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], f"total_steps={settings['steps']}",
+    dataset = [f"dataset.path={Path(args.dataset).resolve()}"] if name == "rlpd" else []
+    summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"total_steps={settings['steps']}",
                                    f"seed={seed}"], steps=settings["steps"])
     rows = read_progress(run_dir)
     # genpol logs each rollout's mean as charts/episodic_return at the rollout's last step
@@ -263,6 +283,12 @@ def main() -> None:
                         help="SPO snapshot")
     parser.add_argument("--ref-site", default="/tmp/ref/site",
                         help="extra packages the reference scripts need (CleanRL's tyro), put on PYTHONPATH")
+    parser.add_argument("--ref-rlpd", default="/tmp/ref/ikostrikov+rlpd", help="ikostrikov/rlpd snapshot")
+    parser.add_argument("--jax-python", default="/tmp/jaxvenv/bin/python",
+                        help="a python with jax, flax, optax, tensorflow-probability, ml_collections, gymnasium[mujoco] "
+                             "(genpol's mujoco version) and h5py, for the rlpd pair")
+    parser.add_argument("--dataset", default=str(ROOT / "data" / "hopper_medium-v5.hdf5"),
+                        help="the rlpd pair's offline data (bench/make_hopper_medium.sh makes it)")
     parser.add_argument("--quiet", action="store_true", help="hide the reference scripts' stderr")
     parser.add_argument("--steps", type=int, default=None,
                         help="a trial: this budget for every pair, results to learning_parity_trial.json")
@@ -270,7 +296,10 @@ def main() -> None:
     global RESULTS_NAME, RUN_ROOT
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
-    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl}
+    snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
+                 "rlpd": args.ref_rlpd}
+    if "rlpd" in args.pairs and not Path(args.dataset).exists():
+        raise SystemExit(f"the rlpd pair needs --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
     for name in args.pairs:
         settings = pair_settings(name)
         if args.steps is not None:
@@ -285,7 +314,7 @@ def main() -> None:
                 continue
             print(f"{date_stamp()}  {key}: {settings['steps']} steps", flush=True)
             if side == "genpol":
-                row = run_genpol(name, seed, settings)
+                row = run_genpol(name, seed, settings, args)
             elif name == "trpo":
                 row = run_sb3_trpo(seed, settings)
             else:

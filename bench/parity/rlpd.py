@@ -197,11 +197,13 @@ def flax_layout(algo: Any, gradients: dict[int, Any] | None = None, only: str | 
 
 
 # =========================================================================== the authors' side (JAX)
-def their_learner(ref: Path, obs_dim: int, act_dim: int, x64: bool = True) -> tuple[Any, dict[str, Any]]:
-    """Their ``SACLearner.create(0, ...)`` at ``configs/rlpd_config.py``'s defaults (as train_finetuning.py
-    passes them), and those keyword arguments. Imports jax, flax, tfp and the authors' modules (never torch
-    or genpol); ``x64``: float64 arrays (the parity harness), else jax's float32. Also used by
-    ``bench/authors_cost.py``."""
+def their_learner(ref: Path, obs_dim: int, act_dim: int, x64: bool = True, overrides: dict[str, Any] | None = None,
+                  seed: int = 0) -> tuple[Any, dict[str, Any]]:
+    """Their ``SACLearner.create(seed, ...)`` at ``configs/rlpd_config.py``'s defaults (as train_finetuning.py
+    passes them) updated with ``overrides`` (e.g. ``{"hidden_dims": [256, 256], "num_qs": 10}``), and those
+    keyword arguments. Imports jax, flax, tfp and the authors' modules (never torch or genpol); ``x64``:
+    float64 arrays (the parity harness), else jax's float32. Also used by ``bench/authors_cost.py`` and
+    ``bench/run_reference_rlpd.py``."""
     import jax
 
     shim_tfp_for_recent_jax()
@@ -216,7 +218,11 @@ def their_learner(ref: Path, obs_dim: int, act_dim: int, x64: bool = True) -> tu
 
     kwargs = dict(rlpd_config.get_config())  # their defaults, as train_finetuning.py passes them
     kwargs.pop("model_cls")
-    return SACLearner.create(0, GymBox(obs_dim), GymBox(act_dim), **kwargs), kwargs
+    unknown = set(overrides or {}) - set(kwargs)
+    if unknown:
+        raise KeyError(f"not in their rlpd_config: {sorted(unknown)}")
+    kwargs.update({key: tuple(value) if isinstance(value, list) else value for key, value in (overrides or {}).items()})
+    return SACLearner.create(seed, GymBox(obs_dim), GymBox(act_dim), **kwargs), kwargs
 
 
 def jax_side(inputs_path: Path, output_path: Path, ref: Path) -> None:
