@@ -1,5 +1,6 @@
 """Shared test setup: headless rendering, one torch thread, quiet MuJoCo warnings."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,13 @@ from warm_start import WarmProcess, warm_run  # noqa: E402
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "docs" / "examples"
+
+
+def needs(module: str, reason: str | None = None) -> pytest.MarkDecorator:
+    """Skip where ``module`` is not installed, found without importing it: ``pytest.importorskip`` at a test
+    file's top imports the package at collection, in every worker (Playground's JAX 2.6 s, EnvPool 2.4 s),
+    whether or not the worker runs those tests."""
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=reason or f"{module} is not installed")
 
 
 @pytest.fixture

@@ -8,11 +8,15 @@ import torch
 from genpol import envs
 from genpol.envs import EnvError
 
-envpool = pytest.importorskip("envpool", reason="the envpool extra is not installed")
+from conftest import needs
+
+pytestmark = needs("envpool", "the envpool extra is not installed")
 
 
 @pytest.mark.parametrize("task", ["Hopper-v5", "CheetahRun-v1"])
 def test_steps_match_raw_envpool_with_the_reset_moved_into_the_ending_step(task):
+    import envpool
+
     limit, num_envs = 4, 3
     raw = envpool.make(task, env_type="gymnasium", num_envs=num_envs, seed=7, max_episode_steps=limit)
     ours = envs.make_backend(f"envpool:{task}", num_envs=num_envs, seed=7, max_episode_steps=limit)

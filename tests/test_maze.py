@@ -14,9 +14,9 @@ from genpol.data.maze_dataset import MAZE_REFERENCE, collect_segments, eval_maze
 from genpol.data.maze_dataset import main as maze_main
 from genpol.data.maze_planner import GOAL, BatchController, MazeGrid, maze_map_of
 from genpol.policy import evaluate_episodes
-from tests.conftest import run_cli
+from tests.conftest import needs, run_cli
 
-pytest.importorskip("gymnasium_robotics")
+pytestmark = needs("gymnasium_robotics")
 
 
 def test_pointmaze_passes_the_protocol_suite_with_its_success_flag():

@@ -17,9 +17,9 @@ from genpol.configure import validate
 from genpol.runners.onpolicy import OnPolicyRunner
 from genpol.train import run_training
 
-from conftest import run_cli
+from conftest import needs, run_cli
 
-pytest.importorskip("envpool", reason="the envpool extra is not installed")
+pytestmark = needs("envpool", "the envpool extra is not installed")
 
 
 def test_grouped_steps_equal_plain_steps_env_by_env_with_truncation_and_episode_stats():

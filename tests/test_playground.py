@@ -6,7 +6,9 @@ import torch
 from genpol import envs
 from genpol.envs import EnvError
 
-pytest.importorskip("mujoco_playground")  # the playground extra; `make test` installs it
+from conftest import needs
+
+pytestmark = needs("mujoco_playground", "the playground extra is not installed")  # `make test` installs it
 
 
 @pytest.fixture(scope="module")
