@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
 
 from genpol.heads import DiffusionHead
 from genpol.policy import TrainedPolicy
@@ -30,6 +29,7 @@ def cosine_alpha_bar(k: int, steps: int) -> float:
 
 
 def test_two_step_chain_log_probs_by_hand():
+    from diffusers import DDPMScheduler  # here: diffusers takes ~2.5 s to import at collection
     head = DiffusionHead(obs_dim=2, act_dim=1, denoising_steps=2, ft_denoising_steps=2, hidden_sizes=(8, 8, 8),
                          min_logprob_std=0.1)
     constant_denoiser(head, 0.3)
@@ -202,6 +202,7 @@ def test_ddim_step_matches_diffusers_ddim_scheduler(eta):
     """Each DDIM step (mean and std at ``eta``) is diffusers' ``DDIMScheduler.step`` on the same
     cosine tables, x0 clipped to [-1, 1] and the noise prediction recomputed from the clipped x0
     (``clip_sample``, ``use_clipped_model_output``), with the same unit noise."""
+    from diffusers import DDIMScheduler  # here: diffusers takes ~2.5 s to import at collection
     torch.manual_seed(0)
     head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
                          ft_denoising_steps=5, hidden_sizes=(16, 16, 16))
@@ -226,6 +227,7 @@ def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(e
     """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator pushed through the
     step means at ``ddim_eval_eta`` with no noise, written here as diffusers' ``DDIMScheduler.step``
     with ``eta = ddim_eval_eta`` and zero ``variance_noise``; the sampling eta (1) is not used."""
+    from diffusers import DDIMScheduler  # here: diffusers takes ~2.5 s to import at collection
     torch.manual_seed(0)
     head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
                          ft_denoising_steps=5, hidden_sizes=(16, 16, 16), ddim_eval_eta=eval_eta)

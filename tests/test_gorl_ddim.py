@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
 
 from genpol.checkpoint import list_checkpoints, load_policy_files, load_training_state
 from genpol.config import ConfigError
@@ -37,6 +36,7 @@ def cosine_alpha_bar(u):
 def test_sampler_matches_diffusers_ddim_scheduler_step(train_timesteps, steps):
     """Our tables are diffusers' for T + 1 timesteps without the last (zero-SNR) one; each of our steps
     is ``DDIMScheduler.step`` at eta = 0 on those tables."""
+    from diffusers import DDIMScheduler  # here: diffusers takes ~2.5 s to import at collection
     schedule = DDIMSchedule(train_timesteps, steps)
     scheduler = DDIMScheduler(num_train_timesteps=train_timesteps + 1, beta_schedule="squaredcos_cap_v2",
                               prediction_type="epsilon", clip_sample=False, set_alpha_to_one=True)
@@ -74,6 +74,7 @@ def test_one_step_sampler_by_hand():
 
 
 def test_epsilon_loss_noises_as_ddpm_scheduler_and_regresses_the_noise():
+    from diffusers import DDPMScheduler  # here: diffusers takes ~2.5 s to import at collection
     schedule = DDIMSchedule(10, 10)
     seen = {}
 

@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 
@@ -80,6 +79,7 @@ def test_log_prob_estimate_of_a_narrow_gaussian_in_the_box():
     within 5 standard errors, and that expectation lies 1.0-1.5 nats below the true log density (the
     20-point sum's known bias for narrow densities, ALGORITHMS.md 14c). 2000 levels: within 0.05 + 5 SE
     of the true log density (the closed form's own bias there: -0.02)."""
+    from scipy import stats  # here: scipy.stats takes ~0.9 s to import at collection
     mean, std, action = np.array([0.2, -0.3]), 0.1, np.array([0.25, -0.28])
     true = float(stats.norm(mean, std).logpdf(action).sum())
     coarse, coarse_error = estimate_copies(mean, std, action, levels=20, draws=64, copies=64, clip=True)
@@ -106,6 +106,7 @@ def test_log_prob_estimate_does_not_depend_on_the_chunk_size():
 def test_truncated_normal_respects_bounds_and_has_the_truncated_normal_law(lower, upper):
     """KS test of 20 000 draws (fixed seed) against scipy's truncnorm CDF; intervals on both sides of 0
     (the mirrored branch), reaching into far tails, and nearly degenerate."""
+    from scipy import stats  # here: scipy.stats takes ~0.9 s to import at collection
     uniform = torch.rand(20_000, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     draws = truncated_standard_normal(torch.tensor(lower), torch.tensor(upper), uniform)
     assert draws.dtype == torch.float64 and torch.isfinite(draws).all()
@@ -197,6 +198,7 @@ def q_by_hand(critic, obs: np.ndarray, action: np.ndarray) -> np.ndarray:
 
 
 def test_qne_target_matches_a_float64_loop_over_candidates():
+    from scipy import stats  # here: scipy.stats takes ~0.9 s to import at collection
     learner = tiny_learner()
     batch, alpha = fixed_batch(), torch.tensor([0.5])
     t, xi, uniform = learner.draw_qne(3)
