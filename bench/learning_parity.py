@@ -12,6 +12,9 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
 * ``ppo_spo`` SPO's ``main.py`` run as ``main(env, seed, "ppo")``: its PPO-clip at the same settings,
   against ``learner=ppo`` set to them; with ``spo`` it is the SPO paper's claim (SPO above PPO) on
   each codebase;
+* ``spo_terminate``, ``ppo_spo_terminate``: genpol's side of ``spo`` and ``ppo_spo`` with
+  ``learner.bootstrap_truncation=false`` (the authors' code ends a return at a time limit as at a
+  termination; genpol bootstraps it), against the same reference runs;
 * ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings);
 * ``sac``  CleanRL's ``sac_continuous_action.py`` (its defaults: 256-256 ReLU actor and twin critics,
   batch 256, actor lr 3e-4, critic and temperature lr 1e-3, 60k steps, two actor steps every second env step,
@@ -93,6 +96,10 @@ def pair_settings(name: str) -> dict[str, Any]:
         spo = pair_settings("spo")
         return {**spo, "reference": "SPO mujoco/main.py, algo ppo",
                 "genpol": [override.replace("learner=spo", "learner=ppo") for override in spo["genpol"]]}
+    if name in ("ppo_spo_terminate", "spo_terminate"):
+        base = pair_settings(name.removesuffix("_terminate"))
+        return {**base, "genpol": [*base["genpol"], "learner.bootstrap_truncation=false"],
+                "reference_runs_of": name.removesuffix("_terminate")}
     if name == "trpo":
         return {"env": "Hopper-v5", "steps": 98 * 2048, "rollout": 2048, "reference": "sb3-contrib TRPO",
                 "genpol": ["policy=gaussian", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
@@ -109,7 +116,7 @@ def pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 50_000, "rollout": 1000, "reference": "ikostrikov/rlpd SACLearner",
                 "genpol": ["+experiment=rlpd", "learner.utd=2", "learner.batch_size=128", "learner.learning_starts=5000",
                            "learner.num_qs=10", "learner.critic_hidden_sizes=[256,256]"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, trpo, sac or rlpd")
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac or rlpd")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -238,10 +245,12 @@ def median_difference_ci(ours: Sequence[float], theirs: Sequence[float], confide
     return float(low), float(high)
 
 
-def summarize(name: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+def summarize(name: str, runs: dict[str, dict[str, Any]], reference_name: str | None = None) -> dict[str, Any] | None:
+    """The pair's verdict; ``reference_name``: the pair whose reference runs it shares (default its own)."""
     from genpol.report import bootstrap_median_ci
 
-    sides = {side: [row for key, row in sorted(runs.items()) if key.startswith(f"{name}/{side}/")]
+    owner = {"reference": reference_name or name, "genpol": name}
+    sides = {side: [row for key, row in sorted(runs.items()) if key.startswith(f"{owner[side]}/{side}/")]
              for side in ("reference", "genpol")}
     if min(len(rows) for rows in sides.values()) < 2:
         return None
@@ -274,6 +283,27 @@ def spo_claim(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def markdown(payload: dict[str, Any]) -> str:
+    """The learning-level table of ``docs/fidelity.md`` from the results: one row per pair with a summary."""
+    lines = ["| pair (task, budget) | authors' side: median (95 % CI), seeds | genpol: median (95 % CI), seeds "
+             "| difference of medians, 95 % CI | parity | ms per env step, authors' / genpol (ratio) |",
+             "|---|---|---|---|---|---|"]
+    for name, pair in payload.get("pairs", {}).items():
+        summary = pair.get("summary")
+        if not summary:
+            continue
+        ref, ours = summary["reference"], summary["genpol"]
+        interval = lambda ci: f"{ci[0]:.0f}-{ci[1]:.0f}"  # noqa: E731
+        lines.append(f"| {name}: {pair['reference']} vs genpol ({pair['env']}, {pair['steps']} steps) "
+                     f"| {ref['median']:.0f} ({interval(ref['ci95'])}), {ref['seeds']} "
+                     f"| {ours['median']:.0f} ({interval(ours['ci95'])}), {ours['seeds']} "
+                     f"| {summary['difference_of_medians']:+.0f} ({summary['difference_ci95'][0]:+.0f} to "
+                     f"{summary['difference_ci95'][1]:+.0f}) | {'holds' if summary['parity'] else '**not shown**'} "
+                     f"| {ref['ms_per_env_step_median']:.3f} / {ours['ms_per_env_step_median']:.3f} "
+                     f"({summary['time_ratio_genpol_to_reference']:.2f}) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo", "sac"])
@@ -290,14 +320,18 @@ def main() -> None:
     parser.add_argument("--dataset", default=str(ROOT / "data" / "hopper_medium-v5.hdf5"),
                         help="the rlpd pair's offline data (bench/make_hopper_medium.sh makes it)")
     parser.add_argument("--quiet", action="store_true", help="hide the reference scripts' stderr")
+    parser.add_argument("--table", action="store_true", help="print the results as docs/fidelity.md's table and stop")
     parser.add_argument("--steps", type=int, default=None,
                         help="a trial: this budget for every pair, results to learning_parity_trial.json")
     args = parser.parse_args()
     global RESULTS_NAME, RUN_ROOT
+    if args.table:
+        print(markdown(read_results(RESULTS_NAME)))
+        return
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
-                 "rlpd": args.ref_rlpd}
+                 "rlpd": args.ref_rlpd, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
     if "rlpd" in args.pairs and not Path(args.dataset).exists():
         raise SystemExit(f"the rlpd pair needs --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
     for name in args.pairs:
@@ -309,6 +343,8 @@ def main() -> None:
             commit = subprocess.run(["git", "-C", snapshots[name], "rev-parse", "HEAD"], capture_output=True,
                                     text=True, check=True).stdout.strip()
         for seed, side in itertools.product(args.seeds, ("reference", "genpol")):
+            if side == "reference" and "reference_runs_of" in settings:
+                continue  # shared with another pair: run there
             key = f"{name}/{side}/{seed}"
             if key in read_results(RESULTS_NAME).get("runs", {}):
                 continue
@@ -330,8 +366,9 @@ def main() -> None:
                 payload.setdefault("runs", {})[key] = row
                 pair = payload.setdefault("pairs", {}).setdefault(name, {})
                 pair.update(env=settings["env"], steps=settings["steps"], reference=settings["reference"],
-                            reference_commit=commit, genpol_overrides=settings["genpol"])
-                summary = summarize(name, payload["runs"])
+                            reference_commit=commit, genpol_overrides=settings["genpol"],
+                            reference_runs_of=settings.get("reference_runs_of", name))
+                summary = summarize(name, payload["runs"], settings.get("reference_runs_of"))
                 if summary:
                     pair["summary"] = summary
                 claim = spo_claim(payload["runs"])

@@ -46,6 +46,30 @@ def test_storage_bootstraps_truncation_from_the_final_observation_value():
                     torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
 
 
+def test_without_truncation_bootstrap_a_time_limit_ends_the_return_as_a_termination():
+    """``learner.bootstrap_truncation=false`` (CleanRL's and SPO's code): env 0's truncated step t = 1 gets
+    d1 = 2 - .6 = 1.4 instead of 5.9, so A1 = 1.4 and A0 = 1.04 + .72 * 1.4 = 2.048; env 1 is unchanged."""
+    storage = RolloutStorage(3, 2, obs_dim=1)
+    terminated = [[False, True], [False, False], [False, False]]
+    truncated = [[False, False], [True, False], [False, False]]
+    for t in range(3):
+        storage.add(torch.zeros(2, 1), {"x": torch.zeros(2, 1)}, torch.tensor(VALUES[t]), torch.tensor(REWARDS[t]),
+                    torch.tensor(terminated[t]), torch.tensor(truncated[t]),
+                    truncation_value=torch.tensor([5.0, -7.0]) if any(truncated[t]) else None)
+    storage.compute_advantages(torch.tensor(LAST_VALUE), gamma=0.9, gae_lambda=0.8, bootstrap_truncation=False)
+    expected = [[2.048, 0.9], [1.4, 1.8332], [3.02, 1.06]]
+    assert torch.allclose(storage.advantages, torch.tensor(expected), atol=1e-5)
+
+
+def test_bootstrap_truncation_false_needs_per_rollout_estimation():
+    from genpol.config import ConfigError
+    from genpol.config.onpolicy import PPOConfig, TRPOConfig
+
+    TRPOConfig(bootstrap_truncation=False)  # TRPO estimates per rollout
+    with pytest.raises(ConfigError, match="learner.bootstrap_truncation"):
+        PPOConfig(bootstrap_truncation=False, advantage_estimation="minibatch", rollout_steps=60, minibatch_size=60)
+
+
 def test_gae_lambda_one_is_the_discounted_return_minus_value():
     torch.manual_seed(0)
     rewards, values = torch.randn(6, 1), torch.randn(6, 1)

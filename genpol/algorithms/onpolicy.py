@@ -53,6 +53,8 @@ class OnPolicyAlgorithm(Algorithm):
         rollout_steps, num_envs, obs_dim: the rollout's shape.
         gamma, gae_lambda: advantage estimation.
         reward_scale: rewards are multiplied by it before GAE (FPO's and GoRL's code: 10).
+        bootstrap_truncation: bootstrap a time-limit truncation from V(final observation) (true), or end
+            the return there as at a termination (CleanRL's and SPO's code).
         seed: seed of minibatch shuffling (the generator is ``seed + 1``).
         lr_schedule: ``"constant"``, ``"linear"`` (decay to 0 over training) or ``"adaptive"``
             (handled inside the updater).
@@ -65,12 +67,14 @@ class OnPolicyAlgorithm(Algorithm):
 
     def __init__(self, head: PolicyHead, critic: nn.Module, updater: Any, *, name: str, rollout_steps: int,
                  num_envs: int, obs_dim: int, gamma: float, gae_lambda: float, seed: int = 0,
-                 lr_schedule: str = "constant", compile_sampling: bool = False, reward_scale: float = 1.0):
+                 lr_schedule: str = "constant", compile_sampling: bool = False, reward_scale: float = 1.0,
+                 bootstrap_truncation: bool = True):
         self.name = name  # type: ignore[misc]  # per instance: "ppo", "spo", "aspo" or "trpo"
         super().__init__(head)
         self.critic = critic
         self.updater = updater
         self.gamma, self.gae_lambda, self.reward_scale = gamma, gae_lambda, reward_scale
+        self.bootstrap_truncation = bootstrap_truncation
         self.lr_schedule = lr_schedule
         self.device = next(critic.parameters()).device
         # refused here, before the rollout is allocated, naming the key that sizes it
@@ -120,14 +124,15 @@ class OnPolicyAlgorithm(Algorithm):
                 raise RuntimeError("process_env_step() without a preceding act()")
             pending, self._pending = self._pending, None
         record, value = pending
-        truncation_value = self.critic(info["final_obs"]) if truncated.any() else None
+        truncation_value = (self.critic(info["final_obs"]) if self.bootstrap_truncation and truncated.any()
+                            else None)
         self.storage.add(obs, record, value, reward, terminated, truncated, truncation_value)
 
     @torch.no_grad()
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """GAE over the filled rollout, bootstrapping from ``V(last_obs [N, D])``."""
         self.storage.compute_advantages(self.critic(last_obs), self.gamma, self.gae_lambda, self.reward_scale,
-                                        last_obs=last_obs)
+                                        last_obs=last_obs, bootstrap_truncation=self.bootstrap_truncation)
 
     def set_progress(self, fraction: float) -> None:
         if self.lr_schedule == "linear":

@@ -143,7 +143,7 @@ def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = N
         head, critic, updater, name=cfg.learner.name, rollout_steps=cfg.learner.rollout_steps,
         num_envs=env.num_envs, obs_dim=env.obs_dim, gamma=cfg.learner.gamma, gae_lambda=cfg.learner.gae_lambda,
         seed=cfg.seed, lr_schedule=cfg.learner.lr_schedule, compile_sampling=cfg.pipeline.compile_sampling,
-        reward_scale=cfg.learner.reward_scale,
+        reward_scale=cfg.learner.reward_scale, bootstrap_truncation=cfg.learner.bootstrap_truncation,
     )
 
 

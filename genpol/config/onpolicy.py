@@ -25,12 +25,19 @@ class RolloutConfig:
     reward_scale: float = 1.0
     """Rewards are multiplied by it before advantages are estimated (FPO's and GoRL's code: 10, with
     env.normalize_reward=false)."""
+    bootstrap_truncation: bool = True
+    """Where a time limit cut an episode, bootstrap the return from V(final observation) (genpol's default,
+    as stable-baselines3); false ends it there like a termination (CleanRL's and SPO's code: done =
+    terminated or truncated). Per-rollout estimation only (advantage_estimation=minibatch masks truncations)."""
 
     def __post_init__(self) -> None:
         require(self.rollout_steps >= 1, "learner.rollout_steps", ">= 1", self.rollout_steps)
         require(0.0 < self.gamma <= 1.0, "learner.gamma", "in (0, 1]", self.gamma)
         require(0.0 <= self.gae_lambda <= 1.0, "learner.gae_lambda", "in [0, 1]", self.gae_lambda)
         require(self.reward_scale > 0, "learner.reward_scale", "> 0", self.reward_scale)
+        if not self.bootstrap_truncation:
+            require(getattr(self, "advantage_estimation", "rollout") == "rollout", "learner.bootstrap_truncation",
+                    "true with advantage_estimation=minibatch (which masks truncations)", self.bootstrap_truncation)
 
 
 @dataclass

@@ -132,17 +132,19 @@ class RolloutStorage:
         self.truncation_values.zero_()
 
     def compute_advantages(self, last_value: torch.Tensor, gamma: float, gae_lambda: float, reward_scale: float = 1.0,
-                           last_obs: torch.Tensor | None = None) -> None:
+                           last_obs: torch.Tensor | None = None, bootstrap_truncation: bool = True) -> None:
         """Fill ``advantages`` and ``returns`` given ``last_value [N]`` = V(obs after the last step), on
         rewards times ``reward_scale``; keep ``last_obs [N, D]``, that observation, where given (the
-        sub-sequences of ``genpol.storage.sequences`` bootstrap from it)."""
+        sub-sequences of ``genpol.storage.sequences`` bootstrap from it). ``bootstrap_truncation`` false:
+        a truncated step ends its return as a terminal one does (no ``truncation_values``)."""
         if last_obs is not None:
             self.last_obs.copy_(last_obs)
         next_values = torch.cat([self.values[1:], last_value.unsqueeze(0)], dim=0)
         next_values = torch.where(self.truncated, self.truncation_values, next_values)
         rewards = self.rewards * reward_scale if reward_scale != 1.0 else self.rewards
+        no_bootstrap = self.terminated if bootstrap_truncation else self.terminated | self.truncated
         self.advantages, self.returns = generalized_advantage_estimate(
-            rewards, self.values, next_values, self.terminated, self.terminated | self.truncated,
+            rewards, self.values, next_values, no_bootstrap, self.terminated | self.truncated,
             gamma, gae_lambda,
         )
 
