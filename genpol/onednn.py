@@ -1,15 +1,24 @@
-"""oneDNN GEMMs for the CPU: where this torch build has them, and a drop-in ``nn.Linear`` that uses them.
+"""oneDNN GEMMs for the CPU: where this torch build has them, where they are the faster choice, and a
+drop-in ``nn.Linear`` that uses them.
 
-On this project's CPUs (AMD, AVX-512) MKL's GEMM takes its generic AVX2 path (~107 GFLOP/s a core) while
-oneDNN's reaches ~190-225 GFLOP/s on the same 256 x 256 products (``bench/sac_throughput.py``). torch's
-eager ``nn.Linear`` calls MKL; inductor calls oneDNN only for frozen (constant) weights, never for weights
-being trained. ``QEnsemble(impl="onednn")`` routes the critics' hidden layers through oneDNN;
-``OneDNNLinear`` does the same for one plain layer (the SAC actor's 256 x 256).
+On AMD CPUs (AVX-512) MKL's GEMM takes its generic AVX2 path (~107 GFLOP/s a core) while oneDNN's
+reaches ~190-225 GFLOP/s on the same 256 x 256 products (``bench/sac_throughput.py``). On an Intel Xeon
+(AVX-512, 2026-12-02) the two are even (oneDNN / MKL time 0.89-1.15 on the critics' shapes), and
+genpol's SAC step at CleanRL's settings took 14.5 ms with MKL against 18.0 ms with oneDNN (compiled,
+one thread; eager 15.7 against 20.2): oneDNN's per-call set-up is the difference. So oneDNN is
+*preferred* (``ONEDNN_PREFERRED``) on non-Intel CPUs, and MKL on Intel's; ``GENPOL_GEMM=onednn`` or
+``mkl`` overrides the choice (read at import). The choice is fixed per machine: a run and its resume
+use the same kernels. torch's eager ``nn.Linear`` calls MKL; inductor calls oneDNN only for frozen
+(constant) weights, never for weights being trained. ``QEnsemble(impl="onednn")`` routes the critics'
+hidden layers through oneDNN; ``OneDNNLinear`` does the same for one plain layer (the SAC actor's
+256 x 256).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 from typing import Any, Iterator
 
 import torch
@@ -31,6 +40,32 @@ def _onednn_gemm_works() -> bool:
 
 
 ONEDNN_AVAILABLE = _onednn_gemm_works()
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``; /proc/cpuinfo's ``vendor_id``), or
+    ``platform.processor()`` where that file is missing."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _onednn_preferred(choice: str, vendor: str) -> bool:
+    """``GENPOL_GEMM``'s ``choice`` (``auto``, ``onednn`` or ``mkl``) on a CPU of ``vendor``: oneDNN where
+    it works and is asked for, or, under ``auto``, on every CPU but Intel's (the module docstring)."""
+    if choice not in ("auto", "onednn", "mkl"):
+        raise ValueError(f"GENPOL_GEMM={choice!r}: expected auto, onednn or mkl")
+    if not ONEDNN_AVAILABLE or choice == "mkl":
+        return False
+    return choice == "onednn" or vendor != "GenuineIntel"
+
+
+ONEDNN_PREFERRED = _onednn_preferred(os.environ.get("GENPOL_GEMM", "auto"), cpu_vendor())
 
 
 def is_functorch_wrapped(tensor: torch.Tensor) -> bool:
@@ -121,14 +156,14 @@ class _OneDNNLinearFunction(torch.autograd.Function):
 
 class OneDNNLinear(nn.Linear):
     """``nn.Linear`` (same parameters, state_dict and init) whose GEMMs run in oneDNN where that is faster:
-    CPU float32 on one torch thread (decided at construction, as ``QEnsemble``'s ``default_impl``: on two
-    threads MKL's GEMM parallelizes better) for layers at least ``MIN_WIDTH`` wide on both sides, on
-    batches of at least ``MIN_ROWS`` rows.
+    CPU float32 on one torch thread where oneDNN is preferred (``ONEDNN_PREFERRED``; decided at
+    construction, as ``QEnsemble``'s ``default_impl``: on two threads MKL's GEMM parallelizes better) for
+    layers at least ``MIN_WIDTH`` wide on both sides, on batches of at least ``MIN_ROWS`` rows.
     Elsewhere, on another device or dtype, it is exactly ``F.linear``. Any leading batch shape works."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs: Any):
         super().__init__(in_features, out_features, bias, **kwargs)
-        self.use_onednn = (ONEDNN_AVAILABLE and torch.get_num_threads() == 1
+        self.use_onednn = (ONEDNN_PREFERRED and torch.get_num_threads() == 1
                            and min(in_features, out_features) >= MIN_WIDTH)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:

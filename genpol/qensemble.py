@@ -16,7 +16,8 @@ checkpoints do not depend on which one runs, and ``impl`` can be switched on a l
 ``bench/ensemble.py`` measures ``batched`` against ``func`` (``bench/results/ensemble.json``) and
 ``bench/sac_throughput.py`` ``onednn`` against ``batched`` (``bench/results/sac_throughput.json``);
 an ensemble built without ``impl`` takes the winner for the torch thread count it is built at
-(``default_impl``): ``"onednn"`` on one thread where this build has it, else ``"batched"``.
+(``default_impl``): ``"onednn"`` on one thread where oneDNN is preferred (``genpol.onednn``: not on Intel
+CPUs, whose MKL is as fast), else ``"batched"``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from genpol.nets import ACTIVATIONS, activation_class
-from genpol.onednn import ONEDNN_AVAILABLE
+from genpol.onednn import ONEDNN_AVAILABLE, ONEDNN_PREFERRED
 
 IMPLEMENTATIONS = ("batched", "func", "onednn")
 
@@ -44,7 +45,8 @@ IMPLEMENTATIONS = ("batched", "func", "onednn")
 # genpol's twin-critic SAC update 7.1 ms against 8.9. A second thread speeds the bare baddbmm SAC step
 # up 1.7x and the oneDNN one 1.3x (MKL's batched GEMM hands each thread whole heads, oneDNN splits each
 # 256 x 256 GEMM): on two threads the two are even, "batched" 2-3% ahead in an interleaved A/B.
-DEFAULT_IMPL = "onednn" if ONEDNN_AVAILABLE else "batched"  # the one-thread winner
+# On an Intel Xeon MKL is not crippled and "batched" wins on one thread too (genpol.onednn's docstring).
+DEFAULT_IMPL = "onednn" if ONEDNN_PREFERRED else "batched"  # the one-thread winner
 
 
 def default_impl() -> str:

@@ -26,6 +26,16 @@ def needs(module: str, reason: str | None = None) -> pytest.MarkDecorator:
 
 
 @pytest.fixture
+def onednn_preferred(monkeypatch):
+    """Layers built in the test take oneDNN's path where this build has it, whatever the CPU's vendor
+    (``genpol.onednn.ONEDNN_PREFERRED`` is false on Intel CPUs, where MKL is as fast): for the tests of
+    that path."""
+    from genpol import onednn
+
+    monkeypatch.setattr(onednn, "ONEDNN_PREFERRED", onednn.ONEDNN_AVAILABLE)
+
+
+@pytest.fixture
 def examples_on_path(monkeypatch):
     """The docs' example modules (the tutorial head and learner) importable here and in subprocesses."""
     monkeypatch.syspath_prepend(str(EXAMPLES))

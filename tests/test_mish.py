@@ -147,7 +147,7 @@ def test_mish_runs_under_torch_func_as_the_func_q_ensemble_uses_it():
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
 
 
-def test_networks_with_onednn_layers_run_under_vmap_and_jacrev(one_thread):
+def test_networks_with_onednn_layers_run_under_vmap_and_jacrev(one_thread, onednn_preferred):
     """OneDNNLinear's autograd.Function has no vmap rule: under torch.func its layers run F.linear."""
     torch.manual_seed(0)
     net = MLP(256, (256, 256), 4, activation="mish")

@@ -7,7 +7,8 @@ from torch import nn
 from genpol import onednn
 from genpol.onednn import ONEDNN_AVAILABLE, OneDNNLinear
 
-pytestmark = pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN GEMM")
+pytestmark = [pytest.mark.skipif(not ONEDNN_AVAILABLE, reason="this torch build has no oneDNN GEMM"),
+              pytest.mark.usefixtures("onednn_preferred")]
 
 
 def twin_layers(in_features: int = 256, out_features: int = 256) -> tuple[OneDNNLinear, nn.Linear]:
@@ -105,3 +106,15 @@ def test_the_compiled_on_policy_step_trains_onednn_layers_as_eager_adam_does(one
         assert float(compiled["loss"]) == pytest.approx(float(eager_loss), rel=1e-5)
     for ours, theirs in zip(net.parameters(), twin.parameters()):
         torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5)
+
+
+def test_onednn_is_preferred_on_every_cpu_but_intels_unless_asked():
+    """``GENPOL_GEMM``: ``auto`` keeps MKL on Intel CPUs (as fast as oneDNN there) and prefers oneDNN
+    elsewhere; ``onednn`` and ``mkl`` force the choice; anything else is refused, naming the variable."""
+    assert not onednn._onednn_preferred("auto", "GenuineIntel")
+    assert onednn._onednn_preferred("auto", "AuthenticAMD")
+    assert onednn._onednn_preferred("onednn", "GenuineIntel")
+    assert not onednn._onednn_preferred("mkl", "AuthenticAMD")
+    with pytest.raises(ValueError, match="GENPOL_GEMM='fast'"):
+        onednn._onednn_preferred("fast", "AuthenticAMD")
+    assert onednn.cpu_vendor()  # a non-empty vendor string on this machine

@@ -160,7 +160,7 @@ def wide_diffusion_twins():
 
 
 @pytest.mark.parametrize("heads", ["gaussian", "diffusion"])
-def test_compiled_minibatch_step_matches_the_eager_one(heads):
+def test_compiled_minibatch_step_matches_the_eager_one(heads, onednn_preferred):
     """learner.compile=true: same diagnostics and parameters as eager Adam, also across a learning-rate
     change (the rate is a tensor input, so it must not be baked into the compiled graph). For a Gaussian
     head, and for a DPPO head with oneDNN layers and genpol's Mish inside the compiled graph."""
