@@ -134,3 +134,14 @@ def test_minibatch_estimation_trains_through_the_api(tmp_path):
     assert summary["env_steps"] == 512
     progress = (tmp_path / "run" / "progress.jsonl").read_text().splitlines()
     assert len(progress) == 2 and "nan" not in progress[-1].lower()
+
+
+def test_bootstrap_truncation_false_trains_through_the_api(tmp_path):
+    """Pendulum's time limit (200 steps) truncates every episode: the flag reaches the rollout's GAE."""
+    from genpol.api import train
+
+    summary = train(env="pendulum", learner="ppo", total_steps=512, seed=0, run_dir=tmp_path / "run",
+                    overrides=["env.num_envs=4", "learner.rollout_steps=64", "learner.minibatch_size=64",
+                               "learner.epochs=1", "learner.bootstrap_truncation=false", "pipeline.video=false",
+                               "logger.progress_bar=false", "pipeline.eval_episodes=1"])
+    assert summary["env_steps"] == 512
