@@ -3,8 +3,11 @@ SAC as the base of the off-policy learners) resume and evaluate with today's cod
 
 ``tests/data/saved_before_layers/<learner>/`` holds each run as that code left it after the
 checkpoint at step 512 of 768 (``overrides.yaml``: its command line), and the policy weights of the
-same run's uninterrupted final checkpoint. Resumed here, each run must end with exactly those
-weights: the refactor moved code, not numbers. Consistency-AC's and EXPO's checkpoints name their
+same run's uninterrupted final checkpoint. Resumed here, each run must end with those weights: the
+refactor moved code, not numbers. Bit for bit only on a CPU whose kernels round as the saving machine's
+(an Intel one); on an AMD EPYC the same code ends 1e-9 to 6e-8 away (GEMMs take other vector paths), so
+the check is relative to how far the weights moved after the checkpoint: a resume that lost the
+optimizer state or the random stream ends a sizeable fraction of that distance away. Consistency-AC's and EXPO's checkpoints name their
 acting heads by the old families (``softmax_q``, ``expo``), which the heads registry still resolves.
 """
 
@@ -20,7 +23,9 @@ import yaml
 from genpol.configure import validate
 from genpol.errors import ConfigError
 
-from conftest import REPO, assert_trees_equal, final_checkpoint
+from genpol.checkpoint import list_checkpoints, load_policy_files
+
+from conftest import REPO, final_checkpoint
 from warm_start import warm_run
 
 SAVED = REPO / "tests" / "data" / "saved_before_layers"
@@ -60,7 +65,30 @@ def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates
     name, spec, weights, _ = final_checkpoint(run_dir)
     assert name == "step_000000000768"
     expected = torch.load(SAVED / learner / "final_policy_weights.pt", weights_only=True)
-    assert_trees_equal(weights, expected, f"{learner} policy")
+    checkpoint = load_policy_files(list_checkpoints(SAVED / learner / "checkpoints")[-1])[1]
+    assert_resumed_to(weights, expected, checkpoint, learner)
     from genpol.api import evaluate
 
     assert evaluate(run_dir, episodes=1)["episodes"] == 1
+
+
+def _flat(tree) -> torch.Tensor:
+    """Every floating-point tensor of a nested dict of weights, in key order, as one float64 vector."""
+    if isinstance(tree, dict):
+        return torch.cat([_flat(tree[key]) for key in sorted(tree)] or [torch.zeros(0, dtype=torch.float64)])
+    if torch.is_tensor(tree) and tree.is_floating_point():
+        return tree.detach().flatten().double()
+    return torch.zeros(0, dtype=torch.float64)
+
+
+def assert_resumed_to(weights, expected, checkpoint, learner, tolerance=1e-4):
+    """``weights`` (the resumed run's end) equal ``expected`` (the uninterrupted run's end) in structure and,
+    in value, within ``tolerance`` of the distance ``expected`` lies from ``checkpoint`` (where the resume
+    began). Measured on an AMD EPYC: 7e-10 (PPO) to 6e-7 (SAC) of it."""
+    assert sorted(weights) == sorted(expected), learner
+    resumed, final, start = _flat(weights), _flat(expected), _flat(checkpoint)
+    assert resumed.shape == final.shape == start.shape, learner
+    travelled = (final - start).norm()
+    assert travelled > 0, f"{learner}: the saved run did not move after its checkpoint"
+    off = (resumed - final).norm()
+    assert off <= tolerance * travelled, f"{learner}: {off:.3g} from the saved end, {off / travelled:.3g} of the {travelled:.3g} it moved"
