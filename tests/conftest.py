@@ -170,17 +170,30 @@ LONGEST_FIRST = ("test_launchers.py", "test_distributed.py", "test_packaging.py"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Longest files first; and the tests that share a module-scoped fixture (a trained run, a sweep, a
-    wheel) in one xdist group, so that the fixture is made once, not once per worker."""
+    """Longest files first; the tests that share a module-scoped fixture (a trained run, a sweep, a
+    wheel) in one xdist group, so that the fixture is made once, not once per worker; and every test
+    that builds a Playground env in one group of its own (``_builds_playground_envs``)."""
     for item in items:
-        for name in item.fixturenames:
-            definitions = item._fixtureinfo.name2fixturedefs.get(name)
-            if definitions and definitions[-1].scope == "module":
-                item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}.{name}"))
+        if _builds_playground_envs(item):  # test_playground.py's module fixture is then on that one worker too
+            item.add_marker(pytest.mark.xdist_group("playground"))
+        else:
+            for name in item.fixturenames:
+                definitions = item._fixtureinfo.name2fixturedefs.get(name)
+                if definitions and definitions[-1].scope == "module":
+                    item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}.{name}"))
         if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
             _add_group_to_node_id(item)
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def _builds_playground_envs(item) -> bool:
+    """The tests of ``test_playground.py`` and every case whose id names Playground (``test_envs.py``'s
+    backends, the smoke test's ``env-playground``). Run one after another on one worker, only the first
+    of them compiles CartpoleBalance's jitted reset and step: JAX's persistent compilation cache
+    (``envs/playground_backend.py``) serves the rest, and Playground is imported once. Spread over both
+    workers, each compiled its own (51.7 s of the cold suite's 2026-12-04 run against 20 s warm)."""
+    return item.path.name == "test_playground.py" or "playground" in item.nodeid.partition("::")[2]
 
 
 def _add_group_to_node_id(item) -> None:

@@ -147,7 +147,9 @@ def test_weight_decay_is_decoupled_as_adamw():
 
 
 def test_compiled_step_applies_weight_decay_and_clip_epsilon_as_the_eager_one():
-    """learner.compile=true: the hand-written Adam decays and clips as the eager optimizer does."""
+    """learner.compile=true: the hand-written Adam decays, clips the gradients as one vector
+    (learner.grad_clip=joint, which test_ppo_loss.py checks eagerly against torch's clip_grad_norm_) with
+    the clip's epsilon (learner.grad_clip_eps) as the eager updater does."""
     torch.manual_seed(0)
     head, critic = GaussianHead(5, 2, hidden_sizes=(16,)), ValueNetwork(5, (16,))
     storage = RolloutStorage(32, 2, 5)
@@ -164,6 +166,10 @@ def test_compiled_step_applies_weight_decay_and_clip_epsilon_as_the_eager_one():
                   joint_clip=True)
     eager = MinibatchUpdater(head, critic, PPOClipLoss(), **kwargs)
     compiled = MinibatchUpdater(*twins, PPOClipLoss(), compile=True, **kwargs)
+    batch = next(storage.minibatches(64, torch.Generator().manual_seed(0)))  # the one minibatch
+    total, _ = eager.minibatch_loss(batch.obs, batch.record, batch.advantages, batch.returns, batch.values)
+    gradients = torch.autograd.grad(total, eager.actor_params + eager.critic_params)
+    assert torch.linalg.vector_norm(torch.stack([g.norm() for g in gradients])) > 10 * 0.05  # the clip binds
     eager.update(storage, torch.Generator().manual_seed(0))
     compiled.update(storage, torch.Generator().manual_seed(0))
     for ours, theirs in zip([*head.parameters(), *critic.parameters()], [*twins[0].parameters(), *twins[1].parameters()]):
