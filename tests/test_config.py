@@ -43,6 +43,24 @@ def test_default_config_composes_and_validates():
 EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "configs" / "experiment").glob("*.yaml"))
 
 
+def test_each_schema_is_stored_once_and_again_when_its_entry_was_replaced():
+    """compose_config registers the schemas every time: an unchanged one is not rebuilt (70 ms a
+    compose), and one whose ConfigStore entry someone else replaced is stored again."""
+    from hydra.core.config_store import ConfigStore
+
+    from genpol.configure import _store_entry, register_configs
+
+    register_configs()
+    entry = _store_entry("learner", "schema_ppo")
+    register_configs()
+    assert _store_entry("learner", "schema_ppo") is entry
+    ConfigStore.instance().store(group="learner", name="schema_ppo", node={"not_ppo": 1})
+    register_configs()
+    restored = _store_entry("learner", "schema_ppo")
+    assert restored is not entry and "rollout_steps" in restored.node and "not_ppo" not in restored.node
+    assert validate(compose_config(["learner=ppo", "learner.rollout_steps=64"])).learner.rollout_steps == 64
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_bundle_composes_and_validates(experiment):
     """The README and bench scripts point users at these bundles: each must compose into a valid config."""
