@@ -40,8 +40,10 @@ round: 2-thread segments run only where 2 threads beat 1 (``--two-threads on`` f
 segment stops after ``SEGMENT_SECONDS``. The load average is recorded before and after.
 
     python bench/sac_throughput.py [--rounds 7] [--steps 100] [--rlpd-steps 4] [--two-threads auto|on|off]
+                                   [--out sac_throughput.json]
 
-Writes ``bench/results/sac_throughput.json`` and prints a Markdown table.
+Writes ``bench/results/sac_throughput.json`` (``--out``: another name, one per CPU model; the file
+records the model, ``common.cpu_model``) and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ import torch.nn.functional as F
 
 from genpol.qensemble import ONEDNN_AVAILABLE, QEnsemble, _HeadwiseOneDNNLinear, _HeadwiseOutput, default_impl
 
-from common import date_stamp, load_average, machine, write_results
+from common import cpu_model, date_stamp, load_average, machine, write_results
 
 ENV_ID = "HalfCheetah-v5"
 OBS_DIM, ACT_DIM, BATCH, HIDDEN, LR = 17, 6, 256, 256, 3e-4
@@ -482,6 +484,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="leave out the learner.compile=true rows")
     parser.add_argument("--two-threads", choices=("auto", "on", "off"), default="auto",
                         help="2-thread rows: auto leaves them out when a probe finds the second core busy")
+    parser.add_argument("--out", default="sac_throughput.json",
+                        help="results file under bench/results (one per CPU model keeps each CPU's figures)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("genpol").setLevel(logging.WARNING)
@@ -624,7 +628,7 @@ def main() -> None:
     out = {
         "benchmark": "sac_throughput", "env": ENV_ID, "date": date_stamp(),
         "torch": host["torch"], "threads": [1, 2], "onednn_available": ONEDNN_AVAILABLE,
-        "machine": f"{host['arch']}, {host['cores']} cores",
+        "machine": f"{host['arch']}, {host['cores']} cores", "cpu": host["cpu"], "cpu_model": cpu_model(),
         "settings": {"rounds": args.rounds, "sac_segment_env_steps": args.steps, "rlpd_segment_env_steps": args.rlpd_steps,
                      "learning_starts": LEARNING_STARTS, "batch": BATCH, "hidden": [HIDDEN, HIDDEN]},
         "load_average": {"before": load_before, "after_build": load_after_build, "after": load_after},
@@ -640,7 +644,7 @@ def main() -> None:
                      "runner_up": runner_up},
         "rows": rows, "total_s": time.perf_counter() - started,
     }
-    path = write_results("sac_throughput.json", out, indent=1)
+    path = write_results(args.out, out, indent=1)
 
     print("\n| row | ms / gradient step | gradient steps/s | env-steps/s | x SB3 (1 thread) | CPU/wall | rounds |")
     print("|---|---|---|---|---|---|---|")
