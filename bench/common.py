@@ -46,22 +46,11 @@ def cpu_name() -> str:
 
 def cpu_model() -> dict[str, Any]:
     """The CPU as /proc/cpuinfo identifies it beyond its marketing name, which is often only ``"AMD
-    EPYC"``: ``vendor``, ``family`` and ``model`` (AMD family 25 model 17 is Zen 4, for one) and ``isa``,
-    the widest vector extension it lists (``avx512f``, ``avx2`` or ``other``). Per-CPU figures (GEMM
-    libraries' relative speed) follow these, not the name. Empty where the file is missing."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return {}
-    fields: dict[str, str] = {}
-    for line in cpuinfo.read_text().splitlines():
-        key, _, value = line.partition(":")
-        if not key.strip():
-            break  # the first processor's block is enough
-        fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    isa = next((name for name in ("avx512f", "avx2") if name in flags), "other")
-    return {"vendor": fields.get("vendor_id"), "family": fields.get("cpu family"), "model": fields.get("model"),
-            "isa": isa}
+    EPYC"`` (``genpol.onednn.cpu_identity``: vendor, family, model, widest vector extension; AMD family
+    25 model 17 is Zen 4). Per-CPU figures (the GEMM libraries' relative speed) follow these, not the name."""
+    from genpol.onednn import cpu_identity  # here, not at the top: it imports torch (module docstring)
+
+    return cpu_identity()
 
 
 def machine() -> dict[str, Any]:

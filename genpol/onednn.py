@@ -1,17 +1,28 @@
 """oneDNN GEMMs for the CPU: where this torch build has them, where they are the faster choice, and a
 drop-in ``nn.Linear`` that uses them.
 
-On AMD CPUs (AVX-512) MKL's GEMM takes its generic AVX2 path (~107 GFLOP/s a core) while oneDNN's
-reaches ~190-225 GFLOP/s on the same 256 x 256 products (``bench/sac_throughput.py``). On an Intel Xeon
-(AVX-512, 2026-12-02) the two are even (oneDNN / MKL time 0.89-1.15 on the critics' shapes), and
-genpol's SAC step at CleanRL's settings took 14.5 ms with MKL against 18.0 ms with oneDNN (compiled,
-one thread; eager 15.7 against 20.2): oneDNN's per-call set-up is the difference. So oneDNN is
-*preferred* (``ONEDNN_PREFERRED``) on non-Intel CPUs, and MKL on Intel's; ``GENPOL_GEMM=onednn`` or
-``mkl`` overrides the choice (read at import). The choice is fixed per machine: a run and its resume
-use the same kernels. torch's eager ``nn.Linear`` calls MKL; inductor calls oneDNN only for frozen
-(constant) weights, never for weights being trained. ``QEnsemble(impl="onednn")`` routes the critics'
-hidden layers through oneDNN; ``OneDNNLinear`` does the same for one plain layer (the SAC actor's
-256 x 256).
+Which library is faster depends on the CPU's vector unit, measured one thread, fp32, torch 2.13:
+
+* an AMD CPU whose AVX-512 unit is full width (the 2026-11-30 machine): MKL's GEMM takes its generic
+  AVX2 path (~107 GFLOP/s a core) while oneDNN's reaches ~190-225 GFLOP/s on the same 256 x 256
+  products (``bench/sac_throughput.py``). That is twice the 256-bit peak, which only a full-width
+  512-bit unit gives: Zen 5, CPU family 26 (the family was not recorded then; the rate places it);
+* an AMD EPYC Zen 4 (family 25 model 17, 2026-12-04), which runs each 512-bit operation as two 256-bit
+  halves: MKL 100-101 GFLOP/s, oneDNN 105-112 on 256-2560 x 256 -> 256, but 1.29x and 2.56x MKL's
+  time on the input (23 -> 256) and output (256 -> 1) layers, where its per-call set-up dominates.
+  genpol's SAC step with the critics in oneDNN ran 12.42 ms per env step against 11.44 in MKL;
+* an Intel Xeon (AVX-512, 2026-12-02): even (oneDNN / MKL time 0.89-1.15 on the critics' shapes),
+  and genpol's SAC step at CleanRL's settings took 14.5 ms with MKL against 18.0 ms with oneDNN
+  (compiled, one thread; eager 15.7 against 20.2).
+
+So oneDNN is *preferred* (``ONEDNN_PREFERRED``) only where it was measured faster, AMD from family 26
+(``ONEDNN_FASTER_FROM_FAMILY``), and torch's default (MKL on x86) everywhere else; ``GENPOL_GEMM=onednn``
+or ``mkl`` overrides the choice (read at import). The choice is fixed per machine: a run and its resume
+use the same kernels (a run started on a Zen 4 before this rule, which preferred oneDNN on every
+non-Intel CPU, resumes bit for bit with ``GENPOL_GEMM=onednn``). torch's eager ``nn.Linear`` calls MKL;
+inductor calls oneDNN only for frozen (constant) weights, never for weights being trained.
+``QEnsemble(impl="onednn")`` routes the critics' hidden layers through oneDNN; ``OneDNNLinear`` does
+the same for one plain layer (the SAC actor's 256 x 256).
 """
 
 from __future__ import annotations
@@ -42,30 +53,51 @@ def _onednn_gemm_works() -> bool:
 ONEDNN_AVAILABLE = _onednn_gemm_works()
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``; /proc/cpuinfo's ``vendor_id``), or
-    ``platform.processor()`` where that file is missing."""
+def cpu_identity(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The first processor's ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``family`` and ``model``
+    (ints: AMD family 25 is Zen 3 and Zen 4, 26 Zen 5) and ``isa``, the widest vector extension it lists
+    (``avx512f``, ``avx2`` or ``other``), from /proc/cpuinfo. Where that file is missing: the vendor is
+    ``platform.processor()``, family and model None, isa ``other``."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as cpuinfo:
+        with open(cpuinfo_path) as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                if not key.strip():
+                    break  # the first processor's block is enough
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor()
+    flags = set(fields.get("flags", "").split())
+
+    def number(key: str) -> int | None:
+        return int(fields[key]) if fields.get(key, "").isdigit() else None
+
+    return {"vendor": fields.get("vendor_id", platform.processor()), "family": number("cpu family"),
+            "model": number("model"), "isa": next((isa for isa in ("avx512f", "avx2") if isa in flags), "other")}
 
 
-def _onednn_preferred(choice: str, vendor: str) -> bool:
-    """``GENPOL_GEMM``'s ``choice`` (``auto``, ``onednn`` or ``mkl``) on a CPU of ``vendor``: oneDNN where
-    it works and is asked for, or, under ``auto``, on every CPU but Intel's (the module docstring)."""
+# vendor -> the first CPU family whose AVX-512 unit is full width, where oneDNN's GEMMs were measured
+# faster than MKL's (the module docstring)
+ONEDNN_FASTER_FROM_FAMILY = {"AuthenticAMD": 26}
+
+
+def _onednn_preferred(choice: str, cpu: dict[str, Any]) -> bool:
+    """``GENPOL_GEMM``'s ``choice`` (``auto``, ``onednn`` or ``mkl``) on ``cpu`` (``cpu_identity()``):
+    oneDNN where it works and is asked for, or, under ``auto``, on the CPUs where it was measured faster
+    (the module docstring)."""
     if choice not in ("auto", "onednn", "mkl"):
         raise ValueError(f"GENPOL_GEMM={choice!r}: expected auto, onednn or mkl")
     if not ONEDNN_AVAILABLE or choice == "mkl":
         return False
-    return choice == "onednn" or vendor != "GenuineIntel"
+    if choice == "onednn":
+        return True
+    first_family = ONEDNN_FASTER_FROM_FAMILY.get(cpu["vendor"])
+    return (first_family is not None and cpu["family"] is not None and cpu["family"] >= first_family
+            and cpu["isa"] == "avx512f")
 
 
-ONEDNN_PREFERRED = _onednn_preferred(os.environ.get("GENPOL_GEMM", "auto"), cpu_vendor())
+ONEDNN_PREFERRED = _onednn_preferred(os.environ.get("GENPOL_GEMM", "auto"), cpu_identity())
 
 
 def is_functorch_wrapped(tensor: torch.Tensor) -> bool:

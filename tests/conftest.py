@@ -27,9 +27,9 @@ def needs(module: str, reason: str | None = None) -> pytest.MarkDecorator:
 
 @pytest.fixture
 def onednn_preferred(monkeypatch):
-    """Layers built in the test take oneDNN's path where this build has it, whatever the CPU's vendor
-    (``genpol.onednn.ONEDNN_PREFERRED`` is false on Intel CPUs, where MKL is as fast): for the tests of
-    that path."""
+    """Layers built in the test take oneDNN's path where this build has it, whatever the CPU
+    (``genpol.onednn.ONEDNN_PREFERRED`` is true only on CPUs where oneDNN was measured faster): for the
+    tests of that path."""
     from genpol import onednn
 
     monkeypatch.setattr(onednn, "ONEDNN_PREFERRED", onednn.ONEDNN_AVAILABLE)

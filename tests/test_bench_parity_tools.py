@@ -80,18 +80,3 @@ def test_median_difference_interval_by_hand():
     assert learning_parity.median_difference_ci([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == (1.0, 3.0)
     assert learning_parity.median_difference_ci([-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == (-1.0, 1.0)
 
-
-def test_cpu_model_reads_the_first_processors_block(tmp_path, monkeypatch):
-    """Per-CPU figures are filed by vendor, family, model and widest vector extension, read from the
-    first block of /proc/cpuinfo (a later block, another socket's, is not mixed in)."""
-    import common
-
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
-                       "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n\n"
-                       "processor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: fpu\n")
-    real_path = common.Path
-    monkeypatch.setattr(common, "Path", lambda name: cpuinfo if name == "/proc/cpuinfo" else real_path(name))
-    assert common.cpu_model() == {"vendor": "AuthenticAMD", "family": "25", "model": "17", "isa": "avx512f"}
-    cpuinfo.write_text("vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\nflags\t\t: sse2 avx2\n")
-    assert common.cpu_model()["isa"] == "avx2"

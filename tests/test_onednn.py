@@ -108,13 +108,29 @@ def test_the_compiled_on_policy_step_trains_onednn_layers_as_eager_adam_does(one
         torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-5)
 
 
-def test_onednn_is_preferred_on_every_cpu_but_intels_unless_asked():
-    """``GENPOL_GEMM``: ``auto`` keeps MKL on Intel CPUs (as fast as oneDNN there) and prefers oneDNN
-    elsewhere; ``onednn`` and ``mkl`` force the choice; anything else is refused, naming the variable."""
-    assert not onednn._onednn_preferred("auto", "GenuineIntel")
-    assert onednn._onednn_preferred("auto", "AuthenticAMD")
-    assert onednn._onednn_preferred("onednn", "GenuineIntel")
-    assert not onednn._onednn_preferred("mkl", "AuthenticAMD")
+def test_onednn_is_preferred_where_it_was_measured_faster_unless_asked(tmp_path, monkeypatch):
+    """``GENPOL_GEMM``: ``auto`` prefers oneDNN only on AMD CPUs with a full-width AVX-512 unit (Zen 5,
+    family 26 on), keeps MKL on Zen 4 (family 25, AVX-512 in two halves: even GEMMs, oneDNN slower on
+    small layers), Intel and anything unrecognized; ``onednn`` and ``mkl`` force the choice; anything else
+    is refused, naming the variable. The CPU is read from the first block of /proc/cpuinfo."""
+    monkeypatch.setattr(onednn, "ONEDNN_AVAILABLE", True)  # the rule, whatever this build has
+    zen5 = {"vendor": "AuthenticAMD", "family": 26, "model": 2, "isa": "avx512f"}
+    zen4 = {"vendor": "AuthenticAMD", "family": 25, "model": 17, "isa": "avx512f"}
+    xeon = {"vendor": "GenuineIntel", "family": 6, "model": 143, "isa": "avx512f"}
+    unknown = {"vendor": "", "family": None, "model": None, "isa": "other"}
+    assert onednn._onednn_preferred("auto", zen5)
+    assert not onednn._onednn_preferred("auto", zen4)
+    assert not onednn._onednn_preferred("auto", {**zen5, "isa": "avx2"})
+    assert not onednn._onednn_preferred("auto", xeon) and not onednn._onednn_preferred("auto", unknown)
+    assert onednn._onednn_preferred("onednn", xeon)
+    assert not onednn._onednn_preferred("mkl", zen5)
     with pytest.raises(ValueError, match="GENPOL_GEMM='fast'"):
-        onednn._onednn_preferred("fast", "AuthenticAMD")
-    assert onednn.cpu_vendor()  # a non-empty vendor string on this machine
+        onednn._onednn_preferred("fast", zen5)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n\n"
+                       "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nflags\t\t: fpu\n")
+    assert onednn.cpu_identity(str(cpuinfo)) == zen4
+    cpuinfo.write_text("vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\nflags\t\t: sse2 avx2\n")
+    assert onednn.cpu_identity(str(cpuinfo))["isa"] == "avx2"
+    assert onednn.cpu_identity()["vendor"]  # a non-empty vendor string on this machine
