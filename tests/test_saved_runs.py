@@ -4,11 +4,12 @@ SAC as the base of the off-policy learners) resume and evaluate with today's cod
 ``tests/data/saved_before_layers/<learner>/`` holds each run as that code left it after the
 checkpoint at step 512 of 768 (``overrides.yaml``: its command line), and the policy weights of the
 same run's uninterrupted final checkpoint. Resumed here, each run must end with those weights: the
-refactor moved code, not numbers. Bit for bit only on a CPU whose kernels round as the saving machine's
-(an Intel one); on an AMD EPYC the same code ends 1e-9 to 6e-8 away (GEMMs take other vector paths), so
-the check is relative to how far the weights moved after the checkpoint: a resume that lost the
-optimizer state or the random stream ends a sizeable fraction of that distance away. Consistency-AC's and EXPO's checkpoints name their
-acting heads by the old families (``softmax_q``, ``expo``), which the heads registry still resolves.
+refactor moved code, not numbers. They match bit for bit only on a CPU whose kernels round as the saving
+machine's (an Intel one); on an AMD EPYC the same code ended up to 1.2e-7 away (GEMMs take other vector
+paths), so the check is relative to how far the weights moved after the checkpoint: a resume that lost
+the optimizer state or the random stream ends a sizeable fraction of that distance away.
+Consistency-AC's and EXPO's checkpoints name their acting heads by the old families (``softmax_q``,
+``expo``), which the heads registry still resolves.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import pytest
 import torch
 import yaml
 
+from genpol.checkpoint import list_checkpoints, load_policy_files
 from genpol.configure import validate
 from genpol.errors import ConfigError
-
-from genpol.checkpoint import list_checkpoints, load_policy_files
 
 from conftest import REPO, final_checkpoint
 from warm_start import warm_run
@@ -91,4 +91,5 @@ def assert_resumed_to(weights, expected, checkpoint, learner, tolerance=1e-4):
     travelled = (final - start).norm()
     assert travelled > 0, f"{learner}: the saved run did not move after its checkpoint"
     off = (resumed - final).norm()
-    assert off <= tolerance * travelled, f"{learner}: {off:.3g} from the saved end, {off / travelled:.3g} of the {travelled:.3g} it moved"
+    assert off <= tolerance * travelled, (f"{learner}: {off:.3g} from the saved end, {off / travelled:.3g} of the "
+                                          f"{travelled:.3g} it moved")
