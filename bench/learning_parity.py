@@ -48,6 +48,9 @@ runs already there, so the script resumes after an interruption (a run cut short
 
     python bench/learning_parity.py --pairs ppo spo trpo sac --seeds 1 2 3 \\
         --ref-cleanrl /tmp/ref/cleanrl --ref-spo /tmp/ref/Simple-Policy-Optimization
+
+``--sides reference`` and ``--sides genpol`` in two processes run one seed's two sides at once, one per
+core (the results file is merged under a lock).
 """
 
 from __future__ import annotations
@@ -308,6 +311,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", nargs="+", default=["ppo", "spo", "trpo", "sac"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--sides", nargs="+", choices=("reference", "genpol"), default=["reference", "genpol"],
+                        help="the sides to run: one process per side runs a seed's two sides one per core")
     parser.add_argument("--ref-cleanrl", default="/tmp/ref/vwxyzjn+cleanrl", help="CleanRL snapshot")
     parser.add_argument("--ref-spo", default="/tmp/ref/MyRepositories-hub+Simple-Policy-Optimization",
                         help="SPO snapshot")
@@ -342,7 +347,7 @@ def main() -> None:
         if name in snapshots:
             commit = subprocess.run(["git", "-C", snapshots[name], "rev-parse", "HEAD"], capture_output=True,
                                     text=True, check=True).stdout.strip()
-        for seed, side in itertools.product(args.seeds, ("reference", "genpol")):
+        for seed, side in itertools.product(args.seeds, args.sides):
             if side == "reference" and "reference_runs_of" in settings:
                 continue  # shared with another pair: run there
             key = f"{name}/{side}/{seed}"
