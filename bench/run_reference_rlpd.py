@@ -14,7 +14,8 @@ clipped to +-(1 - 1e-5), ``masks = 1 - terminals``. Evaluation every ``--eval-in
 ``--eval-episodes`` episodes of ``agent.eval_actions`` (the mode), as their ``evaluate``.
 
 Writes, in the working directory: ``episodes.jsonl`` (training episodes: env step at the end, return,
-length), ``evals.jsonl`` (step, mean return) and ``reference_run.json`` (wall time, env steps, settings).
+length), ``evals.jsonl`` (step, mean return), ``learner.jsonl`` (their update's diagnostics every 1000
+steps: temperature, entropy, q, losses) and ``reference_run.json`` (wall time, env steps, settings).
 
     /tmp/jaxvenv/bin/python bench/run_reference_rlpd.py --ref /tmp/ref/rlpd --dataset data/hopper_medium-v5.hdf5 \\
         --steps 50000 --seed 1 --utd 2 --batch-size 128
@@ -44,6 +45,14 @@ def load_d4rl(path: Path) -> dict[str, np.ndarray]:
     data["actions"] = np.clip(data["actions"], -(1 - 1e-5), 1 - 1e-5)
     data["masks"] = 1.0 - data.pop("terminals")
     return {key: value.astype(np.float32) for key, value in data.items()}
+
+
+def sample(buffer: dict[str, np.ndarray], size: int, count: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``count`` transitions drawn uniformly from the first ``size`` rows of ``buffer``: one index array
+    for every key, as their ``ReplayBuffer.sample`` and ``Dataset.sample`` draw (an index per key would
+    pair observations with other transitions' rewards and next observations)."""
+    rows = rng.integers(size, size=count)
+    return {key: value[rows] for key, value in buffer.items()}
 
 
 def combine(offline: dict[str, np.ndarray], online: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -91,6 +100,7 @@ def main() -> None:
     online_size = int(args.batch_size * args.utd * (1 - args.offline_ratio))
     offline_size = int(args.batch_size * args.utd * args.offline_ratio)
     episodes, evals = open("episodes.jsonl", "w", buffering=1), open("evals.jsonl", "w", buffering=1)
+    learner_log = open("learner.jsonl", "w", buffering=1)
 
     def evaluate(step: int) -> None:
         returns = []
@@ -123,12 +133,12 @@ def main() -> None:
             observation, _ = env.reset()
             episode_return, episode_length = 0.0, 0
         if step > args.start_training:
-            online = {key: value[rng.integers(size, size=online_size)] for key, value in replay.items()} \
-                if online_size else None
-            offline_rows = rng.integers(len(dataset["rewards"]), size=offline_size)
-            offline = {key: value[offline_rows] for key, value in dataset.items()}
+            online = sample(replay, size, online_size, rng) if online_size else None
+            offline = sample(dataset, len(dataset["rewards"]), offline_size, rng)
             batch = combine(offline, online) if online is not None else offline
-            agent, _ = agent.update(batch, args.utd)
+            agent, info = agent.update(batch, args.utd)
+            if step % 1000 == 0:  # their update's diagnostics (temperature, entropy, q, losses), as genpol logs its own
+                learner_log.write(json.dumps({"step": step, **{key: float(value) for key, value in info.items()}}) + "\n")
         if step % args.eval_interval == 0:
             jax.block_until_ready(agent)
             evaluate(step)

@@ -80,3 +80,20 @@ def test_median_difference_interval_by_hand():
     assert learning_parity.median_difference_ci([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == (1.0, 3.0)
     assert learning_parity.median_difference_ci([-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == (-1.0, 1.0)
 
+
+
+def test_the_rlpd_reference_loop_samples_whole_transitions():
+    """``bench/run_reference_rlpd.py`` draws one index array for every key, as their replay buffer does:
+    with an index per key (the first version), a batch paired observations with other transitions'
+    rewards and next observations, and their learner's critic loss grew to 504 within 7k steps of training."""
+    import numpy as np
+    import run_reference_rlpd
+
+    buffer = {"observations": np.arange(50.0)[:, None].repeat(3, 1), "rewards": np.arange(50.0),
+              "masks": np.arange(50.0), "next_observations": np.arange(50.0)[:, None] + 1}
+    batch = run_reference_rlpd.sample(buffer, 40, 256, np.random.default_rng(0))
+    assert batch["rewards"].max() < 40  # only the filled rows
+    for key in ("observations", "masks", "next_observations"):
+        assert np.array_equal(batch[key].reshape(256, -1)[:, 0] - (key == "next_observations"), batch["rewards"])
+    merged = run_reference_rlpd.combine(batch, run_reference_rlpd.sample(buffer, 50, 256, np.random.default_rng(1)))
+    assert np.array_equal(merged["rewards"][0::2], batch["rewards"]) and len(merged["rewards"]) == 512
