@@ -81,7 +81,6 @@ def test_median_difference_interval_by_hand():
     assert learning_parity.median_difference_ci([-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == (-1.0, 1.0)
 
 
-
 def test_the_rlpd_reference_loop_samples_whole_transitions():
     """``bench/run_reference_rlpd.py`` draws one index array for every key, as their replay buffer does:
     with an index per key (the first version), a batch paired observations with other transitions'

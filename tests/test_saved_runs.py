@@ -72,22 +72,31 @@ def test_a_run_saved_before_the_change_resumes_to_the_same_weights_and_evaluates
     assert evaluate(run_dir, episodes=1)["episodes"] == 1
 
 
-def _flat(tree) -> torch.Tensor:
-    """Every floating-point tensor of a nested dict of weights, in key order, as one float64 vector."""
-    if isinstance(tree, dict):
-        return torch.cat([_flat(tree[key]) for key in sorted(tree)] or [torch.zeros(0, dtype=torch.float64)])
-    if torch.is_tensor(tree) and tree.is_floating_point():
-        return tree.detach().flatten().double()
-    return torch.zeros(0, dtype=torch.float64)
+def _float_leaves(a, b, where: str, exact: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Walk two nested dicts of weights together: the same keys and types everywhere and, with ``exact``,
+    every non-floating leaf (counts, integer buffers, numbers) equal, as ``assert_trees_equal`` checks;
+    returns the floating-point tensor pairs, in key order, for the tolerance check."""
+    assert type(a) is type(b), where
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        return [pair for key in sorted(a) for pair in _float_leaves(a[key], b[key], f"{where}.{key}", exact)]
+    if torch.is_tensor(a) and a.is_floating_point():
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        return [(a, b)]
+    assert not exact or (torch.equal(a, b) if torch.is_tensor(a) else a == b), where
+    return []
 
 
 def assert_resumed_to(weights, expected, checkpoint, learner, tolerance=1e-4):
-    """``weights`` (the resumed run's end) equal ``expected`` (the uninterrupted run's end) in structure and,
-    in value, within ``tolerance`` of the distance ``expected`` lies from ``checkpoint`` (where the resume
-    began). Measured on an AMD EPYC: 7e-10 (PPO) to 6e-7 (SAC) of it."""
-    assert sorted(weights) == sorted(expected), learner
-    resumed, final, start = _flat(weights), _flat(expected), _flat(checkpoint)
-    assert resumed.shape == final.shape == start.shape, learner
+    """``weights`` (the resumed run's end) equal ``expected`` (the uninterrupted run's end) in structure and
+    in every non-floating leaf, and, in the floating ones, within ``tolerance`` of the distance ``expected``
+    lies from ``checkpoint`` (where the resume began). Measured on an AMD EPYC: 7e-10 (PPO) to 6e-7 (SAC)
+    of it."""
+    pairs = _float_leaves(weights, expected, f"{learner} policy")
+    starts = _float_leaves(expected, checkpoint, f"{learner} checkpoint", exact=False)  # counts moved on
+    resumed = torch.cat([ours.detach().flatten().double() for ours, _ in pairs])
+    final = torch.cat([theirs.detach().flatten().double() for _, theirs in pairs])
+    start = torch.cat([theirs.detach().flatten().double() for _, theirs in starts])
     travelled = (final - start).norm()
     assert travelled > 0, f"{learner}: the saved run did not move after its checkpoint"
     off = (resumed - final).norm()
