@@ -27,7 +27,13 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   servers and gym 0.2x) against ``+experiment=rlpd``, both at the CPU-sized setting of
   ``bench/learning.py``'s rlpd suite (10 LayerNorm critics of 256 x 2, subset-min 2, UTD 2, batch 128,
   half of every batch from ``--dataset``, 5000 random steps), 50k steps; the dataset is genpol's
-  locally made Hopper "medium" file (``bench/make_hopper_medium.sh``).
+  locally made Hopper "medium" file (``bench/make_hopper_medium.sh``);
+* ``dppo`` the authors' ``PPODiffusion`` (irom-lab/dppo) in their ``TrainPPODiffusionAgent.run`` loop written
+  out (``bench/run_reference_dppo.py``: their script needs Hydra and D4RL's gym 0.2x) against
+  ``+experiment=dppo_hopper`` with DPPO's network (``DPPO_THEIR_NETWORK``), Adam epsilon 1e-8 and no
+  gradient clip (their Gym configs set none), 500k steps. Both fine-tune the same policy: genpol's side
+  pretrains on ``--dataset`` (the bundle's 20k BC steps, seed by seed) and the reference side loads that
+  run's pretraining checkpoint into their model (so it waits for it, and genpol's side runs first).
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
@@ -82,6 +88,12 @@ ONPOLICY_COMMON = ["learner.lr=3e-4", "learner.lr_schedule=linear", "learner.epo
                    "learner.grad_clip=joint", "learner.gamma=0.99", "learner.gae_lambda=0.95"]
 
 
+# genpol's diffusion head built as DPPO's network (bench/parity/dppo.py), so their model loads genpol's pretraining
+DPPO_THEIR_NETWORK = ["policy.time_embedding=dppo", "policy.output_activation=false", "policy.time_mlp_activation=mish",
+                      "policy.critic_residual=true", "policy.final_clamp=false"]
+PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
+
+
 # --------------------------------------------------------------------------- the pairs
 def pair_settings(name: str) -> dict[str, Any]:
     """Per pair: the task, the budget, the rollout length the metric averages over, genpol's overrides
@@ -119,7 +131,12 @@ def pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 50_000, "rollout": 1000, "reference": "ikostrikov/rlpd SACLearner",
                 "genpol": ["+experiment=rlpd", "learner.utd=2", "learner.batch_size=128", "learner.learning_starts=5000",
                            "learner.num_qs=10", "learner.critic_hidden_sizes=[256,256]"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac or rlpd")
+    if name == "dppo":
+        return {"env": "Hopper-v5", "steps": 500_000, "rollout": 16 * 64 * 4, "reference": "irom-lab/dppo PPODiffusion",
+                "genpol": ["+experiment=dppo_hopper", *DPPO_THEIR_NETWORK, "learner.adam_eps=1e-8",
+                           "learner.max_grad_norm=null"]}
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd "
+                     f"or dppo")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -129,6 +146,10 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
                 "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps), "--seed", str(seed), "--utd", "2",
                 "--batch-size", "128", "--start-training", "5000", "--config", json.dumps({"num_qs": 10,
                                                                                          "hidden_dims": [256, 256]})]
+    if name == "dppo":
+        return [sys.executable, str(ROOT / "bench" / "run_reference_dppo.py"), "--ref", str(args.ref_dppo),
+                "--pretrained", str(pretrained_checkpoint(seed)), "--dataset", str(Path(args.dataset).resolve()),
+                "--steps", str(steps), "--seed", str(seed)]
     launcher = [sys.executable, str(ROOT / "bench" / "run_reference.py")]
     if name == "sac":
         script = Path(args.ref_cleanrl) / "cleanrl" / "sac_continuous_action.py"
@@ -142,6 +163,21 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
     algo = "ppo" if name == "ppo_spo" else "spo"
     return [*launcher, str(script), "--call", "main", "--call-args", json.dumps(["Hopper-v5", seed, algo]), "--",
             "--total_time_steps", str(steps)]
+
+
+def pretrained_checkpoint(seed: int) -> Path:
+    """The dppo pair's shared start: the last pretraining checkpoint of genpol's run of ``seed`` (its
+    ``pretrain/summary.json`` marks the phase done), waited for while that run pretrains."""
+    run_dir = RUN_ROOT / f"dppo-genpol-s{seed}"
+    deadline = time.monotonic() + PRETRAINED_WAIT_S
+    while not (run_dir / "pretrain" / "summary.json").exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{run_dir}: genpol's pretraining did not finish within {PRETRAINED_WAIT_S} s; "
+                             f"run the pair's genpol side (--sides genpol) first or beside this one")
+        time.sleep(10)
+    from genpol.checkpoint import list_checkpoints
+
+    return list_checkpoints(run_dir / "pretrain" / "checkpoints")[-1]
 
 
 # --------------------------------------------------------------------------- the metric
@@ -218,7 +254,7 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
-    dataset = [f"dataset.path={Path(args.dataset).resolve()}"] if name == "rlpd" else []
+    dataset = [f"dataset.path={Path(args.dataset).resolve()}"] if name in ("rlpd", "dppo") else []
     summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"total_steps={settings['steps']}",
                                    f"seed={seed}"], steps=settings["steps"])
     rows = read_progress(run_dir)
@@ -319,6 +355,7 @@ def main() -> None:
     parser.add_argument("--ref-site", default="/tmp/ref/site",
                         help="extra packages the reference scripts need (CleanRL's tyro), put on PYTHONPATH")
     parser.add_argument("--ref-rlpd", default="/tmp/ref/ikostrikov+rlpd", help="ikostrikov/rlpd snapshot")
+    parser.add_argument("--ref-dppo", default="/tmp/ref/irom-lab+dppo", help="irom-lab/dppo snapshot")
     parser.add_argument("--jax-python", default="/tmp/jaxvenv/bin/python",
                         help="a python with jax, flax, optax, tensorflow-probability, ml_collections, gymnasium[mujoco] "
                              "(genpol's mujoco version) and h5py, for the rlpd pair")
@@ -336,9 +373,9 @@ def main() -> None:
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
-                 "rlpd": args.ref_rlpd, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
-    if "rlpd" in args.pairs and not Path(args.dataset).exists():
-        raise SystemExit(f"the rlpd pair needs --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
+                 "rlpd": args.ref_rlpd, "dppo": args.ref_dppo, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
+    if {"rlpd", "dppo"} & set(args.pairs) and not Path(args.dataset).exists():
+        raise SystemExit(f"the rlpd and dppo pairs need --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
     for name in args.pairs:
         settings = pair_settings(name)
         if args.steps is not None:
@@ -347,7 +384,9 @@ def main() -> None:
         if name in snapshots:
             commit = subprocess.run(["git", "-C", snapshots[name], "rev-parse", "HEAD"], capture_output=True,
                                     text=True, check=True).stdout.strip()
-        for seed, side in itertools.product(args.seeds, args.sides):
+        # the dppo pair's reference side starts from genpol's pretraining of the same seed: genpol's side first
+        sides = sorted(args.sides, key=lambda side: side != "genpol") if name == "dppo" else args.sides
+        for seed, side in itertools.product(args.seeds, sides):
             if side == "reference" and "reference_runs_of" in settings:
                 continue  # shared with another pair: run there
             key = f"{name}/{side}/{seed}"

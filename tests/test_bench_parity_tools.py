@@ -96,3 +96,36 @@ def test_the_rlpd_reference_loop_samples_whole_transitions():
         assert np.array_equal(batch[key].reshape(256, -1)[:, 0] - (key == "next_observations"), batch["rewards"])
     merged = run_reference_rlpd.combine(batch, run_reference_rlpd.sample(buffer, 50, 256, np.random.default_rng(1)))
     assert np.array_equal(merged["rewards"][0::2], batch["rewards"]) and len(merged["rewards"]) == 512
+
+
+def test_the_dppo_reference_envs_step_chunks_as_genpols_stack():
+    """``bench/run_reference_dppo.py`` writes out DPPO's ``MujocoLocomotionLowdimWrapper`` + ``MultiStep``; on the
+    same Hopper seed and actions it must give what genpol's ``ActionChunking`` gives (summed rewards, the
+    chunk cut at the termination, observations min-max scaled), so the dppo pair differs only in the learner."""
+    import run_reference_dppo
+
+    from envs.chunking import ActionChunking
+    from genpol.data.dataset import Normalization
+
+    rng = np.random.default_rng(0)
+    norm = Normalization(obs_min=-rng.uniform(1, 3, 11), obs_max=rng.uniform(1, 3, 11),
+                         action_min=-np.full(3, 0.9), action_max=np.full(3, 0.95))
+    episodes = []
+    theirs = run_reference_dppo.TheirChunkedEnvs("Hopper-v5", 1, seed=3, norm=norm,
+                                                 on_episode=lambda *row: episodes.append(row))
+    ours = ActionChunking(gym.make("Hopper-v5"), steps=4)
+    raw, _ = ours.reset(seed=3000)  # TheirChunkedEnvs seeds env i with seed * 1000 + i
+    assert np.allclose(theirs.obs[0, 0], Normalization.scale(raw, norm.obs_min, norm.obs_max))
+    executed, total = 0, 0.0
+    for _ in range(200):
+        chunk = rng.uniform(-1, 1, (1, 4, 3))
+        obs, reward, terminated, truncated = theirs.step(chunk)
+        raw, our_reward, our_terminated, our_truncated, info = ours.step(theirs.unscale(chunk[0]).reshape(-1))
+        executed, total = executed + info["env_steps"], total + our_reward
+        assert reward[0] == pytest.approx(our_reward) and (terminated[0], truncated[0]) == (our_terminated, our_truncated)
+        assert theirs.env_steps == executed
+        if our_terminated or our_truncated:
+            break
+        assert np.allclose(obs[0, 0], Normalization.scale(raw, norm.obs_min, norm.obs_max))
+    assert our_terminated, "random actions end a Hopper episode within 200 chunks"
+    assert episodes == [(executed, pytest.approx(total), executed)]
