@@ -163,16 +163,20 @@ def wide_diffusion_twins():
 def test_compiled_minibatch_step_matches_the_eager_one(heads, onednn_preferred):
     """learner.compile=true: same diagnostics and parameters as eager Adam, also across a learning-rate
     change (the rate is a tensor input, so it must not be baked into the compiled graph). For a Gaussian
-    head, and for a DPPO head with oneDNN layers and genpol's Mish inside the compiled graph."""
+    head, and for a DPPO head with oneDNN layers and genpol's Mish inside the compiled graph. The rollout
+    (288 samples) ends in a short minibatch of 32: it steps eagerly, on the same Adam state, and compiles
+    no second graph."""
     import copy
+
+    from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
     if heads == "gaussian":
         head, critic = GaussianHead(5, 2, hidden_sizes=(32, 32)), ValueNetwork(5, (32, 32))
     else:
         head, critic = wide_diffusion_twins()
-    storage = RolloutStorage(64, 4, 5)
-    for _ in range(64):
+    storage = RolloutStorage(72, 4, 5)
+    for _ in range(72):
         obs = torch.randn(4, 5)
         with torch.no_grad():
             _, record = head.sample(obs)
@@ -185,6 +189,7 @@ def test_compiled_minibatch_step_matches_the_eager_one(heads, onednn_preferred):
     ent_coef = 0.01 if heads == "gaussian" else 0.0  # DPPO's chain has no entropy
     eager = MinibatchUpdater(head, critic, PPOClipLoss(ent_coef=ent_coef), **kwargs)
     compiled = MinibatchUpdater(*twins, PPOClipLoss(ent_coef=ent_coef), compile=True, **kwargs)
+    graphs_before = counters["stats"]["unique_graphs"]
     for scale in (1.0, 0.5):
         eager.set_lr_scale(scale)
         compiled.set_lr_scale(scale)
@@ -192,6 +197,8 @@ def test_compiled_minibatch_step_matches_the_eager_one(heads, onednn_preferred):
         # after the first update, nothing may recompile: the new learning rate is a tensor input
         with torch._dynamo.config.patch(error_on_recompile=scale != 1.0):
             b = compiled.update(storage, torch.Generator().manual_seed(0))
+        assert counters["stats"]["unique_graphs"] - graphs_before == 1, "the short minibatch compiled a graph"
+        assert b["gradient_steps"] == 2 * 5  # 4 full minibatches and the short one, 2 epochs
         for key in ("policy", "value", "entropy", "approx_kl", "clipfrac"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
     for ours, theirs in zip([*head.parameters(), *critic.parameters()], [*twins[0].parameters(), *twins[1].parameters()]):

@@ -106,7 +106,9 @@ class PPOConfig(RolloutConfig):
     port's AdamW uses 1e-5."""
     compile: bool = False
     """Compile each minibatch step (loss, gradient, clip, Adam) with torch.compile: ~3x faster small
-    minibatches after ~20 s of compilation; needs target_kl=null."""
+    minibatches after ~20 s of compilation; needs target_kl=null. A rollout's short last minibatch (when
+    num_envs x rollout_steps is not a multiple of minibatch_size) steps eagerly rather than compile a second
+    graph."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -254,10 +254,10 @@ class MinibatchUpdater:
             for batch in self._minibatches(storage, generator):
                 if self.compiled_step is not None and self.sequences is not None:
                     named = self.compiled_step(*self._sequence_arguments(batch))
-                elif self.compiled_step is not None:
+                elif self.compiled_step is not None and len(batch.obs) == self.minibatch_size:
                     named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
                                                batch.values)
-                else:
+                else:  # eager; or a rollout's short last minibatch, whose other size would compile a second graph
                     named = self.eager_step(batch)
                 if named is None:
                     stopped_early = True
