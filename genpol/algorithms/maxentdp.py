@@ -199,8 +199,9 @@ class MaxEntDP(LearnedTemperature, OffPolicyAlgorithm):
         return {**named, **self.actor_step(batch, alpha)}
 
     def update(self) -> dict[str, torch.Tensor]:
-        """``num_envs x utd`` gradient steps; the last one's diagnostics."""
-        for _ in range(self.num_envs * self.cfg.utd):
+        """The gradient steps due (``num_envs x utd`` per call, accrued); the last one's diagnostics."""
+        named: dict[str, torch.Tensor] = {}
+        for _ in range(self.gradient_steps_due()):
             named = self.gradient_step()
         return named
 

@@ -78,6 +78,7 @@ class MEow(OffPolicyAlgorithm):
         self.critic_steps = 0  # gradient steps (the runner logs this count)
         self.env_steps = 0
         self._checked_position = 0
+        self._start_update_clock()
 
     # ------------------------------------------------------------------ one gradient step
     @torch.no_grad()
@@ -113,8 +114,9 @@ class MEow(OffPolicyAlgorithm):
                 "shift_mean": self.head.value_shift(batch.obs).detach().mean()}
 
     def update(self) -> dict[str, torch.Tensor]:
-        """``num_envs x utd`` gradient steps; the last one's diagnostics."""
-        for _ in range(self.num_envs * self.cfg.utd):
+        """The gradient steps due (``num_envs x utd`` per call, accrued); the last one's diagnostics."""
+        named: dict[str, torch.Tensor] = {}
+        for _ in range(self.gradient_steps_due()):
             named = self.gradient_step()
         return named
 
@@ -125,7 +127,7 @@ class MEow(OffPolicyAlgorithm):
     def state_dict(self) -> dict[str, Any]:
         return {"target_head": self.target_head.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "explore_rng": self.explore_generator.get_state(), "dropout_rng": self.dropout_generator.get_state(),
-                "critic_steps": self.critic_steps, "env_steps": self.env_steps,
+                "critic_steps": self.critic_steps, "env_steps": self.env_steps, **self._update_clock_state(),
                 "replay": self.sampler.state_dict() if self.cfg.save_replay else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -134,6 +136,7 @@ class MEow(OffPolicyAlgorithm):
         self.explore_generator.set_state(state["explore_rng"])
         self.dropout_generator.set_state(state["dropout_rng"])
         self.critic_steps, self.env_steps = int(state["critic_steps"]), int(state["env_steps"])
+        self._load_update_clock(state)
         if state["replay"] is not None:
             self.sampler.load_state_dict(state["replay"])
         else:  # saved without its replay: refill learning_starts transitions before learning again

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import abc
 import copy
+import math
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -82,6 +84,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.critic_steps = 0
         self.actor_steps = 0
         self.env_steps = 0  # transitions stored, the clock of learning_starts
+        self._start_update_clock()
         self._critic_loss = compile_step(self._critic_loss_eager) if cfg.compile else self._critic_loss_eager
         self._checked_position = 0  # replay rows before this were checked for NaN and inf
 
@@ -130,7 +133,27 @@ class OffPolicyAlgorithm(Algorithm):
 
     @abc.abstractmethod
     def update(self) -> dict[str, torch.Tensor]:
-        """The gradient steps of one vector-env step; returns the last step's diagnostics."""
+        """The gradient steps of one vector-env step; returns the last step's diagnostics (none: ``{}``)."""
+
+    def _start_update_clock(self) -> None:
+        """The update-to-data ratio as an exact fraction, and the gradient steps accrued but not yet taken
+        (ten float additions of 0.1 make 0.999..., which would put the step due at the 10th transition off)."""
+        self.utd = Fraction(self.cfg.utd).limit_denominator(1000)
+        self.steps_accrued = Fraction(0)
+
+    def _update_clock_state(self) -> dict[str, list[int]]:
+        return {"steps_accrued": [self.steps_accrued.numerator, self.steps_accrued.denominator]}
+
+    def _load_update_clock(self, state: dict[str, Any]) -> None:
+        self.steps_accrued = Fraction(*state.get("steps_accrued", (0, 1)))  # absent before fractional utd: 0
+
+    def gradient_steps_due(self) -> int:
+        """The gradient steps of this vector-env step: ``num_envs x utd`` accrued, the whole ones taken now
+        (every call when utd is whole; one in 1 / (num_envs x utd) calls below 1)."""
+        self.steps_accrued += self.num_envs * self.utd
+        due = math.floor(self.steps_accrued)
+        self.steps_accrued -= due
+        return due
 
     # ------------------------------------------------------------------ the critic step
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
@@ -190,6 +213,7 @@ class OffPolicyAlgorithm(Algorithm):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "explore_rng": self.explore_generator.get_state(), "subset_rng": self.subset_generator.get_state(),
             "critic_steps": self.critic_steps, "actor_steps": self.actor_steps, "env_steps": self.env_steps,
+            **self._update_clock_state(),
             "replay": self.sampler.state_dict() if self.cfg.save_replay else None,
         }
 
@@ -202,6 +226,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.subset_generator.set_state(state["subset_rng"])
         self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
         self.env_steps = int(state["env_steps"])
+        self._load_update_clock(state)
         if state["replay"] is not None:
             self.sampler.load_state_dict(state["replay"])
         else:  # saved without its replay: refill learning_starts transitions before learning again

@@ -147,8 +147,10 @@ class QGradientActor(OffPolicyAlgorithm):
                 "q_mean": critic["q"].mean(), "target_mean": critic["target"].mean()}
 
     def update(self) -> dict[str, torch.Tensor]:
-        """``num_envs x utd`` gradient steps (one critic and one actor step each)."""
-        for _ in range(self.num_envs * self.cfg.utd):
+        """The gradient steps due (``num_envs x utd`` per call, accrued), one critic and one actor step each;
+        the last one's diagnostics."""
+        named: dict[str, torch.Tensor] = {}
+        for _ in range(self.gradient_steps_due()):
             named = self.gradient_step()
         return named
 

@@ -143,7 +143,8 @@ class SAC(LearnedTemperature, OffPolicyAlgorithm):
         return self._named(critic, policy, temperature, log_prob, alpha)
 
     def rlpd_round(self) -> dict[str, torch.Tensor]:
-        minibatches = self.sampler.sample(self.cfg.batch_size * self.cfg.utd).chunk(self.cfg.utd)
+        utd = int(self.cfg.utd)  # whole with this batching (the config refuses a fraction)
+        minibatches = self.sampler.sample(self.cfg.batch_size * utd).chunk(utd)
         alpha = self.alpha
         for minibatch in minibatches:
             critic = self.critic_step(minibatch, alpha)
@@ -164,16 +165,17 @@ class SAC(LearnedTemperature, OffPolicyAlgorithm):
         return named
 
     def update(self) -> dict[str, torch.Tensor]:
-        """The gradient steps of one vector-env step: ``num_envs x utd`` critic steps, with an actor
-        step after each (``sb3``), after each ``utd`` (``rlpd``) or rounds of them every
-        ``actor_update_interval`` (``cleanrl``). Returns the last step's diagnostics."""
+        """The gradient steps of one vector-env step: ``num_envs x utd`` critic steps (accrued, when utd is a
+        fraction), with an actor step after each (``sb3``), after each ``utd`` (``rlpd``) or rounds of them
+        every ``actor_update_interval`` (``cleanrl``). Returns the last step's diagnostics (none: ``{}``)."""
+        named: dict[str, torch.Tensor] = {}
         if self.cfg.batching == "rlpd":
             for _ in range(self.num_envs):
                 named = self.rlpd_round()
         elif self.cfg.batching == "cleanrl":
-            for _ in range(self.num_envs * self.cfg.utd):
+            for _ in range(self.gradient_steps_due()):
                 named = self.cleanrl_gradient_step()
         else:
-            for _ in range(self.num_envs * self.cfg.utd):
+            for _ in range(self.gradient_steps_due()):
                 named = self.sb3_gradient_step()
         return named

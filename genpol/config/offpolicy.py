@@ -38,8 +38,12 @@ class OffPolicyConfig:
     """Replay capacity in transitions (preallocated: memory is buffer_size x (2 obs_dim + act_dim + 2) x 4 bytes)."""
     learning_starts: int = 100
     """Env steps of uniform random actions before learning starts (SB3 100, the zoo 10000, RLPD 5000)."""
-    utd: int = 1
-    """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step)."""
+    utd: float = 1
+    """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step). Below 1
+    or not whole: a fraction, read as the nearest with a denominator up to 1000 (1/12 = 0.0833...) and accrued
+    exactly, each vector step taking the whole steps due (0.25 with 1 env: one step every 4th env step, as
+    SB3's train_freq=4 or Ding & Jin's online loop). The rlpd batching (and EXPO) cut a round into utd
+    minibatches: a whole number there."""
     target_update_interval: int = 1
     """Critic steps between Polyak updates."""
     num_qs: int = 2
@@ -82,7 +86,7 @@ class OffPolicyConfig:
         require(self.buffer_size >= self.batch_size, "learner.buffer_size", f">= batch_size ({self.batch_size})",
                 self.buffer_size)
         require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
-        require(self.utd >= 1, "learner.utd", ">= 1", self.utd)
+        require(self.utd > 0, "learner.utd", "> 0", self.utd)
         require(self.target_update_interval >= 1, "learner.target_update_interval", ">= 1",
                 self.target_update_interval)
         require(self.num_qs >= 1, "learner.num_qs", ">= 1", self.num_qs)
@@ -138,6 +142,9 @@ class SACConfig(OffPolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.batching in ("sb3", "rlpd", "cleanrl"), "learner.batching", "sb3, rlpd or cleanrl", self.batching)
+        if self.batching == "rlpd":
+            require(float(self.utd).is_integer(), "learner.utd", "a whole number with batching=rlpd (utd minibatches "
+                    "per round)", self.utd)
         require(self.actor_update_interval >= 1, "learner.actor_update_interval", ">= 1", self.actor_update_interval)
         if self.actor_update_interval > 1:
             require(self.batching == "cleanrl", "learner.batching", "cleanrl with actor_update_interval > 1",

@@ -1,0 +1,76 @@
+"""learner.utd below 1 or fractional: the off-policy learners accrue num_envs x utd gradient steps per vector
+step as an exact fraction and take the whole ones (SB3's train_freq, Ding & Jin's one step every 4th vector
+step of 3 envs); the remainder is part of the training state, so a resumed run takes its steps on the same
+vector steps."""
+
+import pytest
+import torch
+
+from genpol.algorithms.sac import SAC
+from genpol.config.offpolicy import SACConfig
+from genpol.errors import ConfigError
+from genpol.heads import TanhGaussianHead
+from genpol.storage.replay import ReplayBatch
+
+OBS_DIM, ACT_DIM, BATCH = 3, 2, 8
+
+
+def make_sac(utd: float, num_envs: int) -> SAC:
+    torch.manual_seed(0)
+    head = TanhGaussianHead(OBS_DIM, ACT_DIM, hidden_sizes=[8, 8])
+    cfg = SACConfig(utd=utd, learning_starts=0, batch_size=BATCH, buffer_size=64, critic_hidden_sizes=[8, 8])
+    sac = SAC(head, cfg, num_envs=num_envs, obs_dim=OBS_DIM, act_dim=ACT_DIM, capacity=64,
+              device=torch.device("cpu"), seed=0)
+    generator = torch.Generator().manual_seed(1)
+    batch = ReplayBatch(obs=torch.randn(BATCH, OBS_DIM, generator=generator),
+                        actions=torch.rand(BATCH, ACT_DIM, generator=generator) * 2 - 1,
+                        rewards=torch.randn(BATCH, generator=generator),
+                        next_obs=torch.randn(BATCH, OBS_DIM, generator=generator), dones=torch.zeros(BATCH))
+    sac.sampler.sample = lambda size: batch
+    return sac
+
+
+def critic_steps_after_each_update(sac: SAC, calls: int) -> list[int]:
+    steps, before = [], sac.critic_steps
+    for _ in range(calls):
+        named = sac.update()
+        assert bool(named) == (sac.critic_steps > before)  # diagnostics only from a call that stepped
+        before = sac.critic_steps
+        steps.append(before)
+    return steps
+
+
+def test_one_twelfth_with_three_envs_steps_on_every_fourth_vector_step():
+    """Ding & Jin's online loop: one gradient step every 4th vector step of 3 envs."""
+    sac = make_sac(1 / 12, num_envs=3)
+    assert critic_steps_after_each_update(sac, 12) == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+
+
+def test_a_tenth_steps_on_the_tenth_transition_where_a_float_sum_would_not():
+    assert sum([0.1] * 10) < 1  # why the ratio is accrued as a fraction
+    assert critic_steps_after_each_update(make_sac(0.1, num_envs=1), 20) == [0] * 9 + [1] * 10 + [2]
+
+
+def test_a_whole_utd_takes_num_envs_x_utd_steps_per_vector_step():
+    assert critic_steps_after_each_update(make_sac(3, num_envs=2), 3) == [6, 12, 18]
+    assert critic_steps_after_each_update(make_sac(1.5, num_envs=1), 4) == [1, 3, 4, 6]
+
+
+def test_the_accrued_fraction_resumes():
+    sac = make_sac(0.25, num_envs=1)
+    sac.update(), sac.update()  # half a step accrued
+    state = sac.state_dict()
+    assert state["steps_accrued"] == [1, 2]
+    resumed = make_sac(0.25, num_envs=1)
+    resumed.load_state_dict(state)
+    assert critic_steps_after_each_update(resumed, 2) == [0, 1]
+    legacy = {key: value for key, value in state.items() if key != "steps_accrued"}  # saved before the key
+    resumed.load_state_dict(legacy)
+    assert resumed.steps_accrued == 0
+
+
+@pytest.mark.parametrize("settings,message", [(dict(utd=0), "learner.utd"),
+                                              (dict(utd=0.5, batching="rlpd"), "whole number with batching=rlpd")])
+def test_a_ratio_the_learner_cannot_take_is_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        SACConfig(**settings)
