@@ -1,7 +1,8 @@
 """learner.utd below 1 or fractional: the off-policy learners accrue num_envs x utd gradient steps per vector
 step as an exact fraction and take the whole ones (SB3's train_freq, Ding & Jin's one step every 4th vector
 step of 3 envs); the remainder is part of the training state, so a resumed run takes its steps on the same
-vector steps."""
+vector steps. Also what a time limit stores (learner.bootstrap_truncation), the other setting the Consistency-AC
+learning pair needs for Ding & Jin's loop."""
 
 import pytest
 import torch
@@ -74,3 +75,27 @@ def test_the_accrued_fraction_resumes():
 def test_a_ratio_the_learner_cannot_take_is_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         SACConfig(**settings)
+
+
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_time_limit_is_stored_done_only_without_truncation_bootstrap(bootstrap):
+    """learner.bootstrap_truncation=false (Ding & Jin's online code) stores a time limit as done; genpol's
+    default stores it not done, so the target bootstraps from Q(final observation). Pendulum only truncates
+    (at 200 steps): 2 envs x 200 vector steps end with one truncation per env, in the last two rows."""
+    from genpol import envs
+    from genpol.algorithms import make_algorithm
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.heads import build_head
+    from genpol.runners.offpolicy import OffPolicyRunner
+
+    cfg = validate(compose_config(["env=pendulum", "learner=sac", "policy=tanh_gaussian", "run_dir=/tmp/unused",
+                                   "learner.learning_starts=10000", f"learner.bootstrap_truncation={bootstrap}"]))
+    env = envs.make("gym:Pendulum-v1", num_envs=2)
+    head = build_head(cfg.policy.family, env.obs_dim, env.act_dim, **cfg.policy.head_kwargs())
+    algorithm = make_algorithm(cfg, head, env)
+    OffPolicyRunner(env, algorithm, total_steps=400, iteration_steps=400).run()
+    env.close()
+    stored = algorithm.replay.terminated[:algorithm.replay.size]
+    assert len(stored) == 400
+    assert stored[:-2].sum() == 0 and bool(stored[-2:].all()) == (not bootstrap)

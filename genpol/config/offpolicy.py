@@ -71,6 +71,10 @@ class OffPolicyConfig:
     """Per-network gradient-norm clip (None: none, as SB3 and RLPD)."""
     iteration_steps: int = 1000
     """Env steps per logging iteration (the unit of pipeline.checkpoint_every and eval_every)."""
+    bootstrap_truncation: bool = True
+    """Where a time limit cut an episode, store the transition as not done, so its target bootstraps from
+    Q(final observation) (genpol's default, as stable-baselines3 with handle_timeout_termination); false stores
+    it done like a termination (Ding & Jin's online code, whose SB3 buffer runs without that handling)."""
     save_replay: bool = True
     """Save the replay buffer in checkpoints (needed for an exact resume; costs its size on disk)."""
     compile: bool = False

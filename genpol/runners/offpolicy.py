@@ -41,7 +41,9 @@ class OffPolicyRunner(EnvRunner):
         for _ in range(self.vector_steps):
             action = algorithm.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
-            algorithm.process_env_step(obs, action, reward, terminated, info)
+            # a truncation stored as done ends the target there (learner.bootstrap_truncation=false)
+            dones = terminated if algorithm.cfg.bootstrap_truncation else terminated | truncated
+            algorithm.process_env_step(obs, action, reward, dones, info)
             executed = info.get("env_steps")
             self.global_step += int(executed.sum()) if executed is not None else env.num_envs
             self.track_episodes(info)
