@@ -33,7 +33,11 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   ``+experiment=dppo_hopper`` with DPPO's network (``DPPO_THEIR_NETWORK``), Adam epsilon 1e-8 and no
   gradient clip (their Gym configs set none), 500k steps. Both fine-tune the same policy: genpol's side
   pretrains on ``--dataset`` (the bundle's 20k BC steps, seed by seed) and the reference side loads that
-  run's pretraining checkpoint into their model (so it waits for it, and genpol's side runs first).
+  run's pretraining checkpoint into their model (so it waits for it, and genpol's side runs first);
+* ``consistency_ac`` Ding & Jin's online Consistency-AC (their ``online.py`` loop written out around their
+  ``OnlineAgent``, ``bench/run_reference_consistency_ac.py``: their script needs gym 0.23) against
+  ``learner=consistency_ac`` from scratch with their settings (``CONSISTENCY_AC_THEIR_ONLINE``: 3 envs, one
+  gradient step per 12 transitions, lr 1e-5, time limits as terminations), 150k steps (their runs: 3M).
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
@@ -91,6 +95,15 @@ ONPOLICY_COMMON = ["learner.lr=3e-4", "learner.lr_schedule=linear", "learner.epo
 # genpol's diffusion head built as DPPO's network (bench/parity/dppo.py), so their model loads genpol's pretraining
 DPPO_THEIR_NETWORK = ["policy.time_embedding=dppo", "policy.output_activation=false", "policy.time_mlp_activation=mish",
                       "policy.critic_residual=true", "policy.final_clamp=false"]
+# Ding & Jin's online.py for Hopper (hopper-medium-v2's row: lr 1e-5, clip 9), genpol's options for their update
+# (bench/parity/consistency_ac.py's online row), one gradient step every 4th vector step of 3 envs, time limits
+# stored as terminations (their SB3 buffer runs without handle_timeout_termination)
+CONSISTENCY_AC_THEIR_ONLINE = [
+    "policy.sampling_steps=5", "policy.time_input=ding_jin", "policy.scale_input=false", "policy.clamp_gradient=zero",
+    "policy.target_warmup=hold", "learner.bc_coef=0", "learner.eta=1.0", "learner.lr=1e-5", "learner.critic_lr=3e-4",
+    "learner.max_grad_norm=9.0", "learner.critic_reduction=sum", "learner.actor_ema_warmup=hold",
+    "learner.batch_size=256", "learner.buffer_size=100000", "learner.learning_starts=0",
+    "learner.utd=0.08333333333333333", "learner.bootstrap_truncation=false"]
 PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
 
 
@@ -135,8 +148,13 @@ def pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 500_000, "rollout": 16 * 64 * 4, "reference": "irom-lab/dppo PPODiffusion",
                 "genpol": ["+experiment=dppo_hopper", *DPPO_THEIR_NETWORK, "learner.adam_eps=1e-8",
                            "learner.max_grad_norm=null"]}
-    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd "
-                     f"or dppo")
+    if name == "consistency_ac":
+        return {"env": "Hopper-v5", "steps": 150_000, "rollout": 1000,
+                "reference": "Ding & Jin online.py (OnlineAgent, consistency)",
+                "genpol": ["policy=consistency", "learner=consistency_ac", "pipeline=online", "env.num_envs=3",
+                           *CONSISTENCY_AC_THEIR_ONLINE]}
+    raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
+                     f"dppo or consistency_ac")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -146,6 +164,9 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
                 "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps), "--seed", str(seed), "--utd", "2",
                 "--batch-size", "128", "--start-training", "5000", "--config", json.dumps({"num_qs": 10,
                                                                                          "hidden_dims": [256, 256]})]
+    if name == "consistency_ac":
+        return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac.py"), "--ref",
+                str(args.ref_consistency_ac), "--steps", str(steps), "--seed", str(seed)]
     if name == "dppo":
         return [sys.executable, str(ROOT / "bench" / "run_reference_dppo.py"), "--ref", str(args.ref_dppo),
                 "--pretrained", str(pretrained_checkpoint(seed)), "--dataset", str(Path(args.dataset).resolve()),
@@ -355,6 +376,9 @@ def main() -> None:
     parser.add_argument("--ref-site", default="/tmp/ref/site",
                         help="extra packages the reference scripts need (CleanRL's tyro), put on PYTHONPATH")
     parser.add_argument("--ref-rlpd", default="/tmp/ref/ikostrikov+rlpd", help="ikostrikov/rlpd snapshot")
+    parser.add_argument("--ref-consistency-ac",
+                        default="/tmp/ref/quantumiracle+Consistency_Model_For_Reinforcement_Learning",
+                        help="Ding & Jin's snapshot")
     parser.add_argument("--ref-dppo", default="/tmp/ref/irom-lab+dppo", help="irom-lab/dppo snapshot")
     parser.add_argument("--jax-python", default="/tmp/jaxvenv/bin/python",
                         help="a python with jax, flax, optax, tensorflow-probability, ml_collections, gymnasium[mujoco] "
@@ -373,7 +397,8 @@ def main() -> None:
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
-                 "rlpd": args.ref_rlpd, "dppo": args.ref_dppo, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
+                 "rlpd": args.ref_rlpd, "dppo": args.ref_dppo,
+                 "consistency_ac": args.ref_consistency_ac, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
     if {"rlpd", "dppo"} & set(args.pairs) and not Path(args.dataset).exists():
         raise SystemExit(f"the rlpd and dppo pairs need --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
     for name in args.pairs:
