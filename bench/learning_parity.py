@@ -15,7 +15,9 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
 * ``spo_terminate``, ``ppo_spo_terminate``: genpol's side of ``spo`` and ``ppo_spo`` with
   ``learner.bootstrap_truncation=false`` (the authors' code ends a return at a time limit as at a
   termination; genpol bootstraps it), against the same reference runs;
-* ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings);
+* ``trpo`` sb3-contrib's TRPO against ``learner=trpo`` (``bench/trpo_vs_sb3.py``'s settings); ``trpo_mean_kl``:
+  genpol's side with ``learner.kl_reduction=mean`` (sb3-contrib's KL, averaged over action dimensions),
+  against the same reference runs;
 * ``sac``  CleanRL's ``sac_continuous_action.py`` (its defaults: 256-256 ReLU actor and twin critics,
   batch 256, actor lr 3e-4, critic and temperature lr 1e-3, 60k steps, two actor steps every second env step,
   learned temperature from 1, log-std squashed into [-5, 2] by tanh, 5000 random steps) against
@@ -132,6 +134,9 @@ def pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 98 * 2048, "rollout": 2048, "reference": "sb3-contrib TRPO",
                 "genpol": ["policy=gaussian", "learner=trpo", "env.num_envs=2", "learner.rollout_steps=1024",
                            "learner.cg_iterations=25", "learner.critic_epochs=20", "learner.critic_minibatch_size=128"]}
+    if name == "trpo_mean_kl":
+        return {**pair_settings("trpo"), "genpol": [*pair_settings("trpo")["genpol"], "learner.kl_reduction=mean"],
+                "reference_runs_of": "trpo"}
     if name == "sac":
         return {"env": "Hopper-v5", "steps": 60_000, "rollout": 1000, "reference": "CleanRL sac_continuous_action.py",
                 "genpol": ["policy=tanh_gaussian", "learner=sac", "env.num_envs=1", "learner.batching=cleanrl",
@@ -154,7 +159,7 @@ def pair_settings(name: str) -> dict[str, Any]:
                 "genpol": ["policy=consistency", "learner=consistency_ac", "pipeline=online", "env.num_envs=3",
                            *CONSISTENCY_AC_THEIR_ONLINE]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
-                     f"dppo or consistency_ac")
+                     f"dppo, consistency_ac or trpo_mean_kl")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:

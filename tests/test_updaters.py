@@ -106,20 +106,25 @@ def trpo_batch(obs_dim, act_dim, head, seed=1, zero_advantages=False):
     return storage, obs, actions, record
 
 
-@pytest.mark.parametrize("chunk_size", [T, 100], ids=["one-chunk", "six-uneven-chunks"])
-def test_trpo_step_matches_sb3_contrib(tmp_path, chunk_size):
+@pytest.mark.parametrize("chunk_size,env_id,kl_reduction", [(T, "Pendulum-v1", "sum"), (100, "Pendulum-v1", "sum"),
+                                                             (T, "Hopper-v5", "mean")],
+                         ids=["one-chunk", "six-uneven-chunks", "three-action-dims"])
+def test_trpo_step_matches_sb3_contrib(tmp_path, chunk_size, env_id, kl_reduction):
     """sb3-contrib's unchunked math is the oracle; in chunks of 100 (the last one 12 samples) the
-    gradient, the Fisher products and the line search are sums over chunks and must agree as well."""
-    env = gym.make("Pendulum-v1")
+    gradient, the Fisher products and the line search are sums over chunks and must agree as well.
+    With more than one action dimension sb3-contrib averages the KL over them: kl_reduction="mean"
+    (genpol's default sum steps sqrt(3) shorter on Hopper's 3 dims, and the parameters differ)."""
+    env = gym.make(env_id)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     torch.manual_seed(0)
-    head = GaussianHead(3, 1, hidden_sizes=(64, 64), log_std_init=-0.5)
-    critic = ValueNetwork(3, (64, 64))
+    head = GaussianHead(obs_dim, act_dim, hidden_sizes=(64, 64), log_std_init=-0.5)
+    critic = ValueNetwork(obs_dim, (64, 64))
     model = TRPO("MlpPolicy", env, n_steps=T, batch_size=T, n_critic_updates=3, target_kl=0.01, cg_max_steps=15,
                  cg_damping=0.1, line_search_shrinking_factor=0.8, line_search_max_iter=10, learning_rate=1e-3,
                  device="cpu", seed=0, policy_kwargs={"log_std_init": -0.5})
     model.set_logger(configure(str(tmp_path), []))
     copy_weights_into_sb3(head, critic, model.policy)
-    storage, obs, actions, record = trpo_batch(3, 1, head)
+    storage, obs, actions, record = trpo_batch(obs_dim, act_dim, head)
     buffer = model.rollout_buffer
     buffer.reset()
     buffer.observations[:] = obs.numpy()[:, None, :]
@@ -135,7 +140,7 @@ def test_trpo_step_matches_sb3_contrib(tmp_path, chunk_size):
 
     updater = TRPOUpdater(head, critic, target_kl=0.01, cg_iterations=15, cg_damping=0.1, line_search_shrink=0.8,
                           line_search_max_iter=10, critic_lr=1e-3, critic_epochs=3, critic_minibatch_size=T,
-                          chunk_size=chunk_size)
+                          chunk_size=chunk_size, kl_reduction=kl_reduction)
     torch.manual_seed(42)
     stats = updater.update(storage, torch.Generator().manual_seed(0))
 

@@ -111,6 +111,7 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
             critic_epochs=updater_cfg.critic_epochs, critic_minibatch_size=updater_cfg.critic_minibatch_size,
             normalize_advantage=updater_cfg.normalize_advantage, adam_eps=updater_cfg.adam_eps,
             chunk_size=updater_cfg.chunk_size, advantage_std=updater_cfg.advantage_std,
+            kl_reduction=updater_cfg.kl_reduction,
         )
     common = dict(ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
                   clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage,

@@ -203,6 +203,9 @@ class TRPOConfig(RolloutConfig):
     """Critic learning-rate schedule: ``constant`` or ``linear`` decay to 0."""
     adam_eps: float = 1e-5
     """The critic's Adam epsilon."""
+    kl_reduction: str = "sum"
+    """``sum``: the KL of the whole action (genpol's default, the TRPO paper); ``mean``: averaged over action
+    dimensions too, as sb3-contrib's TRPO does for a diagonal Gaussian (its trust region is then target_kl x A)."""
     chunk_size: int = 512
     """Samples per chunk of the policy step: the gradient, each Fisher-vector product and each
     line-search probe are sums over chunks of this many samples, so this, not the rollout size,
@@ -215,6 +218,7 @@ class TRPOConfig(RolloutConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.chunk_size >= 1, "learner.chunk_size", ">= 1", self.chunk_size)
+        require(self.kl_reduction in ("sum", "mean"), "learner.kl_reduction", "sum or mean", self.kl_reduction)
         require(self.advantage_std in ("unbiased", "population"), "learner.advantage_std", "unbiased or population",
                 self.advantage_std)
         require(self.target_kl > 0, "learner.target_kl", "> 0", self.target_kl)
