@@ -52,6 +52,12 @@ def test_a_tenth_steps_on_the_tenth_transition_where_a_float_sum_would_not():
     assert critic_steps_after_each_update(make_sac(0.1, num_envs=1), 20) == [0] * 9 + [1] * 10 + [2]
 
 
+def test_a_whole_utd_stays_an_int_for_learners_that_loop_over_it():
+    """A learner written before fractions (docs/examples/td3.py: range(num_envs * cfg.utd)) keeps working."""
+    assert isinstance(SACConfig(utd=2.0).utd, int) and isinstance(SACConfig().utd, int)
+    assert SACConfig(utd=0.25).utd == 0.25
+
+
 def test_a_whole_utd_takes_num_envs_x_utd_steps_per_vector_step():
     assert critic_steps_after_each_update(make_sac(3, num_envs=2), 3) == [6, 12, 18]
     assert critic_steps_after_each_update(make_sac(1.5, num_envs=1), 4) == [1, 3, 4, 6]

@@ -116,14 +116,17 @@ class TD3(OffPolicyAlgorithm):
         return loss.detach()
 
     def update(self) -> dict[str, torch.Tensor]:
-        """``num_envs x utd`` critic steps, an actor step after every ``policy_delay``-th."""
-        for _ in range(self.num_envs * self.cfg.utd):
+        """The critic steps due (``num_envs x utd`` per vector step, accrued when ``learner.utd`` is a
+        fraction), an actor step after every ``policy_delay``-th; no diagnostics when none was due."""
+        named: dict[str, torch.Tensor] = {}
+        for _ in range(self.gradient_steps_due()):
             batch = self.sampler.sample(self.cfg.batch_size)
             critic = self.critic_step(batch, torch.zeros((), device=self.device))
             if self.critic_steps % self.cfg.policy_delay == 0:
                 self.last_actor_loss = self.actor_step(batch.obs)
-        return {"value": critic["value"], "policy": self.last_actor_loss, "q_mean": critic["q"].mean(),
-                "target_mean": critic["target"].mean()}
+            named = {"value": critic["value"], "policy": self.last_actor_loss, "q_mean": critic["q"].mean(),
+                     "target_mean": critic["target"].mean()}
+        return named
 
     def networks(self) -> dict[str, torch.nn.Module | torch.Tensor]:
         return {**super().networks(), "actor_target": self.actor_target}

@@ -42,8 +42,8 @@ class OffPolicyConfig:
     """Critic gradient steps per env transition (update-to-data ratio; N envs: N x utd per vector step). Below 1
     or not whole: a fraction, read as the nearest with a denominator up to 1000 (1/12 = 0.0833...) and accrued
     exactly, each vector step taking the whole steps due (0.25 with 1 env: one step every 4th env step, as
-    SB3's train_freq=4 or Ding & Jin's online loop). The rlpd batching (and EXPO) cut a round into utd
-    minibatches: a whole number there."""
+    SB3's train_freq=4 or Ding & Jin's online loop): ``OffPolicyAlgorithm.gradient_steps_due``. A whole value
+    is kept an int. The rlpd batching (and EXPO) cut a round into utd minibatches: a whole number there."""
     target_update_interval: int = 1
     """Critic steps between Polyak updates."""
     num_qs: int = 2
@@ -91,6 +91,8 @@ class OffPolicyConfig:
                 self.buffer_size)
         require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
         require(self.utd > 0, "learner.utd", "> 0", self.utd)
+        if float(self.utd).is_integer():  # a whole ratio stays an int: learners loop over range(num_envs * utd)
+            self.utd = int(self.utd)
         require(self.target_update_interval >= 1, "learner.target_update_interval", ">= 1",
                 self.target_update_interval)
         require(self.num_qs >= 1, "learner.num_qs", ">= 1", self.num_qs)
