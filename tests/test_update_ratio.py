@@ -87,7 +87,8 @@ def test_a_ratio_the_learner_cannot_take_is_refused(settings, message):
 def test_a_time_limit_is_stored_done_only_without_truncation_bootstrap(bootstrap):
     """learner.bootstrap_truncation=false (Ding & Jin's online code) stores a time limit as done; genpol's
     default stores it not done, so the target bootstraps from Q(final observation). Pendulum only truncates
-    (at 200 steps): 2 envs x 200 vector steps end with one truncation per env, in the last two rows."""
+    (at 200 steps): 2 envs x 200 vector steps end with one truncation per env, in the last two rows. Run with
+    learner.utd=0.25 through the runner: 400 transitions, 100 gradient steps."""
     from genpol import envs
     from genpol.algorithms import make_algorithm
     from genpol.api import compose_config
@@ -96,7 +97,8 @@ def test_a_time_limit_is_stored_done_only_without_truncation_bootstrap(bootstrap
     from genpol.runners.offpolicy import OffPolicyRunner
 
     cfg = validate(compose_config(["env=pendulum", "learner=sac", "policy=tanh_gaussian", "run_dir=/tmp/unused",
-                                   "learner.learning_starts=10000", f"learner.bootstrap_truncation={bootstrap}"]))
+                                   "learner.learning_starts=0", "learner.utd=0.25", "learner.batch_size=32",
+                                   f"learner.bootstrap_truncation={bootstrap}"]))
     env = envs.make("gym:Pendulum-v1", num_envs=2)
     head = build_head(cfg.policy.family, env.obs_dim, env.act_dim, **cfg.policy.head_kwargs())
     algorithm = make_algorithm(cfg, head, env)
@@ -105,3 +107,4 @@ def test_a_time_limit_is_stored_done_only_without_truncation_bootstrap(bootstrap
     stored = algorithm.replay.terminated[:algorithm.replay.size]
     assert len(stored) == 400
     assert stored[:-2].sum() == 0 and bool(stored[-2:].all()) == (not bootstrap)
+    assert algorithm.critic_steps == 100
