@@ -60,7 +60,7 @@ class TheirChunkedEnvs:
     """``n`` Hopper envs behind their ``MujocoLocomotionLowdimWrapper`` and ``MultiStep(reset_within_step=True)``.
 
     ``step(actions [n, act_steps, A])`` -> ``(obs [n, 1, D], reward [n], terminated [n], truncated [n])``;
-    finished training episodes go to ``on_episode(return, length)`` at the executed step count."""
+    finished training episodes go to ``on_episode(executed env steps, return, length)``."""
 
     def __init__(self, env_id: str, count: int, seed: int, norm: Normalization, on_episode=None):
         self.envs = [gym.make(env_id) for _ in range(count)]
@@ -98,21 +98,20 @@ class TheirChunkedEnvs:
 
 
 def evaluate(model: torch.nn.Module, args: argparse.Namespace, norm: Normalization, act_steps: int) -> float:
-    """Mean return of ``--eval-episodes`` episodes of ``model(deterministic=True)``, their evaluation mode."""
+    """Mean return of ``--eval-episodes`` episodes of ``model(deterministic=True)``, their evaluation mode: the
+    first episode of each of that many envs (a second, short one of a quick env must not replace a slow one)."""
     envs = TheirChunkedEnvs(args.env, args.eval_episodes, seed=10_000 + args.seed, norm=norm)
-    returns: list[float] = []
-    envs.on_episode = lambda _step, value, _length: returns.append(value)
-    done = np.zeros(args.eval_episodes, bool)
+    first = np.full(args.eval_episodes, np.nan)
     model.eval()
-    while len(returns) < args.eval_episodes:
+    while np.isnan(first).any():
+        before = envs.returns.copy()  # each env's return so far; step resets it where an episode ends
         with torch.no_grad():
             samples = model(cond={"state": torch.from_numpy(envs.obs).float()}, deterministic=True, return_chain=False)
-        _, _, terminated, truncated = envs.step(samples.trajectories[:, :act_steps].numpy())
-        done |= terminated | truncated  # each env contributes its first episode
-        if done.all():
-            break
+        _, reward, terminated, truncated = envs.step(samples.trajectories[:, :act_steps].numpy())
+        ended = (terminated | truncated) & np.isnan(first)
+        first[ended] = before[ended] + reward[ended]
     model.train()
-    return float(np.mean(returns[:args.eval_episodes]))
+    return float(first.mean())
 
 
 def main() -> None:
