@@ -106,13 +106,33 @@ CONSISTENCY_AC_THEIR_ONLINE = [
     "learner.max_grad_norm=9.0", "learner.critic_reduction=sum", "learner.actor_ema_warmup=hold",
     "learner.batch_size=256", "learner.buffer_size=100000", "learner.learning_starts=0",
     "learner.utd=0.08333333333333333", "learner.bootstrap_truncation=false"]
+# Ding & Jin's offline.py for hopper-medium-v2 with --model consistency (their table's row: lr 3e-4 for actor and
+# critic, eta 0.1, T 2, clip 9; bc 1), genpol's options for their update (bench/parity/consistency_ac.py's offline
+# rows), N(k) over the one train call the budget is on their side (run_reference_consistency_ac_offline.py)
+CONSISTENCY_AC_OFFLINE_STEPS = 20_000
+CONSISTENCY_AC_THEIR_OFFLINE = [
+    "policy.sampling_steps=2", "policy.time_input=ding_jin", "policy.scale_input=false", "policy.clamp_gradient=zero",
+    "policy.target_warmup=hold", "policy.ct_schedule_repeats=true", "policy.ct_final_scales=149", "learner.bc_coef=1.0",
+    "learner.eta=0.1", "learner.lr=3e-4", "learner.critic_lr=3e-4", "learner.max_grad_norm=9.0",
+    "learner.critic_reduction=sum", "learner.actor_ema_warmup=hold", "learner.offline_lr_decay=false",
+    "pipeline.pretrain_batch_size=256", "pipeline.pretrain_eval_every=0"]
 PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
 
 
 # --------------------------------------------------------------------------- the pairs
-def pair_settings(name: str) -> dict[str, Any]:
+def pair_settings(name: str, steps: int | None = None) -> dict[str, Any]:
     """Per pair: the task, the budget, the rollout length the metric averages over, genpol's overrides
-    and what the reference side needs."""
+    and what the reference side needs. ``steps``: a budget other than the pair's (a trial)."""
+    settings = _pair_settings(name)
+    if steps is not None:
+        settings["steps"] = steps
+    if settings.get("offline"):  # the budget is genpol's offline phase, over which N(k) grows once
+        settings["genpol"] = [*settings["genpol"], f"pipeline.pretrain_steps={settings['steps']}",
+                              f"policy.ct_total_steps={settings['steps']}"]
+    return settings
+
+
+def _pair_settings(name: str) -> dict[str, Any]:
     if name == "ppo":
         return {"env": "Hopper-v5", "steps": 147 * 2048, "rollout": 2048, "reference": "CleanRL ppo_continuous_action.py",
                 "genpol": ["policy=gaussian", "learner=ppo", "env.num_envs=1", "learner.rollout_steps=2048",
@@ -158,8 +178,14 @@ def pair_settings(name: str) -> dict[str, Any]:
                 "reference": "Ding & Jin online.py (OnlineAgent, consistency)",
                 "genpol": ["policy=consistency", "learner=consistency_ac", "pipeline=online", "env.num_envs=3",
                            *CONSISTENCY_AC_THEIR_ONLINE]}
+    if name == "consistency_ac_offline":
+        # offline: the budget counts gradient steps and the metric is the final evaluation; genpol's run
+        # takes one env step after its offline phase (total_steps >= 1), which the metric does not see
+        return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_OFFLINE_STEPS, "offline": True,
+                "reference": "Ding & Jin offline.py (Consistency_QL)",
+                "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1"]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
-                     f"dppo, consistency_ac or trpo_mean_kl")
+                     f"dppo, consistency_ac, consistency_ac_offline or trpo_mean_kl")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -172,6 +198,10 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
     if name == "consistency_ac":
         return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac.py"), "--ref",
                 str(args.ref_consistency_ac), "--steps", str(steps), "--seed", str(seed)]
+    if name == "consistency_ac_offline":
+        return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac_offline.py"), "--ref",
+                str(args.ref_consistency_ac), "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps),
+                "--seed", str(seed)]
     if name == "dppo":
         return [sys.executable, str(ROOT / "bench" / "run_reference_dppo.py"), "--ref", str(args.ref_dppo),
                 "--pretrained", str(pretrained_checkpoint(seed)), "--dataset", str(Path(args.dataset).resolve()),
@@ -238,8 +268,12 @@ def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: a
            "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
     subprocess.run(reference_command(name, seed, settings["steps"], args), cwd=run_dir, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if args.quiet else None)
-    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     timing = json.loads((run_dir / "reference_run.json").read_text())
+    if settings.get("offline"):
+        final = json.loads((run_dir / "evals.jsonl").read_text().splitlines()[-1])
+        return offline_result(final["return"], final["normalized_score"], timing["wall_time_s"],
+                              timing["gradient_steps"])
+    episodes = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
     per_rollout = episode_means([(row["step"], row["return"]) for row in episodes], settings["rollout"])
     evals = run_dir / "evals.jsonl"  # the RLPD loop's evaluations (deterministic, 10 episodes)
     final_eval = ({"eval_return_mean": json.loads(evals.read_text().splitlines()[-1])["return"]}
@@ -247,6 +281,15 @@ def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: a
     return {**final_eval, "metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]),
             "episodes": len(episodes), "wall_time_s": timing["wall_time_s"],
             "ms_per_env_step": 1000 * timing["wall_time_s"] / timing["env_steps"]}
+
+
+def offline_result(final_return: float, normalized: float | None, wall_s: float, gradient_steps: int
+                   ) -> dict[str, Any]:
+    """An offline pair's run: the metric is the final evaluation's mean return; its time is per gradient step
+    (stored under ``ms_per_env_step`` so the table's column reads both kinds)."""
+    return {"metric": float(final_return), "eval_return_mean": float(final_return), "normalized_score": normalized,
+            "gradient_steps": int(gradient_steps), "wall_time_s": wall_s,
+            "ms_per_env_step": 1000 * wall_s / gradient_steps, "time_unit": "gradient step"}
 
 
 def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +323,13 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
-    dataset = [f"dataset.path={Path(args.dataset).resolve()}"] if name in ("rlpd", "dppo") else []
+    dataset = ([f"dataset.path={Path(args.dataset).resolve()}"] if name in ("rlpd", "dppo", "consistency_ac_offline")
+               else [])
+    if settings.get("offline"):
+        summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"seed={seed}"],
+                             marker="pretrain/summary.json")
+        return offline_result(summary["eval_return_mean"], summary.get("normalized_score"), summary["wall_time_s"],
+                              summary["gradient_steps"])
     summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"total_steps={settings['steps']}",
                                    f"seed={seed}"], steps=settings["steps"])
     rows = read_progress(run_dir)
@@ -351,7 +400,7 @@ def spo_claim(runs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 def markdown(payload: dict[str, Any]) -> str:
     """The learning-level table of ``docs/fidelity.md`` from the results: one row per pair with a summary."""
     lines = ["| pair (task, budget) | authors' side: median (95 % CI), seeds | genpol: median (95 % CI), seeds "
-             "| difference of medians, 95 % CI | parity | ms per env step, authors' / genpol (ratio) |",
+             "| difference of medians, 95 % CI | parity | ms per env step (offline: per gradient step), authors' / genpol (ratio) |",
              "|---|---|---|---|---|---|"]
     for name, pair in payload.get("pairs", {}).items():
         summary = pair.get("summary")
@@ -359,7 +408,9 @@ def markdown(payload: dict[str, Any]) -> str:
             continue
         ref, ours = summary["reference"], summary["genpol"]
         interval = lambda ci: f"{ci[0]:.0f}-{ci[1]:.0f}"  # noqa: E731
-        lines.append(f"| {name}: {pair['reference']} vs genpol ({pair['env']}, {pair['steps']} steps) "
+        budget = (f"{pair['steps']} gradient steps offline; metric: the final evaluation" if pair.get("offline")
+                  else f"{pair['steps']} steps")
+        lines.append(f"| {name}: {pair['reference']} vs genpol ({pair['env']}, {budget}) "
                      f"| {ref['median']:.0f} ({interval(ref['ci95'])}), {ref['seeds']} "
                      f"| {ours['median']:.0f} ({interval(ours['ci95'])}), {ours['seeds']} "
                      f"| {summary['difference_of_medians']:+.0f} ({summary['difference_ci95'][0]:+.0f} to "
@@ -403,13 +454,13 @@ def main() -> None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
                  "rlpd": args.ref_rlpd, "dppo": args.ref_dppo,
-                 "consistency_ac": args.ref_consistency_ac, "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
-    if {"rlpd", "dppo"} & set(args.pairs) and not Path(args.dataset).exists():
-        raise SystemExit(f"the rlpd and dppo pairs need --dataset {args.dataset}: make it with bench/make_hopper_medium.sh")
+                 "consistency_ac": args.ref_consistency_ac, "consistency_ac_offline": args.ref_consistency_ac,
+                 "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
+    if {"rlpd", "dppo", "consistency_ac_offline"} & set(args.pairs) and not Path(args.dataset).exists():
+        raise SystemExit(f"the rlpd, dppo and consistency_ac_offline pairs need --dataset {args.dataset}: make it with "
+                         f"bench/make_hopper_medium.sh")
     for name in args.pairs:
-        settings = pair_settings(name)
-        if args.steps is not None:
-            settings["steps"] = args.steps
+        settings = pair_settings(name, args.steps)
         commit = None
         if name in snapshots:
             commit = subprocess.run(["git", "-C", snapshots[name], "rev-parse", "HEAD"], capture_output=True,
@@ -430,7 +481,8 @@ def main() -> None:
             else:
                 row = run_reference_script(name, seed, settings, args)
             row.update(date=date_stamp(), cpu=cpu_name(), load_average_1m=os.getloadavg()[0])
-            print(f"    metric {row['metric']:.1f}   {row['ms_per_env_step']:.3f} ms/env step", flush=True)
+            print(f"    metric {row['metric']:.1f}   {row['ms_per_env_step']:.3f} ms/{row.get('time_unit', 'env step')}",
+                  flush=True)
 
             def merge(payload: dict[str, Any], key: str = key, row: dict[str, Any] = row, name: str = name,
                       settings: dict[str, Any] = settings, commit: str | None = commit) -> dict[str, Any]:
@@ -442,6 +494,9 @@ def main() -> None:
                 pair.update(env=settings["env"], steps=settings["steps"], reference=settings["reference"],
                             reference_commit=commit, genpol_overrides=settings["genpol"],
                             reference_runs_of=settings.get("reference_runs_of", name))
+                if settings.get("offline"):
+                    pair.update(offline=True, metric="the final evaluation's mean return (10 episodes), "
+                                                     "steps and time per gradient step")
                 summary = summarize(name, payload["runs"], settings.get("reference_runs_of"))
                 if summary:
                     pair["summary"] = summary

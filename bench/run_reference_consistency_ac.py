@@ -70,16 +70,17 @@ import torch
 THEIR_TASK = "hopper-medium-v2"  # their online.py's Hopper row (scripts/online.sh runs it with --num_envs 3)
 
 
-def import_their_online(ref: Path) -> types.ModuleType:
-    """Their ``online.py`` as a module (its ``__main__`` block does not run). It imports ``gym`` (0.2x) and
-    ``d4rl`` at the top, missing here and used only inside its ``make_env`` / ``eval_policy`` / ``__main__``,
-    which this script does not call: empty stand-ins during the import, removed after."""
+def import_their_script(ref: Path, script: str = "online.py") -> types.ModuleType:
+    """Their ``online.py`` (or ``offline.py``) as a module (its ``__main__`` block does not run). Both import
+    ``gym`` (0.2x) and ``d4rl`` at the top, missing here and used only inside their ``make_env`` /
+    ``eval_policy`` / ``__main__``, which these scripts do not call (``offline.py``'s ``train_agent`` calls its
+    ``eval_policy``: the offline script replaces it): empty stand-ins during the import, removed after."""
     sys.path.insert(0, str(ref))  # their ``agents`` and ``utils`` packages, and their tabulate.py for utils.logger
     shims = [name for name in ("gym", "d4rl") if importlib.util.find_spec(name) is None]
     for name in shims:
         sys.modules[name] = types.ModuleType(name)  # shim: missing package, unused by what runs here
     try:
-        spec = importlib.util.spec_from_file_location("their_online", ref / "online.py")
+        spec = importlib.util.spec_from_file_location(f"their_{Path(script).stem}", ref / script)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
@@ -96,6 +97,12 @@ class ScalarLog:
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         self.last[tag.lower().replace(" ", "_")] = float(value)
+
+    def add_text(self, tag: str, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class TheirVectorEnv:
@@ -134,6 +141,11 @@ class TheirVectorEnv:
 def evaluate(agent, env_id: str, seed: int, episodes: int) -> float:
     """Their ``eval_policy``: a fresh env seeded once (``seed + 100``), ``episodes`` episodes of
     ``sample_action``, the agent's networks in eval mode meanwhile; the mean return."""
+    return float(np.mean(evaluate_episodes(agent, env_id, seed, episodes)))
+
+
+def evaluate_episodes(agent, env_id: str, seed: int, episodes: int) -> list[float]:
+    """``evaluate``'s episode returns, one per episode."""
     eval_env = gym.make(env_id)
     agent.model.eval()
     agent.actor.eval()
@@ -149,7 +161,7 @@ def evaluate(agent, env_id: str, seed: int, episodes: int) -> float:
     agent.model.train()
     agent.actor.train()
     eval_env.close()
-    return float(np.mean(scores))
+    return scores
 
 
 def main() -> None:
@@ -182,7 +194,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     ref = args.ref.resolve()
-    online = import_their_online(ref)
+    online = import_their_script(ref)
     table = online.hyperparameters[THEIR_TASK]
     theirs = {"lr": table["lr"], "gn": table["gn"], "max_q_backup": table["max_q_backup"]}
     ours = {"lr": args.lr, "gn": args.gn, "max_q_backup": args.max_q_backup}

@@ -8,6 +8,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "bench") not in sys.path:  # the harness imports bench/common as a script would
@@ -129,3 +130,34 @@ def test_the_dppo_reference_envs_step_chunks_as_genpols_stack():
         assert np.allclose(obs[0, 0], Normalization.scale(raw, norm.obs_min, norm.obs_max))
     assert our_terminated, "random actions end a Hopper episode within 200 chunks"
     assert episodes == [(executed, pytest.approx(total), executed)]
+
+
+def test_the_offline_consistency_reference_trains_on_genpols_transitions(tmp_path):
+    """``bench/run_reference_consistency_ac_offline.py`` builds ``d4rl.qlearning_dataset``'s transitions for the
+    authors' ``Data_Sampler``; genpol's ``offline_transitions`` builds its own from the same file. A file with a
+    terminal episode, a timed-out one and one cut by the end of the file: the same transitions, in order, on
+    both sides (the terminal's s' differs and is never bootstrapped from)."""
+    import run_reference_consistency_ac_offline as reference
+
+    from genpol.data.d4rl import load_d4rl, write_d4rl
+    from genpol.storage.replay import offline_transitions
+
+    rng = np.random.default_rng(0)
+    rows = 3 + 4 + 3  # episodes of 3 (terminal), 4 (time limit), 3 (cut by the file's end)
+    terminals, timeouts = np.zeros(rows, bool), np.zeros(rows, bool)
+    terminals[2], timeouts[6] = True, True
+    path = write_d4rl(tmp_path / "hopper_medium-v5.hdf5", observations=rng.normal(size=(rows, 11)),
+                      actions=rng.uniform(-0.9, 0.9, (rows, 3)), rewards=rng.normal(size=rows),
+                      terminals=terminals, timeouts=timeouts)
+    theirs = reference.qlearning_dataset(path)
+    ours = offline_transitions(load_d4rl(path))
+    kept = [0, 1, 2, 3, 4, 5, 7, 8]  # row 6 timed out, row 9 ends the file
+    assert len(ours) == len(theirs["rewards"]) == len(kept)
+    batch = ours.batch_at(torch.arange(len(ours)))
+    np.testing.assert_array_equal(batch.obs.numpy(), theirs["observations"])
+    np.testing.assert_array_equal(batch.actions.numpy(), theirs["actions"])
+    np.testing.assert_array_equal(batch.rewards.numpy(), theirs["rewards"])
+    np.testing.assert_array_equal(batch.dones.numpy(), theirs["terminals"])
+    assert theirs["terminals"].tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
+    bootstrapped = theirs["terminals"] == 0
+    np.testing.assert_array_equal(batch.next_obs.numpy()[bootstrapped], theirs["next_observations"][bootstrapped])
