@@ -39,7 +39,13 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
 * ``consistency_ac`` Ding & Jin's online Consistency-AC (their ``online.py`` loop written out around their
   ``OnlineAgent``, ``bench/run_reference_consistency_ac.py``: their script needs gym 0.23) against
   ``learner=consistency_ac`` from scratch with their settings (``CONSISTENCY_AC_THEIR_ONLINE``: 3 envs, one
-  gradient step per 12 transitions, lr 1e-5, time limits as terminations), 150k steps (their runs: 3M).
+  gradient step per 12 transitions, lr 1e-5, time limits as terminations), 150k steps (their runs: 3M);
+* ``consistency_ac_offline`` Ding & Jin's offline Consistency-AC (their ``offline.py`` ``train_agent`` and
+  ``Consistency_QL``, run unmodified by ``bench/run_reference_consistency_ac_offline.py`` on ``--dataset`` as
+  ``d4rl.qlearning_dataset`` builds it) against genpol's offline phase of ``+experiment=consistency_ac`` with
+  their hopper-medium-v2 row (``CONSISTENCY_AC_THEIR_OFFLINE``: eta 0.1, T 2, lr 3e-4, clip 9), 20k gradient
+  steps (their runs: 2M) in one of their ``train`` calls. The metric of this pair is the final evaluation's
+  mean return (10 episodes of softmax-Q acting, as their ``eval_policy``), its time per gradient step.
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
