@@ -239,3 +239,9 @@ def check_learner(cfg: Any) -> None:
         raise ConfigError(f"learner={cfg.learner.name} learns from one-step transitions (its critics value single "
                           f"actions), but policy={cfg.policy.family} acts in chunks (policy.act_steps={chunk[0]}, "
                           f"policy.horizon_steps={chunk[1]}): set policy.act_steps=1 policy.horizon_steps=1")
+    if getattr(cfg.learner, "kl_reduction", "sum") == "mean" and cfg.policy.family != "gaussian":
+        # the updater divides the head's KL by act_dim: a diagonal Gaussian's summed KL becomes sb3-contrib's
+        # mean; a diffusion head's KL is already a mean, and a chunk's act_dim is not the dimensions it sums
+        raise ConfigError(f"learner.kl_reduction=mean is sb3-contrib's KL, a diagonal Gaussian's averaged over its "
+                          f"action dimensions: policy=gaussian only (got policy={cfg.policy.family}); use "
+                          f"learner.kl_reduction=sum")

@@ -9,7 +9,8 @@ from genpol.config import ConfigError
 from genpol.config.onpolicy import PPOConfig
 from genpol.heads import GaussianHead
 from genpol.storage import RolloutStorage
-from genpol.storage.sequences import sequence_gae, sequence_minibatches
+from genpol.storage.rollout import Batch
+from genpol.storage.sequences import SequenceBatch, sequence_gae, sequence_minibatches
 from genpol.updaters.losses import PPOClipLoss
 from genpol.updaters.minibatch import MinibatchUpdater, SequenceSettings
 
@@ -145,3 +146,49 @@ def test_bootstrap_truncation_false_trains_through_the_api(tmp_path):
                                "learner.epochs=1", "learner.bootstrap_truncation=false", "pipeline.video=false",
                                "logger.progress_bar=false", "pipeline.eval_episodes=1"])
     assert summary["env_steps"] == 512
+
+
+@pytest.mark.parametrize("rollout_steps, minibatch_size, sequence_length, full, short", [
+    (6, 8, None, 8, 2),  # 18 samples (3 envs): minibatches of 8, 8 and a short 2
+    (4, 8, 2, 4, 2),  # 12 samples in sub-sequences of 2: 6 sequences, minibatches of 4 and a short 2
+    (4, 32, None, 12, None),  # the rollout (12) is smaller than a minibatch: its one size is the full one
+    (4, 32, 2, 6, None),
+])
+def test_the_compiled_step_sees_one_minibatch_size(rollout_steps, minibatch_size, sequence_length, full, short):
+    """learner.compile=true traces its step for one size (dynamic=False): every full minibatch goes to it, a
+    rollout's short last one steps eagerly (a second size would compile a second graph), on both the sample
+    and the sub-sequence path; a rollout smaller than minibatch_size is itself the full size (it was never
+    compiled before). The compiled slot holds a spy that records each size and runs the eager step."""
+    torch.manual_seed(0)
+    envs = 3
+    head, critic = GaussianHead(5, 2, hidden_sizes=[8]), torch.nn.Sequential(torch.nn.Linear(5, 1), torch.nn.Flatten(0))
+    storage = RolloutStorage(rollout_steps, envs, 5)
+    for _ in range(rollout_steps):
+        obs = torch.randn(envs, 5)
+        with torch.no_grad():
+            _, record = head.sample(obs)
+        storage.add(obs, record, torch.randn(envs), torch.randn(envs), torch.zeros(envs, dtype=torch.bool),
+                    torch.zeros(envs, dtype=torch.bool))
+    storage.compute_advantages(torch.zeros(envs), 0.99, 0.95)
+    sequences = None if sequence_length is None else SequenceSettings(length=sequence_length, gamma=0.99, gae_lambda=0.95)
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(), epochs=1, minibatch_size=minibatch_size, sequences=sequences)
+    compiled_sizes, eager_sizes = [], []
+    eager_step = updater.eager_step
+
+    def size(batch):  # samples, or sub-sequences (rewards [L, B])
+        return batch.rewards.shape[1] if isinstance(batch, SequenceBatch) else len(batch.obs)
+
+    def spy(*args):  # the compiled step's arguments: _sequence_arguments, or a Batch's fields in order
+        batch = SequenceBatch(*args) if sequences is not None else Batch(*args)
+        compiled_sizes.append(size(batch))
+        return eager_step(batch)
+
+    def eager(batch):
+        eager_sizes.append(size(batch))
+        return eager_step(batch)
+
+    updater.compiled_step, updater.eager_step = spy, eager
+    stats = updater.update(storage, torch.Generator().manual_seed(0))
+    assert set(compiled_sizes) == {full}
+    assert eager_sizes == ([] if short is None else [short])
+    assert stats["gradient_steps"] == len(compiled_sizes) + len(eager_sizes)

@@ -77,10 +77,14 @@ def test_the_accrued_fraction_resumes():
 
 
 @pytest.mark.parametrize("settings,message", [(dict(utd=0), "learner.utd"),
+                                              (dict(utd=float("inf")), "learner.utd.*finite"),
+                                              (dict(utd=0.0004), "learner.utd.*no gradient steps at all"),
                                               (dict(utd=0.5, batching="rlpd"), "whole number with batching=rlpd")])
 def test_a_ratio_the_learner_cannot_take_is_refused(settings, message):
+    """0.0004 is read as the nearest fraction with a denominator up to 1000: 0, which never steps."""
     with pytest.raises(ConfigError, match=message):
         SACConfig(**settings)
+    assert SACConfig(utd=0.001).utd == 0.001  # 1/1000, the smallest ratio taken
 
 
 @pytest.mark.parametrize("bootstrap", [True, False])

@@ -7,6 +7,7 @@ import torch
 from sb3_contrib import TRPO
 from stable_baselines3.common.logger import configure
 
+from genpol.errors import ConfigError
 from genpol.heads import DiffusionHead, GaussianHead, PolicyFlowHead, RatioTerms
 from genpol.nets import ValueNetwork
 from genpol.storage import RolloutStorage
@@ -151,6 +152,23 @@ def test_trpo_step_matches_sb3_contrib(tmp_path, chunk_size, env_id, kl_reductio
     for ours, theirs in zip(genpol_params(head, critic), sb3_params(model.policy)):
         assert torch.allclose(ours, theirs, atol=1e-5), (ours - theirs).abs().max()
     assert not torch.allclose(head.log_std, torch.full_like(head.log_std, -0.5))
+
+
+def test_kl_reduction_reaches_the_updater_and_needs_a_gaussian():
+    """learner.kl_reduction=mean from the config to the TRPO updater (its KL scaled by 1 / A: Hopper's 3
+    dims), and refused, naming the key, where dividing by act_dim is not sb3-contrib's mean (a diffusion
+    head's KL is already one, in chunks or not)."""
+    from genpol.algorithms.registry import make_updater
+    from genpol.api import compose_config
+    from genpol.configure import validate
+
+    cfg = validate(compose_config(["run_dir=/tmp/x", "env=hopper", "policy=gaussian", "learner=trpo",
+                                   "learner.kl_reduction=mean"]))
+    head = GaussianHead(11, 3, hidden_sizes=(8,))
+    assert make_updater(cfg.learner, head, ValueNetwork(11, (8,))).kl_scale == pytest.approx(1 / 3)
+    with pytest.raises(ConfigError, match="learner.kl_reduction=mean.*got policy=diffusion"):
+        validate(compose_config(["run_dir=/tmp/x", "env=hopper", "policy=diffusion", "policy.ft_denoising_steps=20",
+                                 "learner=trpo", "learner.kl_reduction=mean"]))
 
 
 def test_trpo_rejects_a_step_that_cannot_improve():

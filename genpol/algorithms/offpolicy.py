@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from genpol.algorithms.base import Algorithm
+from genpol.config.offpolicy import utd_fraction
 from genpol.errors import ConfigError
 from genpol.heads.base import PolicyHead
 from genpol.qensemble import QEnsemble, polyak_update
@@ -138,7 +139,7 @@ class OffPolicyAlgorithm(Algorithm):
     def _start_update_clock(self) -> None:
         """The update-to-data ratio as an exact fraction, and the gradient steps accrued but not yet taken
         (ten float additions of 0.1 make 0.999..., which would put the step due at the 10th transition off)."""
-        self.utd = Fraction(self.cfg.utd).limit_denominator(1000)
+        self.utd = utd_fraction(self.cfg.utd)
         self.steps_accrued = Fraction(0)
 
     def _update_clock_state(self) -> dict[str, list[int]]:

@@ -3,12 +3,21 @@ configuration of it), the Q-gradient actors and EXPO."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import List, Optional
 
 from omegaconf import MISSING
 
 from genpol.config.base import ACTIVATION_NAMES, require
+
+UTD_MAX_DENOMINATOR = 1000  # learner.utd is read as the nearest fraction with a denominator up to this
+
+
+def utd_fraction(utd: float) -> Fraction:
+    """``learner.utd`` as the exact ratio the off-policy learners accrue (1/12 for 0.0833...)."""
+    return Fraction(utd).limit_denominator(UTD_MAX_DENOMINATOR)
 
 
 @dataclass
@@ -90,7 +99,9 @@ class OffPolicyConfig:
         require(self.buffer_size >= self.batch_size, "learner.buffer_size", f">= batch_size ({self.batch_size})",
                 self.buffer_size)
         require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
-        require(self.utd > 0, "learner.utd", "> 0", self.utd)
+        require(math.isfinite(self.utd) and self.utd > 0, "learner.utd", "> 0 and finite", self.utd)
+        require(utd_fraction(self.utd) > 0, "learner.utd", f">= 1/{UTD_MAX_DENOMINATOR} (smaller rounds to no "
+                "gradient steps at all)", self.utd)
         if float(self.utd).is_integer():  # a whole ratio stays an int: learners loop over range(num_envs * utd)
             self.utd = int(self.utd)
         require(self.target_update_interval >= 1, "learner.target_update_interval", ">= 1",

@@ -106,9 +106,10 @@ class PPOConfig(RolloutConfig):
     port's AdamW uses 1e-5."""
     compile: bool = False
     """Compile each minibatch step (loss, gradient, clip, Adam) with torch.compile: ~3x faster small
-    minibatches after ~20 s of compilation; needs target_kl=null. A rollout's short last minibatch (when
-    num_envs x rollout_steps is not a multiple of minibatch_size) steps eagerly rather than compile a second
-    graph."""
+    minibatches after ~20 s of compilation; needs target_kl=null. The step is compiled for one size: a
+    rollout's short last minibatch (num_envs x rollout_steps, or its sub-sequences, not a multiple of the
+    minibatch) steps eagerly rather than compile a second graph; a rollout smaller than minibatch_size is
+    that one size."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -205,7 +206,8 @@ class TRPOConfig(RolloutConfig):
     """The critic's Adam epsilon."""
     kl_reduction: str = "sum"
     """``sum``: the KL of the whole action (genpol's default, the TRPO paper); ``mean``: averaged over action
-    dimensions too, as sb3-contrib's TRPO does for a diagonal Gaussian (its trust region is then target_kl x A)."""
+    dimensions too, as sb3-contrib's TRPO does for a diagonal Gaussian (its trust region is then target_kl x A;
+    policy=gaussian only)."""
     chunk_size: int = 512
     """Samples per chunk of the policy step: the gradient, each Fisher-vector product and each
     line-search probe are sums over chunks of this many samples, so this, not the rollout size,

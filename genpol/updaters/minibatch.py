@@ -240,6 +240,19 @@ class MinibatchUpdater:
                                     storage.truncated, storage.values, storage.last_obs, self.sequences.length,
                                     self.minibatch_size // self.sequences.length, generator)
 
+    def _size(self, batch: Batch | SequenceBatch) -> int:
+        """A minibatch's size: samples, or sub-sequences (``rewards [L, B]``)."""
+        return batch.rewards.shape[1] if isinstance(batch, SequenceBatch) else len(batch.obs)
+
+    def _full_minibatch(self, storage: RolloutStorage) -> int:
+        """The size of every minibatch but a rollout's short last one (the rollout itself when it is smaller
+        than ``minibatch_size``): the one size the compiled step is traced for."""
+        samples = storage.rewards.numel()
+        if self.sequences is None:
+            return min(self.minibatch_size, samples)
+        length = self.sequences.length
+        return min(self.minibatch_size // length, samples // length)
+
     def _kl_too_large(self, named: dict[str, torch.Tensor]) -> bool:
         return self.target_kl is not None and bool(named["approx_kl"] > 1.5 * self.target_kl)
 
@@ -249,16 +262,18 @@ class MinibatchUpdater:
         diagnostics: list[dict[str, torch.Tensor]] = []
         stopped_early = False
         per_epoch = self.adaptive_lr is not None and self.adaptive_lr.every == "epoch"
+        full_size = self._full_minibatch(storage) if self.compiled_step is not None else None
         for _ in range(self.epochs):
             epoch_kls: list[float] = []
             for batch in self._minibatches(storage, generator):
-                if self.compiled_step is not None and self.sequences is not None:
+                if self.compiled_step is None or self._size(batch) != full_size:
+                    # eager; or a rollout's short last minibatch, whose other size would compile a second graph
+                    named = self.eager_step(batch)
+                elif self.sequences is not None:
                     named = self.compiled_step(*self._sequence_arguments(batch))
-                elif self.compiled_step is not None and len(batch.obs) == self.minibatch_size:
+                else:
                     named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
                                                batch.values)
-                else:  # eager; or a rollout's short last minibatch, whose other size would compile a second graph
-                    named = self.eager_step(batch)
                 if named is None:
                     stopped_early = True
                     break
