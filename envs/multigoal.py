@@ -1,10 +1,20 @@
 """MultiGoal: a 2-D point mass with four equally good goals, the standard multimodal control task.
 
 The agent starts at the origin; goals sit at distance ``goal_distance`` on the four axes. The
-action is a velocity in ``[-1, 1]^2`` (scaled by ``max_speed``). The reward is the progress towards
-the *nearest* goal, minus a small control cost, plus ``goal_bonus`` on arrival (which terminates the
-episode), so every goal yields the same optimal return. A unimodal Gaussian policy has to commit to
-one goal; a generative policy can put mass on all four (Haarnoja et al. 2017 use a similar task).
+action is a velocity in ``[-1, 1]^2`` (scaled by ``max_speed``). Two rewards, each with ``goal_bonus`` on
+arrival (which terminates the episode), so every goal yields the same optimal return:
+
+* ``reward="progress"`` (genpol's default): the progress towards the *nearest* goal minus a small control
+  cost. Dense and well scaled for policy gradients, but nearly indifferent to direction at the start: a
+  box corner (1, 1) makes the same progress as (1, 0) for twice the small cost.
+* ``reward="softlearning"``: soft Q-learning's definition (Haarnoja et al. 2017; ``MultiGoalEnv`` of
+  haarnoja/softqlearning, copied by softlearning and by MEow's toy code), ``-actuation_cost |a|^2 -
+  distance_cost min_g |s' - g|^2``; with its other settings (``configs/env/multigoal_softlearning.yaml``:
+  goal radius 1, start noise 0.1, positions clipped to +-7) it is that task. Its quadratic costs make the
+  direction of the first action matter (at the origin, (1, 1) costs 31 more than (1, 0)), which is what
+  draws the four lobes of its action distribution.
+
+A unimodal Gaussian policy has to commit to one goal; a generative policy can put mass on all four.
 
 Pure torch and fully batched, so it runs on any device at a few hundred thousand steps per second.
 """
@@ -17,6 +27,9 @@ import numpy as np
 import torch
 
 from .core import StepResult, VectorEnv
+
+
+REWARDS = ("progress", "softlearning")
 
 
 class MultiGoal(VectorEnv):
@@ -37,7 +50,16 @@ class MultiGoal(VectorEnv):
         goal_bonus: float = 10.0,
         init_noise: float = 0.0,
         action_chunk: int = 1,
+        reward: str = "progress",
+        actuation_cost: float = 30.0,
+        distance_cost: float = 1.0,
+        bound: float | None = None,
     ):
+        """``reward``: ``progress`` or ``softlearning`` (module docstring); ``control_cost`` weighs the progress
+        reward's control cost, ``actuation_cost`` and ``distance_cost`` the softlearning reward's terms;
+        ``bound``: positions are clipped to +-bound (default goal_distance + 1)."""
+        if reward not in REWARDS:
+            raise ValueError(f"MultiGoal reward must be one of {REWARDS}, got {reward!r}")
         self.env_id = "genpol:MultiGoal"
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -54,7 +76,9 @@ class MultiGoal(VectorEnv):
         self.control_cost = control_cost
         self.goal_bonus = goal_bonus
         self.init_noise = init_noise
-        self.bound = goal_distance + 1.0
+        self.reward = reward
+        self.actuation_cost, self.distance_cost = actuation_cost, distance_cost
+        self.bound = goal_distance + 1.0 if bound is None else bound
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(0 if seed is None else seed)
         self._pending_seed = seed
@@ -100,8 +124,12 @@ class MultiGoal(VectorEnv):
             position = (self.position + self.max_speed * action).clamp(-self.bound, self.bound)
             distance_after = self.nearest_goal_distance(position)
             arrived = (distance_after < self.goal_radius) & active
-            reward += active * (distance_before - distance_after - self.control_cost * action.square().sum(dim=1)
-                                + self.goal_bonus * arrived.float())
+            if self.reward == "progress":
+                step_reward = distance_before - distance_after - self.control_cost * action.square().sum(dim=1)
+            else:  # softlearning: costs of the action and of the next state's squared distance to the nearest goal
+                step_reward = (-self.actuation_cost * action.square().sum(dim=1)
+                               - self.distance_cost * distance_after.square())
+            reward += active * (step_reward + self.goal_bonus * arrived.float())
             self.steps += active.long()
             executed += active.long()
             terminated |= arrived

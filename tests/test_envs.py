@@ -116,6 +116,37 @@ def test_unknown_ids_name_the_culprit_and_suggest():
         envs.make("genpol:MultiGoals")
 
 
+def test_multigoal_softlearning_reward_by_hand():
+    """env=multigoal_softlearning's task (soft Q-learning's MultiGoalEnv): from the origin, (1, 0) costs
+    30 + (5 - 1)^2 = 46, the corner (1, 1) 60 + 4^2 + 1 = 77, staying 25; within 1 of a goal the episode ends
+    with +10 (from (3.5, 0), (1, 0) lands 0.5 away: -30 - 0.25 + 10); positions stop at +-7; an unknown reward
+    is named; the yaml holds those settings. genpol's default progress reward pays (1, 0) and (1, 1) nearly
+    alike (1 - 0.05 and 5 - sqrt(17) - 0.1 = 0.777)."""
+    import math
+
+    from genpol.api import compose_config
+
+    kwargs = dict(compose_config(["run_dir=/tmp/x", "env=multigoal_softlearning"]).env.kwargs)
+    assert kwargs == dict(reward="softlearning", actuation_cost=30.0, distance_cost=1.0, goal_radius=1.0,
+                          init_noise=0.1, bound=7.0)
+    from genpol.envs.multigoal import MultiGoal
+
+    env = MultiGoal(num_envs=5, seed=0, **kwargs)  # unwrapped, to place the agents
+    start = env.reset()
+    assert 0 < start.abs().max() < 0.5  # N(0, 0.1^2)
+    env.position = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [3.5, 0.0], [6.5, 6.5]])
+    _, reward, terminated, _, info = env.step(torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]))
+    torch.testing.assert_close(reward[:4], torch.tensor([-46.0, -77.0, -25.0, -30.0 - 0.25 + 10.0]))
+    assert terminated.tolist() == [False, False, False, True, False]
+    assert info["final_obs"][4].tolist() == [7.0, 7.0]
+    progress = MultiGoal(num_envs=2, seed=0)
+    progress.reset()
+    _, reward, _, _, _ = progress.step(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    torch.testing.assert_close(reward, torch.tensor([0.95, 5 - math.sqrt(17) - 0.1]))
+    with pytest.raises(ValueError, match="MultiGoal reward must be one of"):
+        envs.make("genpol:MultiGoal", env_kwargs={"reward": "sql"})
+
+
 def test_discrete_action_space_is_refused():
     with pytest.raises(EnvError, match="1-D Box action space"):
         envs.make("gym:CartPole-v1")
