@@ -51,9 +51,9 @@ def _env_overrides(env: str) -> list[str]:
 
 
 def train(
-    env: str = "halfcheetah",
-    policy: str = "gaussian",
-    learner: str = "ppo",
+    env: str | None = None,
+    policy: str | None = None,
+    learner: str | None = None,
     *,
     total_steps: int | None = None,
     seed: int = 0,
@@ -65,9 +65,12 @@ def train(
     """Train one run and return its summary (the contents of ``summary.json``).
 
     Args:
-        env: an env group (``"halfcheetah"``, ``"multigoal"``) or an id (``"gym:Pendulum-v1"``).
-        policy: a policy group (``"gaussian"``).
-        learner: a learner group (``"ppo"``, ``"sac"``; ``genpol.algorithms.registry``).
+        env: an env group (``"halfcheetah"``, ``"multigoal"``) or an id (``"gym:Pendulum-v1"``); None: the
+            config's choice, an ``+experiment=`` bundle's in ``overrides`` or else ``halfcheetah``. A name given
+            here wins over a bundle's, as on the command line.
+        policy: a policy group (``"gaussian"``); None: the bundle's, else ``gaussian``.
+        learner: a learner group (``"ppo"``, ``"sac"``; ``genpol.algorithms.registry``); None: the bundle's,
+            else ``ppo``.
         total_steps: env steps (default: the config's).
         seed: the run's seed.
         run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
@@ -85,8 +88,9 @@ def train(
         warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
                       stacklevel=2)
         learner = updater
-    items = [*_env_overrides(env), f"policy={policy}", f"learner={learner}", f"seed={seed}",
-             f"run_dir={run_dir}", *overrides]
+    groups = [*(_env_overrides(env) if env is not None else []),
+              *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
+    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *overrides]
     if total_steps is not None:
         items.append(f"total_steps={total_steps}")
     return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)

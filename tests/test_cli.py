@@ -93,6 +93,22 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
     assert torch.equal(torch.as_tensor(policy.predict(np.zeros((3, 2)))[0]), torch.as_tensor(action))
 
 
+def test_python_api_takes_a_bundles_groups_unless_it_names_its_own(tmp_path, monkeypatch):
+    """train() with no env, policy or learner trains what an +experiment= bundle selects (it used to force
+    halfcheetah, gaussian and ppo over it, as a command-line env=... would: +experiment=rlpd then failed to
+    compose); a group named in the call wins over the bundle's, and with no bundle the defaults hold."""
+    import genpol.train
+    from genpol.api import train
+
+    monkeypatch.setattr(genpol.train, "run_training", lambda cfg, run_dir: cfg)  # the composed config, untrained
+    bundle = train(run_dir=tmp_path / "a", overrides=["+experiment=meow_multigoal"])
+    assert (bundle.env.kwargs["reward"], bundle.policy.family, bundle.learner.name) == ("softlearning", "energy_flow", "meow")
+    named = train("pendulum", run_dir=tmp_path / "b", overrides=["+experiment=meow_multigoal"])
+    assert (named.env.id, named.learner.name) == ("Pendulum-v1", "meow")
+    default = train(run_dir=tmp_path / "c")
+    assert (default.env.id, default.policy.family, default.learner.name) == ("HalfCheetah-v5", "gaussian", "ppo")
+
+
 def test_cluster_launchers(tmp_path):
     """launcher=slurm composes (submitit's SLURM launcher), and launcher=submitit_local runs a sweep
     as separate processes through the same job packaging."""
