@@ -56,8 +56,13 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "sac normalizing_flow": ("normalizing_flow", SAC, 30_000),
     "maxentdp vp_diffusion": ("vp_diffusion", MAXENTDP, 5_000),
     # MEow (issue 30; docs/concepts/meow.md) with its authors' MultiGoal settings (their toy config: 4000 steps,
-    # 1000 random, gamma 0.9, tau 0.0005, alpha 2.5, log sigma in [-2, 1])
-    "meow energy_flow": ("energy_flow", ["learner=meow", "+experiment=meow_multigoal"], 4_000),
+    # 1000 random, gamma 0.9, tau 0.0005, alpha 2.5, log sigma in [-2, 1]) on their env, soft Q-learning's
+    # MultiGoal (env=multigoal_softlearning, the bundle's); and the same on genpol's progress reward, where alpha
+    # 2.5 is far above the reward's scale (the bundle's env until 2026-12-05)
+    "meow energy_flow": ("energy_flow", ["learner=meow", "+experiment=meow_multigoal", "env=multigoal_softlearning"],
+                         4_000),
+    "meow energy_flow progress": ("energy_flow", ["learner=meow", "+experiment=meow_multigoal", "env=multigoal"],
+                                  4_000),
 }
 LOG4 = float(np.log(4.0))
 
@@ -86,8 +91,10 @@ def main() -> None:
         steps = steps or args.steps
         for seed in args.seeds:
             run_dir = RUNS / "multigoal" / f"{name.replace(' +', '-').replace(' ', '_')}-s{seed}"
-            summary = train(env="multigoal", policy=policy, total_steps=steps, run_dir=run_dir, seed=seed,
-                            overrides=[*COMMON, *overrides])
+            # the env group: a row's own env=..., else genpol's MultiGoal (train's env wins over a bundle's)
+            env = next((item.split("=", 1)[1] for item in overrides if item.startswith("env=")), "multigoal")
+            summary = train(env=env, policy=policy, total_steps=steps, run_dir=run_dir, seed=seed,
+                            overrides=[*COMMON, *(item for item in overrides if not item.startswith("env="))])
             coverage = goal_coverage(load_policy(run_dir), episodes=100, seed=seed)
             coverages[(name, seed)] = coverage
             counts, lobes = coverage.goal_counts.tolist(), coverage.lobe_fraction(25.0)
