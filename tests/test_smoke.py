@@ -32,7 +32,7 @@ OFFLINE = ["pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10"]
 CASES = {
     # env groups (Gaussian PPO)
     **{f"env-{name}": [f"env={name}", *ON_POLICY] for name in
-       ("halfcheetah", "hopper", "walker2d", "pendulum", "dmc", "multigoal")},
+       ("halfcheetah", "hopper", "walker2d", "pendulum", "dmc", "multigoal", "multigoal_softlearning")},
     "env-gym": ["env=gym", "env.id=MountainCarContinuous-v0", *ON_POLICY],
     "env-envpool": ["env=envpool", "env.id=HalfCheetah-v5", *ON_POLICY],
     "env-pointmaze_medium": ["env=pointmaze_medium", *ON_POLICY],
