@@ -125,12 +125,11 @@ def test_multigoal_softlearning_reward_by_hand():
     import math
 
     from genpol.api import compose_config
+    from genpol.envs.multigoal import MultiGoal
 
     kwargs = dict(compose_config(["run_dir=/tmp/x", "env=multigoal_softlearning"]).env.kwargs)
     assert kwargs == dict(reward="softlearning", actuation_cost=30.0, distance_cost=1.0, goal_radius=1.0,
                           init_noise=0.1, bound=7.0)
-    from genpol.envs.multigoal import MultiGoal
-
     env = MultiGoal(num_envs=5, seed=0, **kwargs)  # unwrapped, to place the agents
     start = env.reset()
     assert 0 < start.abs().max() < 0.5  # N(0, 0.1^2)
