@@ -5,8 +5,8 @@ action is a velocity in ``[-1, 1]^2`` (scaled by ``max_speed``). Two rewards, ea
 arrival (which terminates the episode), so every goal yields the same optimal return:
 
 * ``reward="progress"`` (genpol's default): the progress towards the *nearest* goal minus a small control
-  cost. Dense and well scaled for policy gradients, but nearly indifferent to direction at the start: a
-  box corner (1, 1) makes the same progress as (1, 0) for twice the small cost.
+  cost. Dense and well scaled for policy gradients, but nearly indifferent to direction at the start: from
+  the origin a box corner (1, 1) makes 0.88 of progress against (1, 0)'s 1.0, for 0.10 of cost against 0.05.
 * ``reward="softlearning"``: soft Q-learning's definition (Haarnoja et al. 2017; ``MultiGoalEnv`` of
   haarnoja/softqlearning, copied by softlearning and by MEow's toy code), ``-actuation_cost |a|^2 -
   distance_cost min_g |s' - g|^2``; with its other settings (``configs/env/multigoal_softlearning.yaml``:
