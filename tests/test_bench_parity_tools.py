@@ -1,4 +1,5 @@
-"""The learning-parity harness's own logic (``bench/run_reference.py``, ``bench/learning_parity.py``): the
+"""The learning-parity harness's own logic (``bench/run_reference.py``, ``bench/learning_parity.py``,
+``bench/claims.py``'s verdicts): the
 gymnasium 0.29 vector contract the authors' scripts are run under, the episode log, the metric and the
 verdict's bootstrap interval, on hand cases. The harness's runs themselves are benchmarks, not CI."""
 
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "bench") not in sys.path:  # the harness imports bench/common as a script would
     sys.path.insert(0, str(REPO / "bench"))
 
+import claims  # noqa: E402
 import learning_parity  # noqa: E402
 import run_reference  # noqa: E402
 
@@ -161,3 +163,20 @@ def test_the_offline_consistency_reference_trains_on_genpols_transitions(tmp_pat
     assert theirs["terminals"].tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
     bootstrapped = theirs["terminals"] == 0
     np.testing.assert_array_equal(batch.next_obs.numpy()[bootstrapped], theirs["next_observations"][bootstrapped])
+
+
+def test_claim_verdicts_follow_the_interval_of_the_difference():
+    """5 seeds a side. Separated samples: the interval of the difference is the gap between the sides'
+    order statistics (above: +6 to +14, all of it > 0); overlapping ones straddle 0. An "above" claim holds,
+    is contradicted or is not shown; a "matches" claim holds only when the interval contains 0."""
+    above, matches = claims.CLAIMS["dppo"], claims.CLAIMS["consistency_bc"]
+    low = [1.0, 2.0, 3.0, 4.0, 5.0]
+    high = [11.0, 12.0, 13.0, 14.0, 15.0]
+    result = claims.verdict(above, high, low)
+    assert result["difference_of_medians"] == 10.0 and result["verdict"] == "holds"
+    assert result["difference_ci95"][0] > 0 and result["seeds"] == [5, 5]
+    assert claims.verdict(above, low, high)["verdict"] == "contradicted"
+    assert claims.verdict(above, low, [1.5, 2.5, 3.5, 4.5, 5.5])["verdict"] == "not shown"
+    assert claims.verdict(matches, low, [1.5, 2.5, 3.5, 4.5, 5.5])["verdict"] == "holds"
+    assert claims.verdict(matches, low, high)["verdict"] == "method below"
+    assert claims.verdict(matches, high, low)["verdict"] == "method above"
