@@ -71,9 +71,13 @@ def make_gym029_vector_env(gym: Any, log: EpisodeLog) -> type:
             self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
             self.metadata = self.envs[0].metadata
 
-        def reset(self, *, seed: int | None = None, options: dict | None = None):
-            # 0.29: an int seed seeds sub-env i with seed + i
-            seeds = [None if seed is None else seed + index for index in range(self.num_envs)]
+        def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
+            # 0.29: an int seed seeds sub-env i with seed + i; a sequence gives each sub-env its own
+            if seed is None or isinstance(seed, int):
+                seeds = [None if seed is None else seed + index for index in range(self.num_envs)]
+            else:
+                seeds = list(seed)
+                assert len(seeds) == self.num_envs, f"{len(seeds)} seeds for {self.num_envs} envs"
             observations = [env.reset(seed=s, options=options)[0] for env, s in zip(self.envs, seeds)]
             return np.stack(observations), {}
 

@@ -55,6 +55,17 @@ def test_gym029_vector_env_resets_in_the_same_step_and_reports_as_029(tmp_path):
     assert [line.split(",")[0] for line in lines] == ['{"step": 6', '{"step": 10']  # 2 envs x 3, 2 envs x 5
 
 
+def test_gym029_vector_env_takes_a_seed_per_sub_env(tmp_path):
+    """0.29's reset also takes one seed per sub-env (MEow's toy evaluation passes ``seed=range(n)``)."""
+    vector_env = run_reference.make_gym029_vector_env(gym, run_reference.EpisodeLog(tmp_path / "episodes.jsonl"))
+    envs = vector_env([lambda: gym.make("Pendulum-v1") for _ in range(2)])
+    obs, _ = envs.reset(seed=range(7, 9))
+    for index, seed in enumerate((7, 8)):
+        np.testing.assert_allclose(obs[index], gym.make("Pendulum-v1").reset(seed=seed)[0])
+    with pytest.raises(AssertionError, match="3 seeds for 2 envs"):
+        envs.reset(seed=[1, 2, 3])
+
+
 def test_transform_observation_takes_029s_two_arguments(monkeypatch):
     for module, name in ((gym.vector, "SyncVectorEnv"), (gym.vector, "AsyncVectorEnv"),
                          (gym.wrappers, "TransformObservation")):
