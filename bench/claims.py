@@ -27,7 +27,7 @@ settings apart from the method itself, on genpol:
 Verdict: the exact bootstrap 95 % interval of median(method) - median(baseline)
 (``learning_parity.median_difference_ci``, genpol.report's resampling). An "above" claim holds when the
 interval lies above 0, is contradicted when it lies below, and is not shown otherwise. Runs are
-resumable (``bench/runs/claims/<claim>-<arm>-s<seed>``), one torch thread each.
+resumable (``bench/runs/claims/<arm>-s<seed>``), one torch thread each.
 
     python bench/claims.py --claims consistency_bc consistency_ac dppo gorl --seeds 0 1 2 3 4
     python bench/claims.py --table          # the verdicts of the runs so far
@@ -104,9 +104,14 @@ CLAIMS = {
 }
 
 
+ARMS = {arm.name: arm for claim in CLAIMS.values() for arm in (claim.method, claim.baseline)}
+assert all(arm == ARMS[arm.name] for claim in CLAIMS.values() for arm in (claim.method, claim.baseline)), \
+    "two arms of one name must be the same run"
+
+
 def run_arm(claim: str, arm: Arm, seed: int, dataset: str) -> dict[str, Any]:
     """Train (or reuse) one arm's run of ``seed``; its metric and cost."""
-    run_dir = RUN_ROOT / f"{claim}-{arm.name}-s{seed}"
+    run_dir = RUN_ROOT / f"{arm.name}-s{seed}"  # an arm in two claims (consistency-bc) trains once
     overrides = [*arm.overrides, *ONE_THREAD, f"seed={seed}"]
     if arm.needs_dataset:
         overrides.append(f"dataset.path={dataset}")
