@@ -30,6 +30,16 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   ``bench/learning.py``'s rlpd suite (10 LayerNorm critics of 256 x 2, subset-min 2, UTD 2, batch 128,
   half of every batch from ``--dataset``, 5000 random steps), 50k steps; the dataset is genpol's
   locally made Hopper "medium" file (``bench/make_hopper_medium.sh``);
+* ``expo`` the authors' EXPO learner (Servo97/EXPO's ``EXPOLearner``, JAX, ``--jax-python``) in their
+  ``train_finetuning.py``'s loop written out (``bench/run_reference_expo.py``: their script needs D4RL's
+  servers, mujoco-py and gym 0.2x) against ``+experiment=expo`` on their base network
+  (``policy=diffusion_expo_authors learner.base_weight_decay=1e-4``), both at the CPU-sized setting of
+  genpol's EXPO-vs-RLPD claim runs (``bench/results/expo_learning.json``: 2 LayerNorm critics of 256 x 2,
+  subset-min 2, UTD 1, batch 128, 4 base samples all edited, half of every batch from ``--dataset``, 2000
+  random steps; ``EXPO_CPU``), their ``adjust_target_entropy`` flag set as genpol's default is, and time limits
+  stored as terminations on both sides (their loop's ``mask = 1 - done``; ``learner.bootstrap_truncation=false``),
+  20k steps (``EXPO_STEPS``); the edit policy is 256 x 2 on both (their ``hidden_dims`` sizes it and the
+  critics alike);
 * ``dppo`` the authors' ``PPODiffusion`` (irom-lab/dppo) in their ``TrainPPODiffusionAgent.run`` loop written
   out (``bench/run_reference_dppo.py``: their script needs Hydra and D4RL's gym 0.2x) against
   ``+experiment=dppo_hopper`` with DPPO's network (``DPPO_THEIR_NETWORK``), Adam epsilon 1e-8 and no
@@ -122,6 +132,12 @@ CONSISTENCY_AC_THEIR_OFFLINE = [
     "learner.eta=0.1", "learner.lr=3e-4", "learner.critic_lr=3e-4", "learner.max_grad_norm=9.0",
     "learner.critic_reduction=sum", "learner.actor_ema_warmup=hold", "learner.offline_lr_decay=false",
     "pipeline.pretrain_batch_size=256", "pipeline.pretrain_eval_every=0"]
+# the expo pair (issue 28): the CPU-sized setting of genpol's EXPO-vs-RLPD claim runs (bench/results/expo_learning.json,
+# its "critic" and "command") on both sides, from this one table: their create's keyword arguments and genpol's
+# overrides are both made from it. Their hidden_dims sizes their critics and their edit policy alike.
+EXPO_STEPS = 20_000
+EXPO_CPU = {"num_qs": 2, "num_min_qs": 2, "hidden": [256, 256], "samples": 4, "utd": 1, "batch_size": 128,
+            "learning_starts": 2000}
 PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
 
 
@@ -175,6 +191,17 @@ def _pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": 50_000, "rollout": 1000, "reference": "ikostrikov/rlpd SACLearner",
                 "genpol": ["+experiment=rlpd", "learner.utd=2", "learner.batch_size=128", "learner.learning_starts=5000",
                            "learner.num_qs=10", "learner.critic_hidden_sizes=[256,256]"]}
+    if name == "expo":
+        c, hidden = EXPO_CPU, ",".join(str(width) for width in EXPO_CPU["hidden"])
+        # their base network, schedule, sampler and AdamW (docs/fidelity.md's EXPO rows); td_subsets=independent,
+        # clip_edits=false, critic_layer_norm_eps=1e-6 and adjust_target_entropy=true are learner=expo's defaults
+        return {"env": "Hopper-v5", "steps": EXPO_STEPS, "rollout": 1000, "reference": "Servo97/EXPO EXPOLearner",
+                "genpol": ["+experiment=expo", "policy=diffusion_expo_authors", "learner.base_weight_decay=1e-4",
+                           f"learner.utd={c['utd']}", f"learner.batch_size={c['batch_size']}",
+                           f"learner.learning_starts={c['learning_starts']}", f"learner.num_qs={c['num_qs']}",
+                           f"learner.num_min_qs={c['num_min_qs']}", f"learner.critic_hidden_sizes=[{hidden}]",
+                           f"learner.edit_hidden_sizes=[{hidden}]", f"learner.num_samples={c['samples']}",
+                           f"learner.n_edit={c['samples']}", "learner.bootstrap_truncation=false"]}
     if name == "dppo":
         return {"env": "Hopper-v5", "steps": 500_000, "rollout": 16 * 64 * 4, "reference": "irom-lab/dppo PPODiffusion",
                 "genpol": ["+experiment=dppo_hopper", *DPPO_THEIR_NETWORK, "learner.adam_eps=1e-8",
@@ -191,16 +218,25 @@ def _pair_settings(name: str) -> dict[str, Any]:
                 "reference": "Ding & Jin offline.py (Consistency_QL)",
                 "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1"]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
-                     f"dppo, consistency_ac, consistency_ac_offline or trpo_mean_kl")
+                     f"expo, dppo, consistency_ac, consistency_ac_offline or trpo_mean_kl")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
-    """The command line of a CleanRL, SPO (``bench/run_reference.py``) or RLPD run."""
+    """The command line of a CleanRL, SPO (``bench/run_reference.py``), RLPD, EXPO or other reference run."""
     if name == "rlpd":
         return [str(args.jax_python), str(ROOT / "bench" / "run_reference_rlpd.py"), "--ref", str(args.ref_rlpd),
                 "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps), "--seed", str(seed), "--utd", "2",
                 "--batch-size", "128", "--start-training", "5000", "--config", json.dumps({"num_qs": 10,
                                                                                          "hidden_dims": [256, 256]})]
+    if name == "expo":
+        c = EXPO_CPU
+        # their evaluations at step 1 and after the last step only, as genpol's side evaluates at its end
+        return [str(args.jax_python), str(ROOT / "bench" / "run_reference_expo.py"), "--ref", str(args.ref_expo),
+                "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps), "--seed", str(seed),
+                "--utd", str(c["utd"]), "--batch-size", str(c["batch_size"]), "--start-training",
+                str(c["learning_starts"]), "--eval-interval", str(steps), "--adjust-target-entropy", "--config",
+                json.dumps({"num_qs": c["num_qs"], "num_min_qs": c["num_min_qs"], "hidden_dims": c["hidden"],
+                            "N": c["samples"], "n_edit_samples": c["samples"]})]
     if name == "consistency_ac":
         return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac.py"), "--ref",
                 str(args.ref_consistency_ac), "--steps", str(steps), "--seed", str(seed)]
@@ -329,8 +365,8 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
-    dataset = ([f"dataset.path={Path(args.dataset).resolve()}"] if name in ("rlpd", "dppo", "consistency_ac_offline")
-               else [])
+    dataset = ([f"dataset.path={Path(args.dataset).resolve()}"]
+               if name in ("rlpd", "expo", "dppo", "consistency_ac_offline") else [])
     if settings.get("offline"):
         summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"seed={seed}"],
                              marker="pretrain/summary.json")
@@ -442,11 +478,12 @@ def main() -> None:
                         default="/tmp/ref/quantumiracle+Consistency_Model_For_Reinforcement_Learning",
                         help="Ding & Jin's snapshot")
     parser.add_argument("--ref-dppo", default="/tmp/ref/irom-lab+dppo", help="irom-lab/dppo snapshot")
+    parser.add_argument("--ref-expo", default="/tmp/ref/Servo97+EXPO", help="Servo97/EXPO snapshot")
     parser.add_argument("--jax-python", default="/tmp/jaxvenv/bin/python",
                         help="a python with jax, flax, optax, tensorflow-probability, ml_collections, gymnasium[mujoco] "
-                             "(genpol's mujoco version) and h5py, for the rlpd pair")
+                             "(genpol's mujoco version) and h5py, for the rlpd and expo pairs")
     parser.add_argument("--dataset", default=str(ROOT / "data" / "hopper_medium-v5.hdf5"),
-                        help="the rlpd pair's offline data (bench/make_hopper_medium.sh makes it)")
+                        help="the rlpd and expo pairs' offline data (bench/make_hopper_medium.sh makes it)")
     parser.add_argument("--quiet", action="store_true", help="hide the reference scripts' stderr")
     parser.add_argument("--table", action="store_true", help="print the results as docs/fidelity.md's table and stop")
     parser.add_argument("--steps", type=int, default=None,
@@ -459,12 +496,12 @@ def main() -> None:
     if args.steps is not None:
         RESULTS_NAME, RUN_ROOT = "learning_parity_trial.json", RUNS / "learning_parity_trial"
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
-                 "rlpd": args.ref_rlpd, "dppo": args.ref_dppo,
+                 "rlpd": args.ref_rlpd, "expo": args.ref_expo, "dppo": args.ref_dppo,
                  "consistency_ac": args.ref_consistency_ac, "consistency_ac_offline": args.ref_consistency_ac,
                  "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
-    if {"rlpd", "dppo", "consistency_ac_offline"} & set(args.pairs) and not Path(args.dataset).exists():
-        raise SystemExit(f"the rlpd, dppo and consistency_ac_offline pairs need --dataset {args.dataset}: make it with "
-                         f"bench/make_hopper_medium.sh")
+    if {"rlpd", "expo", "dppo", "consistency_ac_offline"} & set(args.pairs) and not Path(args.dataset).exists():
+        raise SystemExit(f"the rlpd, expo, dppo and consistency_ac_offline pairs need --dataset {args.dataset}: make it "
+                         f"with bench/make_hopper_medium.sh")
     for name in args.pairs:
         settings = pair_settings(name, args.steps)
         commit = None

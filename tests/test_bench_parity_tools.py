@@ -112,6 +112,27 @@ def test_the_rlpd_reference_loop_samples_whole_transitions():
     assert np.array_equal(merged["rewards"][0::2], batch["rewards"]) and len(merged["rewards"]) == 512
 
 
+def test_the_expo_reference_loop_stores_episodes_at_their_end_with_time_limits_as_terminations():
+    """``bench/run_reference_expo.py`` fills the replay as their ``train_finetuning.py`` does: a transition
+    is sampled only once its episode has ended, the mask is 0 wherever an episode ended (a time limit
+    too: their ``mask = 1 - done``), and the batch sizes round as their script's two ``int()``."""
+    import run_reference_expo
+
+    replay = run_reference_expo.EpisodeReplay(capacity=10, obs_dim=2, act_dim=1)
+    for t, done in enumerate([False, False, True, False]):  # an episode of 3 steps, then one running
+        replay.add(np.full(2, t), np.full(1, 0.5 + t), float(t), np.full(2, t + 1), done)
+        assert replay.size == (3 if t >= 2 else 0)
+    np.testing.assert_array_equal(replay.data["masks"][:3], [1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(replay.data["rewards"][:3], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(replay.data["actions"][:3, 0], [0.5, 1.5, 2.5])  # stored unclipped, as given
+    np.testing.assert_array_equal(replay.data["next_observations"][:3, 0], [1.0, 2.0, 3.0])
+    assert len(replay.trajectory) == 1
+    assert run_reference_expo.batch_sizes(128, 1, 0.5) == (64, 64)
+    assert run_reference_expo.batch_sizes(256, 20, 0.3) == (3584, 1536)
+    empty = {key: value[:0] for key, value in replay.data.items()}
+    assert run_reference_expo.mix(replay.data, empty) is replay.data
+
+
 def test_the_dppo_reference_envs_step_chunks_as_genpols_stack():
     """``bench/run_reference_dppo.py`` writes out DPPO's ``MujocoLocomotionLowdimWrapper`` + ``MultiStep``; on the
     same Hopper seed and actions it must give what genpol's ``ActionChunking`` gives (summed rewards, the
