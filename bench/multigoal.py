@@ -69,6 +69,9 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "maxentdp vp_diffusion": ("vp_diffusion", MAXENTDP, 5_000),
     "sac tanh_gaussian alpha1 softlearning": ("tanh_gaussian", [*SAC, *AT_THE_SOFT_OPTIMUM], 30_000),
     "sac normalizing_flow alpha1 softlearning": ("normalizing_flow", [*SAC, *AT_THE_SOFT_OPTIMUM], 30_000),
+    # MEow's temperature on that task (the optimum: lobes 0.871, entropy 2.52)
+    "sac normalizing_flow alpha2.5 softlearning": ("normalizing_flow", [*SAC, *AT_THE_SOFT_OPTIMUM,
+                                                                        "learner.ent_coef=2.5"], 30_000),
     "maxentdp vp_diffusion alpha1 softlearning": ("vp_diffusion", [*MAXENTDP, *AT_THE_SOFT_OPTIMUM], 5_000),
     # Q-gradient learning (no entropy term) of the consistency head
     "consistency_ac consistency": ("consistency", CONSISTENCY_AC, 30_000),
