@@ -55,7 +55,42 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   ``d4rl.qlearning_dataset`` builds it) against genpol's offline phase of ``+experiment=consistency_ac`` with
   their hopper-medium-v2 row (``CONSISTENCY_AC_THEIR_OFFLINE``: eta 0.1, T 2, lr 3e-4, clip 9), 20k gradient
   steps (their runs: 2M) in one of their ``train`` calls. The metric of this pair is the final evaluation's
-  mean return (10 episodes of softmax-Q acting, as their ``eval_policy``), its time per gradient step.
+  mean return (10 episodes of softmax-Q acting, as their ``eval_policy``), its time per gradient step;
+* ``consistency_ac_o2o`` Ding & Jin's offline then online Consistency-AC as their ``scripts/offline2online.slurm``
+  chains it (``bench/run_reference_consistency_ac_o2o.py``: the offline pair's harness saving their model, then
+  the online pair's loading it with their ``OnlineAgent.load_model``, ``--load_id offline``) against ONE
+  ``+experiment=consistency_ac`` run (offline phase, then online in the same process): 20k offline gradient steps
+  (``CONSISTENCY_AC_OFFLINE_STEPS``), then ``CONSISTENCY_AC_O2O_STEPS`` (150k) online env steps (their runs: 2M
+  and 3M), 3 envs, one gradient step per 12 transitions, epsilon 1 to 0.01 over the first 10 % of the online
+  phase, no offline data online (``learner.offline_ratio=0``: their online replay starts empty). genpol's
+  options: ``consistency_ac_o2o_options`` (every ``CONSISTENCY_AC_THEIR_OFFLINE`` option, and the online-only
+  ones of ``CONSISTENCY_AC_THEIR_ONLINE``). The online budget is the consistency_ac pair's, so each codebase's
+  start from the offline model compares with its start from scratch at equal online steps, and it outlasts
+  their reload transient (below: their EMA actor holds its initial weights for 12k env steps and keeps 5 % of
+  them until ~48k); at 50k the last tenth would sit at the transient's end. Metric: the online phase's training
+  return, as ``consistency_ac`` (every episode of the last 15k env steps, epsilon 0.01 on both sides, rather
+  than 10 evaluation episodes; the final evaluation and the offline phase's are kept beside it; the time is
+  per online env step, the offline phase's per gradient step beside it). What genpol cannot reproduce, and
+  so differs:
+  - one config for both phases: genpol's run builds one learner and one head, so where their two phases differ
+    (``CONSISTENCY_AC_O2O_OFFLINE_KEPT``) genpol's online phase keeps the offline values: eta 0.1 with the CT
+    loss (bc 1) on the online batches (its N(k) starting again from 2 over the next 20k steps), actor lr 3e-4
+    and the 2-step sampler (acting and Q-gradient), where their ``OnlineAgent`` runs the Q-loss only (eta 1, no
+    BC), actor lr 1e-5 and 5 sampling steps (their ``online.py`` default ``--T``);
+  - what their ``load_model`` leaves behind: it loads only the actor and critic state dicts into a fresh
+    ``OnlineAgent``, whose constructor had copied the critic target and the EMA actor from the fresh networks,
+    so online their TD targets (and the softmax-Q acting, which uses the target critics) start from randomly
+    initialized target critics, Polyak-averaged (tau 0.005 per gradient step) towards the loaded ones, and
+    next actions from a randomly initialized EMA actor, held until their online gradient step 1000 (12k env
+    steps) and averaged from there; their Adam moments start at 0 and their step count at 0. genpol carries
+    the offline phase's target critics, EMA actor, optimizer states and step counts on into the online phase;
+  - genpol's offline-to-online pipeline scales observations (and actions: identity on this data, whose actions
+    span [-1, 1]) to [-1, 1] with the dataset's min and max in both phases; theirs feeds raw observations;
+  - the offline phase is the consistency_ac_offline pair's on both sides (the same harness and options, so the
+    same differences); their model selection (``ms offline``, ``top_k``) has one evaluation to choose from here
+    and keeps the model after the last step, as genpol's run does;
+  - as the consistency_ac pair: gymnasium Hopper-v5 for D4RL's hopper-medium-v2, seeding, one epsilon draw
+    per vector step on their side against one per env on genpol's.
 
 The reference scripts run unmodified through ``bench/run_reference.py`` (gymnasium 0.29's vector API
 on gymnasium 1.x); every side runs on one torch thread, one run at a time, so the times per env step
@@ -96,7 +131,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from common import ROOT, RUNS, cpu_name, date_stamp, read_progress, read_results, train_once, update_results
+from common import (ROOT, RUNS, cpu_name, date_stamp, read_progress, read_results, read_summary, train_once,
+                    update_results)
 
 RESULTS_NAME = "learning_parity.json"
 RUN_ROOT = RUNS / "learning_parity"
@@ -132,12 +168,42 @@ CONSISTENCY_AC_THEIR_OFFLINE = [
     "learner.eta=0.1", "learner.lr=3e-4", "learner.critic_lr=3e-4", "learner.max_grad_norm=9.0",
     "learner.critic_reduction=sum", "learner.actor_ema_warmup=hold", "learner.offline_lr_decay=false",
     "pipeline.pretrain_batch_size=256", "pipeline.pretrain_eval_every=0"]
+
+
+def _option_key(option: str) -> str:
+    """The dotted key of a Hydra override (``learner.lr=1e-5`` -> ``learner.lr``)."""
+    return option.split("=", 1)[0].lstrip("+~")
+
+
+# the keys Ding & Jin's offline and online phases set differently (their online values): genpol's one run of both
+# phases keeps the offline value of each (the consistency_ac_o2o pair's first difference)
+CONSISTENCY_AC_O2O_OFFLINE_KEPT = [
+    option for option in CONSISTENCY_AC_THEIR_ONLINE
+    if _option_key(option) in {_option_key(o) for o in CONSISTENCY_AC_THEIR_OFFLINE}
+    and option not in CONSISTENCY_AC_THEIR_OFFLINE]
+
+
+def consistency_ac_o2o_options(offline_steps: int) -> list[str]:
+    """genpol's overrides of the consistency_ac_o2o pair (after ``+experiment=consistency_ac``): their offline
+    phase's options (``CONSISTENCY_AC_THEIR_OFFLINE``, N(k) over the ``offline_steps`` of their one ``train``
+    call), the options of their online phase that only the online phase reads, and their online loop's
+    exploration and data: 3 envs, epsilon 1 to 0.01 over the first 10 % (the experiment's is 0.01 throughout),
+    no offline data in the online batches (the experiment's ``offline_ratio`` is 0.5)."""
+    offline_keys = {_option_key(option) for option in CONSISTENCY_AC_THEIR_OFFLINE}
+    online_only = [option for option in CONSISTENCY_AC_THEIR_ONLINE if _option_key(option) not in offline_keys]
+    return [*CONSISTENCY_AC_THEIR_OFFLINE, f"pipeline.pretrain_steps={offline_steps}",
+            f"policy.ct_total_steps={offline_steps}", "env.num_envs=3", *online_only, "learner.offline_ratio=0",
+            "learner.explore_initial=1.0", "learner.explore_final=0.01", "learner.explore_fraction=0.1"]
+
+
 # the expo pair (issue 28): the CPU-sized setting of genpol's EXPO-vs-RLPD claim runs (bench/results/expo_learning.json,
 # its "critic" and "command") on both sides, from this one table: their create's keyword arguments and genpol's
 # overrides are both made from it. Their hidden_dims sizes their critics and their edit policy alike.
 EXPO_STEPS = 20_000
 EXPO_CPU = {"num_qs": 2, "num_min_qs": 2, "hidden": [256, 256], "samples": 4, "utd": 1, "batch_size": 128,
             "learning_starts": 2000}
+# the consistency_ac_o2o pair: online env steps after the offline pair's 20k gradient steps (see its entry above)
+CONSISTENCY_AC_O2O_STEPS = 150_000
 PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
 
 
@@ -217,8 +283,14 @@ def _pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_OFFLINE_STEPS, "offline": True,
                 "reference": "Ding & Jin offline.py (Consistency_QL)",
                 "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1"]}
+    if name == "consistency_ac_o2o":
+        # steps: the online phase's env steps (the metric's budget); the offline phase runs first, on both sides
+        return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_O2O_STEPS, "rollout": 1000,
+                "offline_steps": CONSISTENCY_AC_OFFLINE_STEPS,
+                "reference": "Ding & Jin offline.py, then online.py --load_id offline (Consistency_QL, OnlineAgent)",
+                "genpol": ["+experiment=consistency_ac", *consistency_ac_o2o_options(CONSISTENCY_AC_OFFLINE_STEPS)]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
-                     f"expo, dppo, consistency_ac, consistency_ac_offline or trpo_mean_kl")
+                     f"expo, dppo, consistency_ac, consistency_ac_offline, consistency_ac_o2o or trpo_mean_kl")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -244,6 +316,10 @@ def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace
         return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac_offline.py"), "--ref",
                 str(args.ref_consistency_ac), "--dataset", str(Path(args.dataset).resolve()), "--steps", str(steps),
                 "--seed", str(seed)]
+    if name == "consistency_ac_o2o":
+        return [sys.executable, str(ROOT / "bench" / "run_reference_consistency_ac_o2o.py"), "--ref",
+                str(args.ref_consistency_ac), "--dataset", str(Path(args.dataset).resolve()), "--offline-steps",
+                str(CONSISTENCY_AC_OFFLINE_STEPS), "--steps", str(steps), "--seed", str(seed)]
     if name == "dppo":
         return [sys.executable, str(ROOT / "bench" / "run_reference_dppo.py"), "--ref", str(args.ref_dppo),
                 "--pretrained", str(pretrained_checkpoint(seed)), "--dataset", str(Path(args.dataset).resolve()),
@@ -320,9 +396,14 @@ def run_reference_script(name: str, seed: int, settings: dict[str, Any], args: a
     evals = run_dir / "evals.jsonl"  # the RLPD loop's evaluations (deterministic, 10 episodes)
     final_eval = ({"eval_return_mean": json.loads(evals.read_text().splitlines()[-1])["return"]}
                   if evals.exists() and evals.read_text().strip() else {})
+    offline = {}
+    if "offline_final_eval" in timing:  # consistency_ac_o2o: their offline phase, before the online one
+        offline = {"offline_eval_return_mean": timing["offline_final_eval"]["return"],
+                   "offline_gradient_steps": timing["offline"]["gradient_steps"],
+                   "offline_ms_per_gradient_step": timing["offline"]["ms_per_gradient_step"]}
     return {**final_eval, "metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]),
             "episodes": len(episodes), "wall_time_s": timing["wall_time_s"],
-            "ms_per_env_step": 1000 * timing["wall_time_s"] / timing["env_steps"]}
+            "ms_per_env_step": 1000 * timing["wall_time_s"] / timing["env_steps"], **offline}
 
 
 def offline_result(final_return: float, normalized: float | None, wall_s: float, gradient_steps: int
@@ -366,7 +447,7 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
     dataset = ([f"dataset.path={Path(args.dataset).resolve()}"]
-               if name in ("rlpd", "expo", "dppo", "consistency_ac_offline") else [])
+               if name in ("rlpd", "expo", "dppo", "consistency_ac_offline", "consistency_ac_o2o") else [])
     if settings.get("offline"):
         summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"seed={seed}"],
                              marker="pretrain/summary.json")
@@ -378,8 +459,15 @@ def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Na
     # genpol logs each rollout's mean as charts/episodic_return at the rollout's last step
     per_rollout = {(row["global_step"] - 1) // settings["rollout"]: row["charts/episodic_return"]
                    for row in rows if "charts/episodic_return" in row}
+    offline = {}
+    if settings.get("offline_steps"):  # consistency_ac_o2o: the offline phase before the online one
+        pretrained = read_summary(run_dir, "pretrain")
+        offline = {"offline_eval_return_mean": pretrained["eval_return_mean"],
+                   "offline_gradient_steps": pretrained["gradient_steps"],
+                   "offline_ms_per_gradient_step": 1000 * pretrained["wall_time_s"] / pretrained["gradient_steps"]}
     return {"metric": last_rollouts_mean(per_rollout, settings["steps"], settings["rollout"]), "eval_return_mean": summary["eval_return_mean"],
-            "wall_time_s": summary["train_time_s"], "ms_per_env_step": 1000 * summary["train_time_s"] / summary["env_steps"]}
+            "wall_time_s": summary["train_time_s"], "ms_per_env_step": 1000 * summary["train_time_s"] / summary["env_steps"],
+            **offline}
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -451,7 +539,8 @@ def markdown(payload: dict[str, Any]) -> str:
         ref, ours = summary["reference"], summary["genpol"]
         interval = lambda ci: f"{ci[0]:.0f}-{ci[1]:.0f}"  # noqa: E731
         budget = (f"{pair['steps']} gradient steps offline; metric: the final evaluation" if pair.get("offline")
-                  else f"{pair['steps']} steps")
+                  else f"{pair['offline_steps']} gradient steps offline, then {pair['steps']} steps"
+                  if pair.get("offline_steps") else f"{pair['steps']} steps")
         lines.append(f"| {name}: {pair['reference']} vs genpol ({pair['env']}, {budget}) "
                      f"| {ref['median']:.0f} ({interval(ref['ci95'])}), {ref['seeds']} "
                      f"| {ours['median']:.0f} ({interval(ours['ci95'])}), {ours['seeds']} "
@@ -498,10 +587,12 @@ def main() -> None:
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
                  "rlpd": args.ref_rlpd, "expo": args.ref_expo, "dppo": args.ref_dppo,
                  "consistency_ac": args.ref_consistency_ac, "consistency_ac_offline": args.ref_consistency_ac,
+                 "consistency_ac_o2o": args.ref_consistency_ac,
                  "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
-    if {"rlpd", "expo", "dppo", "consistency_ac_offline"} & set(args.pairs) and not Path(args.dataset).exists():
-        raise SystemExit(f"the rlpd, expo, dppo and consistency_ac_offline pairs need --dataset {args.dataset}: make it "
-                         f"with bench/make_hopper_medium.sh")
+    if ({"rlpd", "expo", "dppo", "consistency_ac_offline", "consistency_ac_o2o"} & set(args.pairs)
+            and not Path(args.dataset).exists()):
+        raise SystemExit(f"the rlpd, expo, dppo, consistency_ac_offline and consistency_ac_o2o pairs need --dataset "
+                         f"{args.dataset}: make it with bench/make_hopper_medium.sh")
     for name in args.pairs:
         settings = pair_settings(name, args.steps)
         commit = None
@@ -540,6 +631,10 @@ def main() -> None:
                 if settings.get("offline"):
                     pair.update(offline=True, metric="the final evaluation's mean return (10 episodes), "
                                                      "steps and time per gradient step")
+                if settings.get("offline_steps"):
+                    pair.update(offline_steps=settings["offline_steps"],
+                                metric="the online phase's mean training-episode return over the rollouts in its "
+                                       f"last {LAST_FRACTION:.0%}; time per online env step")
                 summary = summarize(name, payload["runs"], settings.get("reference_runs_of"))
                 if summary:
                     pair["summary"] = summary

@@ -40,6 +40,12 @@ Where it differs from their script, and why:
   ``SummaryWriter`` is replaced by an object that keeps the scalars their ``train`` writes to it);
 * one evaluation after the last step (``"final": true``), which their loop does not make, so that a short
   run ends on an evaluation.
+``--load-model DIR --load-id ID`` (off by default) is their ``--load_model`` / ``--load_id``: right after the
+agent is built, ``agent.load_model(DIR, ID)``, their ``OnlineAgent.load_model``, which loads ``actor_ID.pth`` and
+``critic_ID.pth`` only (their ``scripts/offline2online.slurm``: an offline run's directory, ``--load_id
+offline``; the consistency_ac_o2o pair). Their constructor copied the critic target and the EMA actor from the
+fresh networks before that, so both keep their initial weights (written to ``reference_run.json``'s ``load``:
+their largest distance from the loaded networks); the optimizers and the step count start anew.
 Shims: their ``online.py`` imports ``gym`` and ``d4rl`` at the top and uses them only in functions this
 script does not call; both are empty stand-in modules during the import.
 
@@ -190,6 +196,8 @@ def main() -> None:
     parser.add_argument("--gn", type=float, default=9.0, help="gradient-norm clip of actor and critics")
     parser.add_argument("--max-q-backup", action="store_true")
     parser.add_argument("--lr-decay", action="store_true")
+    parser.add_argument("--load-model", default="", help="their --load_model: a directory of their saved models")
+    parser.add_argument("--load-id", default="", help="their --load_id (offline2online.slurm: offline)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -217,6 +225,13 @@ def main() -> None:
                          device=device, discount=args.discount, tau=args.tau, max_q_backup=args.max_q_backup,
                          beta_schedule=args.beta_schedule, n_timesteps=args.T, lr=args.lr, lr_decay=args.lr_decay,
                          grad_norm=args.gn)
+    load = None
+    if args.load_model:  # their online.py: right after the constructor
+        agent.load_model(args.load_model, args.load_id)
+        print(f"Loaded agent from: {args.load_model} with id: {args.load_id}", flush=True)
+        load = {"model": str(Path(args.load_model).resolve()), "id": args.load_id,
+                "critic_target_max_abs_from_critic": _max_distance(agent.critic_target, agent.critic),
+                "ema_actor_max_abs_from_actor": _max_distance(agent.ema_model, agent.actor)}
     rb = online.ReplayBuffer(args.buffer_size, envs.single_observation_space, envs.single_action_space, device,
                              args.num_envs, optimize_memory_usage=True, handle_timeout_termination=False)
     writer = ScalarLog()
@@ -290,8 +305,14 @@ def main() -> None:
          "gradient_steps": agent.step, "ms_per_env_step": 1000 * wall / env_steps,
          "ms_per_env_step_after_exploration": after, "exploration_end_env_steps": None if warm is None else warm[1],
          "their_task_row": {THEIR_TASK: table}, "commit": _head(ref) if (ref / ".git").exists() else None,
+         "load": load,
          "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}},
         indent=2))
+
+
+def _max_distance(first: torch.nn.Module, second: torch.nn.Module) -> float:
+    """The largest absolute difference between two same-shaped networks' parameters."""
+    return max(float((a - b).abs().max()) for a, b in zip(first.parameters(), second.parameters()))
 
 
 def _head(ref: Path) -> str | None:

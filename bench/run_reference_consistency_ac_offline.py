@@ -23,7 +23,12 @@ Where it differs from their run, and why:
   reference returns written below);
 * their ``SummaryWriter`` is replaced by an object that keeps the last value of each scalar their ``train``
   logs (it logs 7 per gradient step; no tensorboard files), and their checkpoints are not written
-  (``--save_best_model`` off);
+  (``--save_best_model`` off) unless ``--save-models`` asks for them: then their ``train_agent`` itself writes
+  them as with ``--save_best_model`` (``actor_0.pth`` before training, ``actor_<epoch>.pth`` after each call, then
+  its model selection renames the chosen ones; with the one call here both selections pick the model after the
+  last step, their renaming table's two keys coincide and ``actor_offline.pth`` / ``critic_offline.pth`` are what
+  is left), what their ``scripts/offline2online.slurm`` loads into ``online.py`` (``--load_id offline``; the
+  consistency_ac_o2o pair);
 * device cpu, one torch thread, seeds as their ``__main__`` (torch, numpy).
 
 Writes, in the working directory: ``evals.jsonl`` (gradient steps, mean return, normalized score),
@@ -83,6 +88,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="gradient steps, one train call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=10, help="theirs for D4RL v2 tasks")
+    parser.add_argument("--save-models", action="store_true",
+                        help="their --save_best_model: their train_agent writes actor_offline.pth / critic_offline.pth "
+                             "in the working directory, for their online.py --load_id offline")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -97,7 +105,7 @@ def main() -> None:
     # one train call of --steps iterations (eval_freq = num_epochs)
     their_args = SimpleNamespace(
         env_name=THEIR_TASK, seed=args.seed, num_steps_per_epoch=steps_per_epoch, batch_size=256, lr_decay=True,
-        early_stop=False, save_best_model=False, discount=0.99, tau=0.005, T=row["T"], beta_schedule="vp",
+        early_stop=False, save_best_model=args.save_models, discount=0.99, tau=0.005, T=row["T"], beta_schedule="vp",
         algo="ql", model="consistency", ms="offline", lr=row["lr"], eta=row["eta"], gn=row["gn"],
         scale_consis_loss=row["scale_consis_loss"], num_epochs=epochs, eval_freq=epochs,
         eval_episodes=args.eval_episodes, max_q_backup=row["max_q_backup"], q_norm=row["q_norm"],
