@@ -204,3 +204,46 @@ def test_consistency_ac_offline_then_online_in_one_run(tmp_path, hopper_dataset)
     _, _, online_state = load_latest(run_dir / "checkpoints")
     assert offline_state["algorithm"]["env_steps"] == 0 and offline_state["algorithm"]["critic_steps"] == 60
     assert online_state["algorithm"]["offline_steps"] == 60 and online_state["algorithm"]["critic_steps"] == 60 + 150
+
+
+def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dataset):
+    """``dataset.observations=raw`` (Ding & Jin's and Diffusion-QL's inputs): the offline transitions, the BC
+    chunks, the env and the saved policy all keep the dataset's own observations, where ``min_max`` (the
+    default) maps each dimension's dataset range onto [-1, 1]."""
+    from genpol import envs
+    from genpol.api import compose_config, load_policy, train
+    from genpol.configure import validate
+    from genpol.data import load_dataset
+    from genpol.errors import ConfigError
+    from genpol.runners.offpolicy import dataset_transitions
+
+    dataset = load_dataset(str(hopper_dataset))
+    norm = dataset.normalization()
+    cfg = validate(compose_config(["env=hopper", "policy=consistency", "learner=consistency_ac",
+                                   "pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
+                                   "dataset.observations=raw"]))
+    raw = dataset_transitions(dataset, cfg, obs_scale=None, action_scale=(norm.action_min, norm.action_max))
+    scaled = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
+                                 action_scale=(norm.action_min, norm.action_max))
+    np.testing.assert_allclose(raw.observations.numpy(), dataset.observations, rtol=0, atol=0)
+    assert scaled.observations.min() >= -1 and scaled.observations.max() <= 1
+    assert float((raw.observations - scaled.observations).abs().max()) > 1.0
+    chunk_obs, _ = dataset.chunks(1, norm, scale_observations=False)
+    np.testing.assert_array_equal(chunk_obs.numpy(), dataset.observations.astype(np.float32))
+
+    run_dir = tmp_path / "run"
+    train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=20, run_dir=run_dir,
+          overrides=["pipeline=offline_to_online", f"dataset.path={hopper_dataset}", "dataset.observations=raw",
+                     "policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16]", "pipeline.pretrain_steps=4",
+                     "pipeline.pretrain_batch_size=16", "pipeline.eval_episodes=1", "env.num_envs=1",
+                     "learner.learning_starts=10", "learner.batch_size=16", "learner.act_candidates=2",
+                     "pipeline.video=false", "logger.progress_bar=false"])
+    policy = load_policy(run_dir)
+    assert policy.spec["obs_normalization"] == "none"
+    env = policy.make_env(num_envs=1, seed=3)
+    reference = envs.make("gym:Hopper-v5", num_envs=1, seed=3)
+    torch.testing.assert_close(env.reset(), reference.reset(), rtol=0, atol=0)
+    env.close()
+    reference.close()
+    with pytest.raises(ConfigError, match="dataset.observations"):
+        validate(compose_config(["env=hopper", "pipeline=offline_to_online", "dataset.observations=scaled"]))

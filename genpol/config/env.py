@@ -88,7 +88,13 @@ class DatasetConfig:
     max_transitions: int = 4_000_000
     """Largest dataset accepted (transitions); every transition is held in memory, so this bounds it. The
     default covers every D4RL Gym, maze2d and AntMaze file (maze2d-large: 4M); larger ones are refused."""
+    observations: str = "min_max"
+    """What the networks of ``pipeline=offline_to_online`` see, in both phases: ``min_max``, observations
+    scaled to [-1, 1] by the dataset's minimum and maximum (DPPO's convention), or ``raw``, observations as
+    the dataset stores them and the env returns them (Diffusion-QL's and Ding & Jin's Consistency-AC; running
+    observation normalization stays off, since the offline data is not normalized)."""
 
     def __post_init__(self) -> None:
         require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)
+        require(self.observations in ("min_max", "raw"), "dataset.observations", "min_max or raw", self.observations)
         require(self.max_transitions >= 1, "dataset.max_transitions", ">= 1", self.max_transitions)

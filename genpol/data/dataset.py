@@ -108,10 +108,13 @@ class OfflineDataset:
             raise DatasetError(f"{self.source}: observations/actions have {self.obs_dim}/{self.act_dim} dims, "
                                f"but {env_id} has {obs_dim}/{act_dim}")
 
-    def chunks(self, horizon: int, normalization: Normalization) -> tuple[torch.Tensor, torch.Tensor]:
+    def chunks(self, horizon: int, normalization: Normalization,
+               scale_observations: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """Every (observation, next ``horizon`` actions) pair that fits inside one episode (no padding,
-        as DPPO), both scaled to [-1, 1]: ``(obs [M, D], actions [M, horizon * A])`` float32."""
-        obs = normalization.scale(self.observations, normalization.obs_min, normalization.obs_max)
+        as DPPO), both scaled to [-1, 1] (observations left raw with ``scale_observations=False``):
+        ``(obs [M, D], actions [M, horizon * A])`` float32."""
+        obs = (normalization.scale(self.observations, normalization.obs_min, normalization.obs_max)
+               if scale_observations else self.observations)
         actions = normalization.scale(self.actions, normalization.action_min, normalization.action_max)
         starts = [np.arange(start, end - horizon + 1) for start, end in self.episode_bounds() if end - start >= horizon]
         if not starts:

@@ -66,7 +66,11 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     norm = dataset.normalization()
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     chunk = stack["action_chunk"]
-    stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
+    raw_observations = cfg.dataset.observations == "raw"
+    if raw_observations:  # the offline data is not normalized, so neither are the env's observations
+        stack["normalize_obs"] = False
+    else:
+        stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
     stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
                               torch.tensor(np.tile(norm.action_max, chunk)))
     probe = make_env(cfg.env, gamma=cfg.learner.gamma, seed=None, num_envs=1, training=False,
@@ -84,7 +88,8 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     if offline_rl or (is_off_policy(cfg.learner.name) and cfg.learner.offline_ratio > 0):
         from genpol.runners.offpolicy import dataset_transitions
 
-        offline = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
+        obs_scale = None if raw_observations else (norm.obs_min, norm.obs_max)
+        offline = dataset_transitions(dataset, cfg, obs_scale=obs_scale,
                                       action_scale=(norm.action_min, norm.action_max))
     if offline_rl:  # one learner for both phases: the offline critics and EMA actor go on online
         algorithm = make_algorithm(cfg, head, env, offline)
@@ -99,6 +104,13 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
     return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
+
+
+def _observation_state(stack: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    """The observation scaling a saved policy carries: the dataset's min and max, or None (raw)."""
+    if "obs_bounds" not in stack:
+        return None
+    return {"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()}
 
 
 def _pretrain_phase(cfg: TrainConfig, run_dir: Path, head: PolicyHead, env: VectorEnv, label: str,
@@ -146,8 +158,7 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
                             evaluation)
     runner = OfflineRLRunner(algorithm, offline, pipeline.pretrain_steps, pipeline.pretrain_batch_size,
                              log_every=pipeline.pretrain_log_every, callbacks=phase_callbacks(phase).callbacks,
-                             observation_state={"low": stack["obs_bounds"][0].float(),
-                                                "high": stack["obs_bounds"][1].float()})
+                             observation_state=_observation_state(stack))
     run_phase(runner, phase, cfg.device)
     rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
     summary = {"learner": f"offline {cfg.learner.name}", "gradient_steps": runner.global_step,
@@ -167,7 +178,8 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then a deterministic
     evaluation of the pretrained policy."""
     pipeline = cfg.pipeline
-    obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization())
+    obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization(),
+                                  scale_observations="obs_bounds" in stack)
     phase = _pretrain_phase(cfg, run_dir, head, env, "pretrain (BC)")
     runner = BCRunner(
         head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,
@@ -175,7 +187,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
         weight_decay=pipeline.pretrain_weight_decay, ema_decay=pipeline.ema_decay, ema_start=pipeline.ema_start,
         ema_every=pipeline.ema_every, log_every=pipeline.pretrain_log_every, seed=cfg.seed,
         callbacks=phase_callbacks(phase).callbacks,
-        observation_state={"low": stack["obs_bounds"][0].float(), "high": stack["obs_bounds"][1].float()},
+        observation_state=_observation_state(stack),
     )
     run_phase(runner, phase, cfg.device)
     # before the evaluation: a diffusion head's early, frozen denoising steps hold the random

@@ -87,11 +87,11 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
                      "offline_ratio": cfg.learner.offline_ratio}, normalized
 
 
-def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tuple[np.ndarray, np.ndarray],
+def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tuple[np.ndarray, np.ndarray] | None,
                         action_scale: tuple[np.ndarray, np.ndarray]) -> OfflineReplay:
     """Offline transitions scaled with the dataset's min and max, as the offline-to-online pipeline's
-    env stack scales online observations and actions."""
+    env stack scales online observations and actions (``obs_scale`` None: raw observations)."""
     return offline_transitions(
-        dataset, obs_transform=lambda obs: Normalization.scale(obs, *obs_scale),
+        dataset, obs_transform=None if obs_scale is None else (lambda obs: Normalization.scale(obs, *obs_scale)),
         action_transform=lambda actions: Normalization.scale(actions, *action_scale),
         device=cfg.device, seed=cfg.seed + 4)
