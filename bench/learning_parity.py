@@ -56,6 +56,9 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   their hopper-medium-v2 row (``CONSISTENCY_AC_THEIR_OFFLINE``: eta 0.1, T 2, lr 3e-4, clip 9), 20k gradient
   steps (their runs: 2M) in one of their ``train`` calls. The metric of this pair is the final evaluation's
   mean return (10 episodes of softmax-Q acting, as their ``eval_policy``), its time per gradient step;
+* ``consistency_ac_offline_raw``: genpol's side of ``consistency_ac_offline`` with their raw observations
+  (``dataset.observations=raw``; that pair's genpol side sees them min-max scaled to [-1, 1]), against its
+  reference runs;
 * ``consistency_ac_o2o`` Ding & Jin's offline then online Consistency-AC as their ``scripts/offline2online.slurm``
   chains it (``bench/run_reference_consistency_ac_o2o.py``: the offline pair's harness saving their model, then
   the online pair's loading it with their ``OnlineAgent.load_model``, ``--load_id offline``) against ONE
@@ -84,8 +87,8 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
     next actions from a randomly initialized EMA actor, held until their online gradient step 1000 (12k env
     steps) and averaged from there; their Adam moments start at 0 and their step count at 0. genpol carries
     the offline phase's target critics, EMA actor, optimizer states and step counts on into the online phase;
-  - genpol's offline-to-online pipeline scales observations (and actions: identity on this data, whose actions
-    span [-1, 1]) to [-1, 1] with the dataset's min and max in both phases; theirs feeds raw observations;
+  - none of observations: genpol's side takes their raw observations (``dataset.observations=raw``); actions are
+    still mapped by the dataset's range, the identity on this data, whose actions span [-1, 1];
   - the offline phase is the consistency_ac_offline pair's on both sides (the same harness and options, so the
     same differences); their model selection (``ms offline``, ``top_k``) has one evaluation to choose from here
     and keeps the model after the last step, as genpol's run does;
@@ -191,7 +194,7 @@ def consistency_ac_o2o_options(offline_steps: int) -> list[str]:
     no offline data in the online batches (the experiment's ``offline_ratio`` is 0.5)."""
     offline_keys = {_option_key(option) for option in CONSISTENCY_AC_THEIR_OFFLINE}
     online_only = [option for option in CONSISTENCY_AC_THEIR_ONLINE if _option_key(option) not in offline_keys]
-    return [*CONSISTENCY_AC_THEIR_OFFLINE, f"pipeline.pretrain_steps={offline_steps}",
+    return [*CONSISTENCY_AC_THEIR_OFFLINE, "dataset.observations=raw", f"pipeline.pretrain_steps={offline_steps}",
             f"policy.ct_total_steps={offline_steps}", "env.num_envs=3", *online_only, "learner.offline_ratio=0",
             "learner.explore_initial=1.0", "learner.explore_final=0.01", "learner.explore_fraction=0.1"]
 
@@ -202,6 +205,8 @@ def consistency_ac_o2o_options(offline_steps: int) -> list[str]:
 EXPO_STEPS = 20_000
 EXPO_CPU = {"num_qs": 2, "num_min_qs": 2, "hidden": [256, 256], "samples": 4, "utd": 1, "batch_size": 128,
             "learning_starts": 2000}
+# the pairs that train on --dataset (the Hopper "medium" file)
+DATASET_PAIRS = ("rlpd", "expo", "dppo", "consistency_ac_offline", "consistency_ac_offline_raw", "consistency_ac_o2o")
 # the consistency_ac_o2o pair: online env steps after the offline pair's 20k gradient steps (see its entry above)
 CONSISTENCY_AC_O2O_STEPS = 150_000
 PRETRAINED_WAIT_S = 3600  # the dppo pair's reference side waits this long for genpol's pretraining of its seed
@@ -283,6 +288,12 @@ def _pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_OFFLINE_STEPS, "offline": True,
                 "reference": "Ding & Jin offline.py (Consistency_QL)",
                 "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1"]}
+    if name == "consistency_ac_offline_raw":
+        # genpol's side with the authors' raw observations (dataset.observations=raw); their runs are the
+        # consistency_ac_offline pair's
+        base = pair_settings("consistency_ac_offline")
+        return {**base, "genpol": [*base["genpol"], "dataset.observations=raw"],
+                "reference_runs_of": "consistency_ac_offline"}
     if name == "consistency_ac_o2o":
         # steps: the online phase's env steps (the metric's budget); the offline phase runs first, on both sides
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_O2O_STEPS, "rollout": 1000,
@@ -290,7 +301,8 @@ def _pair_settings(name: str) -> dict[str, Any]:
                 "reference": "Ding & Jin offline.py, then online.py --load_id offline (Consistency_QL, OnlineAgent)",
                 "genpol": ["+experiment=consistency_ac", *consistency_ac_o2o_options(CONSISTENCY_AC_OFFLINE_STEPS)]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
-                     f"expo, dppo, consistency_ac, consistency_ac_offline, consistency_ac_o2o or trpo_mean_kl")
+                     f"expo, dppo, consistency_ac, consistency_ac_offline, consistency_ac_offline_raw, consistency_ac_o2o or "
+                     f"trpo_mean_kl")
 
 
 def reference_command(name: str, seed: int, steps: int, args: argparse.Namespace) -> list[str]:
@@ -447,7 +459,7 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
     dataset = ([f"dataset.path={Path(args.dataset).resolve()}"]
-               if name in ("rlpd", "expo", "dppo", "consistency_ac_offline", "consistency_ac_o2o") else [])
+               if name in DATASET_PAIRS else [])
     if settings.get("offline"):
         summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"seed={seed}"],
                              marker="pretrain/summary.json")
@@ -587,12 +599,11 @@ def main() -> None:
     snapshots = {"ppo": args.ref_cleanrl, "spo": args.ref_spo, "ppo_spo": args.ref_spo, "sac": args.ref_cleanrl,
                  "rlpd": args.ref_rlpd, "expo": args.ref_expo, "dppo": args.ref_dppo,
                  "consistency_ac": args.ref_consistency_ac, "consistency_ac_offline": args.ref_consistency_ac,
-                 "consistency_ac_o2o": args.ref_consistency_ac,
+                 "consistency_ac_o2o": args.ref_consistency_ac, "consistency_ac_offline_raw": args.ref_consistency_ac,
                  "spo_terminate": args.ref_spo, "ppo_spo_terminate": args.ref_spo}
-    if ({"rlpd", "expo", "dppo", "consistency_ac_offline", "consistency_ac_o2o"} & set(args.pairs)
-            and not Path(args.dataset).exists()):
-        raise SystemExit(f"the rlpd, expo, dppo, consistency_ac_offline and consistency_ac_o2o pairs need --dataset "
-                         f"{args.dataset}: make it with bench/make_hopper_medium.sh")
+    if set(DATASET_PAIRS) & set(args.pairs) and not Path(args.dataset).exists():
+        raise SystemExit(f"the {', '.join(DATASET_PAIRS)} pairs need --dataset {args.dataset}: make it with "
+                         f"bench/make_hopper_medium.sh")
     for name in args.pairs:
         settings = pair_settings(name, args.steps)
         commit = None
