@@ -87,8 +87,8 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
     next actions from a randomly initialized EMA actor, held until their online gradient step 1000 (12k env
     steps) and averaged from there; their Adam moments start at 0 and their step count at 0. genpol carries
     the offline phase's target critics, EMA actor, optimizer states and step counts on into the online phase;
-  - none of observations: genpol's side takes their raw observations (``dataset.observations=raw``); actions are
-    still mapped by the dataset's range, the identity on this data, whose actions span [-1, 1];
+  - observations: none; genpol's side takes their raw observations (``dataset.observations=raw``); its
+    actions are still mapped by the dataset's range, the identity on this data, whose actions span [-1, 1];
   - the offline phase is the consistency_ac_offline pair's on both sides (the same harness and options, so the
     same differences); their model selection (``ms offline``, ``top_k``) has one evaluation to choose from here
     and keeps the model after the last step, as genpol's run does;
@@ -291,7 +291,7 @@ def _pair_settings(name: str) -> dict[str, Any]:
     if name == "consistency_ac_offline_raw":
         # genpol's side with the authors' raw observations (dataset.observations=raw); their runs are the
         # consistency_ac_offline pair's
-        base = pair_settings("consistency_ac_offline")
+        base = _pair_settings("consistency_ac_offline")
         return {**base, "genpol": [*base["genpol"], "dataset.observations=raw"],
                 "reference_runs_of": "consistency_ac_offline"}
     if name == "consistency_ac_o2o":

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import numbers
 import os
 import runpy
 import sys
@@ -73,11 +74,12 @@ def make_gym029_vector_env(gym: Any, log: EpisodeLog) -> type:
 
         def reset(self, *, seed: int | Sequence[int] | None = None, options: dict | None = None):
             # 0.29: an int seed seeds sub-env i with seed + i; a sequence gives each sub-env its own
-            if seed is None or isinstance(seed, int):
-                seeds = [None if seed is None else seed + index for index in range(self.num_envs)]
+            if seed is None or isinstance(seed, numbers.Integral):
+                seeds = [None if seed is None else int(seed) + index for index in range(self.num_envs)]
             else:
                 seeds = list(seed)
-                assert len(seeds) == self.num_envs, f"{len(seeds)} seeds for {self.num_envs} envs"
+                if len(seeds) != self.num_envs:
+                    raise ValueError(f"{len(seeds)} seeds for {self.num_envs} envs")
             observations = [env.reset(seed=s, options=options)[0] for env, s in zip(self.envs, seeds)]
             return np.stack(observations), {}
 

@@ -206,44 +206,52 @@ def test_consistency_ac_offline_then_online_in_one_run(tmp_path, hopper_dataset)
     assert online_state["algorithm"]["offline_steps"] == 60 and online_state["algorithm"]["critic_steps"] == 60 + 150
 
 
-def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dataset):
-    """``dataset.observations=raw`` (Ding & Jin's and Diffusion-QL's inputs): the offline transitions, the BC
-    chunks, the env and the saved policy all keep the dataset's own observations, where ``min_max`` (the
-    default) maps each dimension's dataset range onto [-1, 1]."""
+def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dataset, monkeypatch):
+    """``dataset.observations=raw`` (Ding & Jin's and Diffusion-QL's inputs), through the pipeline: the
+    Q-learner's offline transitions and the BC phase's chunks are the file's own observations, and the saved
+    policy's env returns gymnasium's, where ``min_max`` (the default) maps each dimension's dataset range onto
+    [-1, 1]. Each phase is caught where the pipeline hands its data over."""
+    import genpol.pipelines.offline_to_online as pipeline
+    import genpol.runners.offpolicy as offpolicy
     from genpol import envs
     from genpol.api import compose_config, load_policy, train
     from genpol.configure import validate
     from genpol.data import load_dataset
     from genpol.errors import ConfigError
-    from genpol.runners.offpolicy import dataset_transitions
 
     dataset = load_dataset(str(hopper_dataset))
-    norm = dataset.normalization()
-    cfg = validate(compose_config(["env=hopper", "policy=consistency", "learner=consistency_ac",
-                                   "pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
-                                   "dataset.observations=raw"]))
-    raw = dataset_transitions(dataset, cfg, obs_scale=None, action_scale=(norm.action_min, norm.action_max))
-    scaled = dataset_transitions(dataset, cfg, obs_scale=(norm.obs_min, norm.obs_max),
-                                 action_scale=(norm.action_min, norm.action_max))
-    np.testing.assert_allclose(raw.observations.numpy(), dataset.observations, rtol=0, atol=0)
-    assert scaled.observations.min() >= -1 and scaled.observations.max() <= 1
-    assert float((raw.observations - scaled.observations).abs().max()) > 1.0
-    chunk_obs, _ = dataset.chunks(1, norm, scale_observations=False)
-    np.testing.assert_array_equal(chunk_obs.numpy(), dataset.observations.astype(np.float32))
+    replays, bc_observations = [], []
+    make_transitions, make_bc_runner = offpolicy.dataset_transitions, pipeline.BCRunner
+    monkeypatch.setattr(offpolicy, "dataset_transitions",
+                        lambda *args, **kwargs: replays.append(make_transitions(*args, **kwargs)) or replays[-1])
+    monkeypatch.setattr(pipeline, "BCRunner",
+                        lambda head, obs, *args, **kwargs: bc_observations.append(obs) or make_bc_runner(
+                            head, obs, *args, **kwargs))
+    common = [f"dataset.path={hopper_dataset}", "pipeline=offline_to_online", "pipeline.pretrain_steps=4",
+              "pipeline.pretrain_batch_size=16", "pipeline.eval_episodes=1", "env.num_envs=1", "pipeline.video=false",
+              "logger.progress_bar=false"]
+    q_learner = ["policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16]", "learner.learning_starts=10",
+                 "learner.batch_size=16", "learner.act_candidates=2"]
+    for observations in ("raw", "min_max"):
+        train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=20,
+              run_dir=tmp_path / f"q-{observations}", overrides=[*common, *q_learner,
+                                                                 f"dataset.observations={observations}"])
+    raw, scaled = (replay.observations.numpy() for replay in replays)
+    np.testing.assert_array_equal(raw, dataset.observations.astype(np.float32))
+    assert scaled.min() >= -1 and scaled.max() <= 1 and np.abs(raw - scaled).max() > 1.0
 
-    run_dir = tmp_path / "run"
-    train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=20, run_dir=run_dir,
-          overrides=["pipeline=offline_to_online", f"dataset.path={hopper_dataset}", "dataset.observations=raw",
-                     "policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16]", "pipeline.pretrain_steps=4",
-                     "pipeline.pretrain_batch_size=16", "pipeline.eval_episodes=1", "env.num_envs=1",
-                     "learner.learning_starts=10", "learner.batch_size=16", "learner.act_candidates=2",
-                     "pipeline.video=false", "logger.progress_bar=false"])
-    policy = load_policy(run_dir)
-    assert policy.spec["obs_normalization"] == "none"
-    env = policy.make_env(num_envs=1, seed=3)
-    reference = envs.make("gym:Hopper-v5", num_envs=1, seed=3)
-    torch.testing.assert_close(env.reset(), reference.reset(), rtol=0, atol=0)
-    env.close()
-    reference.close()
+    train(env="hopper", policy="gaussian", learner="ppo", total_steps=64, run_dir=tmp_path / "bc",
+          overrides=[*common, "dataset.observations=raw", "learner.rollout_steps=64", "learner.minibatch_size=32"])
+    chunks = bc_observations[-1].numpy()
+    np.testing.assert_array_equal(chunks, dataset.observations[:len(chunks)].astype(np.float32))
+
+    for run in ("q-raw", "bc"):
+        policy = load_policy(tmp_path / run)
+        assert policy.spec["obs_normalization"] == "none"
+        env, reference = policy.make_env(num_envs=1, seed=3), envs.make("gym:Hopper-v5", num_envs=1, seed=3)
+        torch.testing.assert_close(env.reset(), reference.reset(), rtol=0, atol=0)
+        env.close()
+        reference.close()
+    assert load_policy(tmp_path / "q-min_max").spec["obs_normalization"] == "minmax"
     with pytest.raises(ConfigError, match="dataset.observations"):
         validate(compose_config(["env=hopper", "pipeline=offline_to_online", "dataset.observations=scaled"]))

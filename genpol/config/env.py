@@ -91,8 +91,9 @@ class DatasetConfig:
     observations: str = "min_max"
     """What the networks of ``pipeline=offline_to_online`` see, in both phases: ``min_max``, observations
     scaled to [-1, 1] by the dataset's minimum and maximum (DPPO's convention), or ``raw``, observations as
-    the dataset stores them and the env returns them (Diffusion-QL's and Ding & Jin's Consistency-AC; running
-    observation normalization stays off, since the offline data is not normalized)."""
+    the dataset stores them and the env returns them (Diffusion-QL's and Ding & Jin's Consistency-AC). Running
+    observation normalization is off in that pipeline either way. ``pipeline=online`` with a dataset (RLPD)
+    always uses raw observations."""
 
     def __post_init__(self) -> None:
         require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)

@@ -14,6 +14,9 @@ learning rate and ``pipeline.pretrain_batch_size``; the BC-only keys (``pretrain
 Observations and actions are scaled to [-1, 1] with the dataset's min and max (DPPO's
 normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
 actions back to the dataset's action range, and both travel with the policy in its checkpoints.
+With ``dataset.observations=raw`` (Diffusion-QL's and Ding & Jin's inputs) observations stay as the
+dataset and the env give them, in both phases; actions are mapped as before. Either way running
+observation normalization (``env.normalize_obs``) is off: the offline data carries no running statistics.
 Normalized scores (before and after fine-tuning) use a Minari dataset's own reference returns, or
 D4RL's for the D4RL locomotion tasks.
 
@@ -67,6 +70,9 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     chunk = stack["action_chunk"]
     raw_observations = cfg.dataset.observations == "raw"
+    if cfg.env.normalize_obs:
+        log.info("env.normalize_obs is off in pipeline=offline_to_online: observations are %s",
+                 "raw (dataset.observations=raw)" if raw_observations else "scaled by the dataset's min and max")
     if raw_observations:  # the offline data is not normalized, so neither are the env's observations
         stack["normalize_obs"] = False
     else:
@@ -179,7 +185,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     evaluation of the pretrained policy."""
     pipeline = cfg.pipeline
     obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization(),
-                                  scale_observations="obs_bounds" in stack)
+                                  scale_observations=cfg.dataset.observations == "min_max")
     phase = _pretrain_phase(cfg, run_dir, head, env, "pretrain (BC)")
     runner = BCRunner(
         head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,
