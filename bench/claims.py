@@ -8,7 +8,7 @@ settings apart from the method itself, on genpol:
   head (``+experiment=dppo_hopper``, K = 20, acting one action per step as the consistency head does), 20k BC
   gradient steps of batch 128 on Hopper "medium"
   (``bench/make_hopper_medium.sh``); metric: D4RL-normalized score of the final deterministic evaluation
-  (10 episodes). A "matches" claim: it holds when the interval of the difference contains 0.
+  (10 episodes). A "matches" claim: no difference shown when the interval of the difference contains 0.
 * ``consistency_ac``: Ding & Jin: offline Consistency-AC (CT loss + eta Q-loss) above Consistency-BC on
   the same data. ``+experiment=consistency_ac`` offline for the same 20k gradient steps; same metric
   (Consistency-AC acts by softmax-Q over its candidates, as it does online).
