@@ -260,9 +260,12 @@ def save_learning(results: dict[str, Any], setting: dict[str, Any]) -> None:
     """Write ``results`` to expo_learning.json, keeping the runs and claims of other invocations at the
     same setting: read just before writing, under a lock (``update_results``), so two invocations running
     side by side (one per core) keep each other's. A file of another setting is replaced."""
+    def same(saved: Any, value: Any) -> bool:  # files written before the updater group became learner
+        return json.dumps(saved).replace('"updater.', '"learner.') == json.dumps(value)
+
     def merge(previous: dict[str, Any]) -> dict[str, Any]:
         merged = dict(results, runs=dict(results["runs"]), claim=dict(results["claim"]))
-        if previous and all(previous.get(key) == value for key, value in setting.items()):
+        if previous and all(same(previous.get(key), value) for key, value in setting.items()):
             merged["runs"] = {**previous.get("runs", {}), **results["runs"]}
             merged["claim"] = {**previous.get("claim", {}), **results["claim"]}
         merged["seeds"] = sorted({int(seed) for seed in (name.rsplit("-", 1)[-1] for name in merged["runs"])
