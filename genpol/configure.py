@@ -167,6 +167,8 @@ def check_groups(config: TrainConfig) -> None:
         require(config.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                  config.dataset.path)
     offline_phase = getattr(config.pipeline, "name", None) == "offline_to_online"
+    if offline_phase:
+        _check_online_options(config, row)
     if getattr(config.learner, "offline_lr_decay", False) and not offline_phase:
         raise ConfigError("learner.offline_lr_decay decays the learning rate over the offline phase of "
                           f"pipeline=offline_to_online; pipeline={config.pipeline.name} has none")
@@ -217,6 +219,43 @@ def check_groups(config: TrainConfig) -> None:
                 )
             if policy.clip_base is not None:
                 policy.clip_final = updater_clip
+
+
+def _changed(schema_object: Any, options: dict[str, Any], key: str) -> Any:
+    """``schema_object`` with ``options`` merged in, typed and checked as the group's own keys are;
+    ``ConfigError`` names ``key``.<field>."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema_object), options)
+        return OmegaConf.to_object(merged)
+    except (ValidationError, ConfigKeyError) as error:
+        raise ConfigError(f"{key}.{error.full_key}: {error.msg.splitlines()[0]}") from None
+    except ConfigError as error:  # a range check of the group's __post_init__, which names the group's key
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def _check_online_options(config: TrainConfig, row: Any) -> None:
+    """``pipeline.online_learner`` and ``online_policy``: fields the learner and the head can change
+    between the phases, with values their schemas accept."""
+    pipeline = config.pipeline
+    if pipeline.online_learner:
+        if row.offline_phase != "own_loss":
+            settings = " ".join(f"learner.{k}={v}" for k, v in pipeline.online_learner.items())
+            raise ConfigError(f"pipeline.online_learner changes the learner between its phases, but learner={row.name} "
+                              "is built for the online phase only (the offline phase is behaviour cloning): set "
+                              f"{settings} instead")
+        refused = sorted(set(pipeline.online_learner) - row.online_options)
+        if refused:
+            raise ConfigError(f"pipeline.online_learner: learner={row.name} cannot change {refused} between the "
+                              f"phases; it can change {sorted(row.online_options)}")
+        _changed(config.learner, pipeline.online_learner, "pipeline.online_learner")
+    if pipeline.online_policy:
+        head = head_class(config.policy.family)
+        refused = sorted(set(pipeline.online_policy) - head.online_options)
+        if refused:
+            can = sorted(head.online_options)
+            raise ConfigError(f"pipeline.online_policy: policy={config.policy.family} cannot change {refused} once "
+                              f"built; it can change {can if can else 'none of its fields'}")
+        _changed(config.policy, pipeline.online_policy, "pipeline.online_policy")
 
 
 def check_learner(cfg: Any) -> None:

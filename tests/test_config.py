@@ -106,6 +106,20 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
      r"policy=consistency with learner=sac: .*log-prob"),
     ("policy=consistency learner=consistency_ac learner.offline_lr_decay=true",
      r"learner.offline_lr_decay decays the learning rate over the offline phase .* pipeline=online has none"),
+    # the options of the online phase (pipeline=offline_to_online): fields, values, and who can change them
+    *[(f"+experiment=consistency_ac dataset.path=d.hdf5 {override}", message) for override, message in [
+        ("+pipeline.online_learner.batch_size=4",
+         r"pipeline.online_learner: learner=consistency_ac cannot change \['batch_size'\] between the phases; it "
+         r"can change \['bc_coef', 'critic_lr', 'eta', 'lr'\]"),
+        ("+pipeline.online_learner.eta=-1", r"pipeline.online_learner: learner.eta must be >= 0, got -1"),
+        ("+pipeline.online_learner.eta=fast", r"pipeline.online_learner.eta: Value 'fast' of type 'str' could not"),
+        ("+pipeline.online_policy.sampling_steps=0", r"pipeline.online_policy: policy.sampling_steps must be >= 1"),
+        ("+pipeline.online_policy.hidden_sizes=[8]",
+         r"policy=consistency cannot change \['hidden_sizes'\] once built; it can change \['sampling_steps'\]")]],
+    ("pipeline=offline_to_online dataset.path=d.hdf5 +pipeline.online_learner.lr=1e-5",
+     r"learner=ppo is built for the online phase only .* set learner.lr=1e-05 instead"),
+    ("pipeline=offline_to_online dataset.path=d.hdf5 +pipeline.online_policy.sampling_steps=4",
+     r"policy=gaussian cannot change \['sampling_steps'\] once built; it can change none of its fields"),
 ])
 def test_out_of_range_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -255,3 +255,80 @@ def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dat
     assert load_policy(tmp_path / "q-min_max").spec["obs_normalization"] == "minmax"
     with pytest.raises(ConfigError, match="dataset.observations"):
         validate(compose_config(["env=hopper", "pipeline=offline_to_online", "dataset.observations=scaled"]))
+
+
+def test_the_online_phase_takes_its_own_options_and_resumes_with_them(tmp_path, hopper_dataset):
+    """Ding & Jin's switch between the phases through ``pipeline.online_learner`` and ``online_policy``:
+    offline eta 0.1 with the CT loss, actor lr 3e-4 and T = 2; online eta 1, no BC, actor lr 1e-5, critics
+    2e-4 and T = 5. The offline checkpoint's head samples in 2 steps, the online ones' in 5; online the
+    actor loss is the Q-loss alone (no BC term logged), where offline it is BC + 0.1 Q; the online
+    optimizers run at the online rates; and a copy rewound to its first online checkpoint resumes to the
+    uninterrupted run's weights (the options, the EMA actor's T included, are applied on resume too)."""
+    from genpol.api import train
+    from genpol.checkpoint import list_checkpoints, load_policy_files
+
+    from conftest import final_checkpoint, rewound_copy
+
+    overrides = ["pipeline=offline_to_online", f"dataset.path={hopper_dataset}", "policy.hidden_sizes=[32,32,32]",
+                 "policy.sampling_steps=2", "learner.critic_hidden_sizes=[32,32]", "learner.eta=0.1", "learner.bc_coef=1",
+                 "learner.lr=3e-4", "pipeline.pretrain_steps=40", "pipeline.pretrain_log_every=20",
+                 "pipeline.pretrain_batch_size=32", "pipeline.eval_episodes=1", "env.num_envs=1",
+                 "learner.learning_starts=50", "learner.iteration_steps=100", "learner.batch_size=32",
+                 "learner.act_candidates=3", "pipeline.checkpoint_every=1", "pipeline.video=false",
+                 "logger.progress_bar=false", "+pipeline.online_learner.eta=1.0", "+pipeline.online_learner.bc_coef=0",
+                 "+pipeline.online_learner.lr=1e-5", "+pipeline.online_learner.critic_lr=2e-4",
+                 "+pipeline.online_policy.sampling_steps=5"]
+    whole = tmp_path / "whole"
+    train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=200, run_dir=whole,
+          overrides=overrides)
+
+    offline_spec, _ = load_policy_files(list_checkpoints(whole / "pretrain" / "checkpoints")[-1])
+    name, online_spec, weights, state = final_checkpoint(whole)
+    def sampling_steps(spec):  # the softmax-Q policy's actor: the consistency head
+        return spec["head"]["kwargs"]["actor"]["kwargs"]["sampling_steps"]
+
+    assert sampling_steps(offline_spec) == 2 and sampling_steps(online_spec) == 5
+    offline_rows = [json.loads(line) for line in (whole / "pretrain" / "progress.jsonl").read_text().splitlines()]
+    online_rows = [json.loads(line) for line in (whole / "progress.jsonl").read_text().splitlines()]
+    assert all("pretrain/bc_loss" in row for row in offline_rows)
+    trained = [row for row in online_rows if "losses/q_loss" in row]
+    assert trained and all("losses/bc_loss" not in row and row["losses/policy"] == row["losses/q_loss"]
+                           for row in trained)
+    algorithm = state["algorithm"]
+    assert [group["lr"] for group in algorithm["actor_optimizer"]["param_groups"]] == [1e-5]
+    assert [group["lr"] for group in algorithm["critic_optimizer"]["param_groups"]] == [2e-4]
+
+    rewound_copy(whole, tmp_path / "resumed", [name])
+    train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=200,
+          run_dir=tmp_path / "resumed", overrides=overrides)
+    resumed = final_checkpoint(tmp_path / "resumed")
+    assert resumed[0] == name and resumed[1] == online_spec
+    assert_trees_equal(resumed[2], weights, "policy")
+    assert_trees_equal(resumed[3]["algorithm"], state["algorithm"], "algorithm")
+
+
+def test_change_options_reaches_the_head_the_ema_actor_and_the_optimizers():
+    """``QGradientActor.change_options``: the new eta and bc_coef are what the next actor loss uses, the
+    rates are on the optimizers (the moments kept), and the online head and the EMA actor (whose samples
+    make the TD targets) both sample in the new number of steps, with the same schedule as a head built
+    so; a field the learner or the head cannot change is refused by name."""
+    algorithm, offline = make()
+    OfflineRLRunner(algorithm, offline, steps=3, batch_size=8, log_every=1).run()
+    moments = copy.deepcopy(algorithm.actor_optimizer.state_dict()["state"])
+    algorithm.change_options({"eta": 1.0, "bc_coef": 0.0, "lr": 1e-5, "critic_lr": 2e-4}, {"sampling_steps": 5})
+    assert (algorithm.cfg.eta, algorithm.cfg.bc_coef) == (1.0, 0.0)
+    assert [g["lr"] for g in algorithm.actor_optimizer.param_groups] == [1e-5]
+    assert [g["lr"] for g in algorithm.critic_optimizer.param_groups] == [2e-4]
+    assert_trees_equal(algorithm.actor_optimizer.state_dict()["state"], moments, "actor moments")
+    built = ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16), sampling_steps=5)
+    for head in (algorithm.head, algorithm.ema_head):
+        assert head.sampling_steps == 5 and head.spec()["kwargs"]["sampling_steps"] == 5
+        for name in ("sampling_taus", "step_stds", "logprob_dims"):
+            assert torch.equal(getattr(head, name), getattr(built, name)), name
+    batch = offline.sample(8)
+    loss, named = algorithm.actor_loss(batch)
+    assert "bc_loss" not in named and torch.equal(named["actor"], named["q_loss"])
+    with pytest.raises(ValueError, match=r"cannot change \['batch_size'\]"):
+        algorithm.change_options({"batch_size": 4}, {})
+    with pytest.raises(ValueError, match=r"cannot change \['hidden_sizes'\]"):
+        algorithm.change_options({}, {"hidden_sizes": [4]})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 import math
 from fractions import Fraction
 from typing import Any
@@ -30,11 +31,12 @@ from torch import nn
 from genpol.algorithms.base import Algorithm
 from genpol.config.offpolicy import utd_fraction
 from genpol.errors import ConfigError
-from genpol.heads.base import PolicyHead
+from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.qensemble import QEnsemble, polyak_update
 from genpol.memory import require_memory
 from genpol.storage.replay import MixedSampler, OfflineReplay, ReplayBatch, ReplayBuffer
 from genpol.updaters.sac_losses import critic_loss
+from genpol.updaters.schedules import set_lr
 
 
 def compile_step(function: Any) -> Any:
@@ -58,6 +60,8 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     on_policy = False
+    online_options: frozenset[str] = frozenset()
+    """Config fields ``change_options`` can set on the built learner (read at every step, or rates)."""
 
     def __init__(self, head: PolicyHead, cfg: Any, *, num_envs: int, obs_dim: int, act_dim: int, capacity: int,
                  device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
@@ -110,6 +114,27 @@ class OffPolicyAlgorithm(Algorithm):
     def critic_lr(self) -> float:
         """The critics' Adam learning rate: ``critic_lr``, or ``lr`` when unset."""
         return self.cfg.lr if self.cfg.critic_lr is None else self.cfg.critic_lr
+
+    def option_heads(self) -> tuple[PolicyHead, ...]:
+        """The heads whose options ``change_options`` sets: the policy and any copy the learner keeps."""
+        return (self.head,)
+
+    def change_options(self, learner_options: dict[str, Any], policy_options: dict[str, Any]) -> None:
+        """Go on with other values of the config fields in ``online_options`` (the learning rates set on
+        the optimizers, their moments kept) and of the heads' own ``online_options`` (``option_heads``):
+        ``pipeline.online_learner`` and ``online_policy`` when the online phase starts. ``ValueError``
+        names a field that cannot change."""
+        refused = sorted(set(learner_options) - self.online_options)
+        if refused:
+            can = ", ".join(sorted(self.online_options)) or "none"
+            raise ValueError(f"learner={self.name} cannot change {refused} between phases (it can change: {can})")
+        self.cfg = dataclasses.replace(self.cfg, **learner_options)
+        if getattr(self.cfg, "bc_coef", 0) > 0:
+            check_capabilities(self.head, f"{self.name} with bc_coef > 0", {Capability.IMITATION})
+        set_lr(self.cfg.lr, self.actor_optimizer)
+        set_lr(self.critic_lr, self.critic_optimizer)
+        for head in self.option_heads():
+            head.change_options(**policy_options)
 
     # ------------------------------------------------------------------ acting and storing
     @torch.no_grad()

@@ -57,6 +57,9 @@ class QGradientActor(OffPolicyAlgorithm):
 
     name = "consistency_ac"
     needs = frozenset({Capability.REPARAMETERIZED, Capability.CANDIDATES})
+    # what pipeline.online_learner may change between the phases: the fields read at every step, and the
+    # rates (set on the optimizers). Ding & Jin's online phase: eta 1, no BC, actor lr 1e-5.
+    online_options = frozenset({"eta", "bc_coef", "lr", "critic_lr"})
 
     def __init__(self, head: PolicyHead, cfg: Any, *, total_steps: int, num_envs: int, obs_dim: int, act_dim: int,
                  capacity: int, device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
@@ -92,6 +95,10 @@ class QGradientActor(OffPolicyAlgorithm):
             uniform = 2 * torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator) - 1
             actions = torch.where(explore.to(obs.device)[:, None], uniform.to(obs.device), actions)
         return actions
+
+    def option_heads(self) -> tuple[PolicyHead, ...]:
+        """The head and the EMA actor: ``pipeline.online_policy`` changes both."""
+        return self.head, self.ema_head
 
     # ------------------------------------------------------------------ learning
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:

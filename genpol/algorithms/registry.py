@@ -61,6 +61,9 @@ class Learner:
     """Whether one run can span processes under torchrun (data-parallel gradients)."""
     needs: frozenset[Capability]
     """The head capabilities it uses; validation names any the chosen head lacks."""
+    online_options: frozenset[str] = frozenset()
+    """Its config fields that ``pipeline.online_learner`` may change when the online phase starts (a learner
+    whose offline phase is its own loss, and so one learner object for both phases)."""
 
 
 LEARNERS: dict[str, Learner] = {}
@@ -156,7 +159,8 @@ register_learner(Learner("sac", SACConfig, SAC.build, off_policy=True, offline_p
 register_learner(Learner("expo", ExpoConfig, EXPO.build, off_policy=True, offline_phase="behaviour_cloning",
                          torchrun=False, needs=EXPO.needs))
 register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_policy=True,
-                         offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs))
+                         offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs,
+                         online_options=QGradientActor.online_options))
 register_learner(Learner("maxentdp", MaxEntDPConfig, make_maxentdp, off_policy=True, offline_phase="behaviour_cloning",
                          torchrun=False, needs=MaxEntDP.needs))
 register_learner(Learner("meow", MEowConfig, MEow.build, off_policy=True, offline_phase="behaviour_cloning",

@@ -71,5 +71,11 @@ class SoftmaxQPolicy(CandidatePolicy):
         self.num_candidates = num_candidates
         self.spec_kwargs = {"actor": actor.spec(), "critic": self.critic_spec(), "num_candidates": num_candidates}
 
+    def spec(self) -> dict[str, Any]:
+        """As ``PolicyHead.spec``, with the actor's spec as it is now (``change_options`` may have changed
+        it since this policy was built)."""
+        self.spec_kwargs["actor"] = self.actor.spec()
+        return super().spec()
+
     def choose(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         return softmax_q_actions(obs, self.actor, self.critic, self.num_candidates)

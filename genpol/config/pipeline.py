@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import Any, Dict, List
 
 from genpol.config.base import require
 
@@ -67,6 +67,15 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
     """Pretraining checkpoints every this many logs."""
     pretrain_eval_every: int = 0
     """Offline RL phase (learner=consistency_ac): evaluate every this many logs (0: only at the end)."""
+    online_learner: Dict[str, Any] = field(default_factory=dict)
+    """Learner fields that take these values when the online phase starts, for a learner that runs both
+    phases (learner=consistency_ac: eta, bc_coef, lr, critic_lr), e.g. ``+pipeline.online_learner.eta=1.0
+    +pipeline.online_learner.bc_coef=0 +pipeline.online_learner.lr=1e-5`` (Ding & Jin's online phase). Other
+    learners are built for the online phase: set ``learner.*``."""
+    online_policy: Dict[str, Any] = field(default_factory=dict)
+    """Head fields that take these values when the online phase starts (the consistency head: sampling_steps,
+    ``+pipeline.online_policy.sampling_steps=5``), on the head and any copy of it the learner keeps; the online
+    phase's checkpoints rebuild the head so."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

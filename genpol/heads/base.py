@@ -176,6 +176,8 @@ class PolicyHead(nn.Module, abc.ABC):
                                                                Capability.CANDIDATES})
     has_exact_kl: ClassVar[bool] = False
     has_entropy: ClassVar[bool] = False
+    online_options: ClassVar[frozenset[str]] = frozenset()
+    """The ``Config`` fields ``change_options`` can set on a built head (``pipeline.online_policy``)."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: HeadConfig | None = None, **hyperparameters: Any):
         super().__init__()
@@ -240,6 +242,25 @@ class PolicyHead(nn.Module, abc.ABC):
     def start_finetuning(self) -> None:
         """Called once between offline pretraining and online fine-tuning (e.g. to freeze the early
         denoising steps of a diffusion policy at their pretrained weights)."""
+
+    def change_options(self, **options: Any) -> None:
+        """Give the built head other values of the fields in ``online_options`` (the weights stay):
+        ``self.config`` and ``spec_kwargs`` follow, so a checkpoint rebuilds the head as it now is.
+        ``ValueError`` names a field the head cannot change. A head that declares ``online_options``
+        rebuilds what those fields shape in ``_options_changed``."""
+        refused = sorted(set(options) - self.online_options)
+        if refused:
+            can = ", ".join(sorted(self.online_options)) or "none"
+            raise ValueError(f"the {self.family or type(self).__name__} head cannot change {refused} once built "
+                             f"(it can change: {can})")
+        if not options:
+            return
+        self.config = dataclasses.replace(self.config, **options)  # re-runs the config's checks
+        self.spec_kwargs = self.config.head_kwargs()
+        self._options_changed()
+
+    def _options_changed(self) -> None:
+        """Rebuild what depends on ``self.config``'s ``online_options`` (after ``change_options``)."""
 
     def spec(self) -> dict[str, Any]:
         """``{"family", "obs_dim", "act_dim", "kwargs"}``: enough to rebuild this head untrained. A head

@@ -194,6 +194,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
                               Capability.CANDIDATES})
     has_exact_kl = True
     has_entropy = False
+    online_options = frozenset({"sampling_steps"})
 
     def __init__(self, obs_dim: int, act_dim: int, config: ConsistencyConfig | None = None, **hyperparameters: Any):
         super().__init__(obs_dim, act_dim, config, **hyperparameters)
@@ -220,17 +221,31 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
         self.ct_step = 0  # consistency-training steps taken (saved as extra state)
-        levels = torch.linspace(c.tau_min_sampling, tau_max, sampling_steps).flip(0) if sampling_steps > 1 \
-            else torch.tensor([tau_max])
-        self.register_buffer("sampling_taus", levels, persistent=False)
+        for name, buffer in self._sampling_buffers(sampling_steps).items():
+            self.register_buffer(name, buffer, persistent=False)
+
+    def _sampling_buffers(self, sampling_steps: int) -> dict[str, torch.Tensor]:
+        """The sampler's schedule for T = ``sampling_steps``: ``sampling_taus [T]``, ``step_stds [T]`` and
+        ``logprob_dims [T, C]`` (derived, not saved: a checkpoint's head spec carries T)."""
+        c = self.config
+        levels = torch.linspace(c.tau_min_sampling, self.tau_max, sampling_steps).flip(0) if sampling_steps > 1 \
+            else torch.tensor([self.tau_max])
         # std of transition i (x_i -> x_{i+1}): the re-noising level of step i + 1, the floor for the last
-        renoise = (levels[1:].square() - eps**2).sqrt().clamp(min=min_sampling_std)
-        self.register_buffer("step_stds", torch.cat([renoise, torch.tensor([min_sampling_std])]), persistent=False)
+        renoise = (levels[1:].square() - self.eps**2).sqrt().clamp(min=self.min_sampling_std)
         # which dims of each chain transition enter its log-prob: all, except the never-executed tail of the
         # last one (a leaf: marginalizing it out is exact, and it would only add variance to the ratio)
         dims = torch.ones(sampling_steps, self.chunk_dim)
-        dims[-1, act_dim:] = 0.0
-        self.register_buffer("logprob_dims", dims, persistent=False)
+        dims[-1, self.executed_dim:] = 0.0
+        return {"sampling_taus": levels, "step_stds": torch.cat([renoise, torch.tensor([self.min_sampling_std])]),
+                "logprob_dims": dims}
+
+    def _options_changed(self) -> None:
+        """A new ``sampling_steps`` (Ding & Jin sample with T = 2 offline and T = 5 online): its schedule,
+        on the head's device and in its dtype."""
+        self.sampling_steps = self.config.sampling_steps
+        like = self.sampling_taus
+        for name, buffer in self._sampling_buffers(self.sampling_steps).items():
+            setattr(self, name, buffer.to(device=like.device, dtype=like.dtype))
 
     # ------------------------------------------------------------------ the consistency function
     def consistency(self, noisy: torch.Tensor, tau: torch.Tensor, obs: torch.Tensor,

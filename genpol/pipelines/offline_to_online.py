@@ -20,6 +20,12 @@ observation normalization (``env.normalize_obs``) is off: the offline data carri
 Normalized scores (before and after fine-tuning) use a Minari dataset's own reference returns, or
 D4RL's for the D4RL locomotion tasks.
 
+``pipeline.online_learner`` and ``pipeline.online_policy`` give fields other values from the online phase
+on, where both phases share one object: the learner that trains offline by its own loss (Consistency-AC:
+eta, bc_coef, lr, critic_lr) and the head (the consistency head's sampling_steps). Ding & Jin's online
+phase, for instance, drops the CT loss (eta 1, bc_coef 0), lowers the actor's rate to 1e-5 and samples in
+5 steps instead of 2.
+
 Run directory: ``pretrain/`` (checkpoints, progress, summary of phase 1), ``tb/pretrain`` and
 ``tb`` (TensorBoard of each phase), and the online phase's usual files. Re-running resumes
 whichever phase was interrupted.
@@ -107,9 +113,24 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
             head.start_finetuning()
         else:
             pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
+    start_online_phase(cfg, head, algorithm)
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
     return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
+
+
+def start_online_phase(cfg: TrainConfig, head: PolicyHead, algorithm: Any | None) -> None:
+    """``pipeline.online_learner`` and ``online_policy``: the learner that runs both phases (``algorithm``)
+    and the head take their online values, before the online phase starts or resumes (its checkpoints
+    then hold the head as changed, and the optimizers' rates, which loading restores)."""
+    learner_options, policy_options = dict(cfg.pipeline.online_learner), dict(cfg.pipeline.online_policy)
+    if not (learner_options or policy_options):
+        return
+    if algorithm is not None:
+        algorithm.change_options(learner_options, policy_options)
+    else:  # the learner is built for the online phase from learner.*; validation refused online_learner
+        head.change_options(**policy_options)
+    log.info("online phase: learner %s, policy %s", learner_options, policy_options)
 
 
 def _observation_state(stack: dict[str, Any]) -> dict[str, torch.Tensor] | None:
