@@ -66,27 +66,23 @@ Pairs (``--pairs``; the reference side runs from a snapshot outside genpol's tre
   (``CONSISTENCY_AC_OFFLINE_STEPS``), then ``CONSISTENCY_AC_O2O_STEPS`` (150k) online env steps (their runs: 2M
   and 3M), 3 envs, one gradient step per 12 transitions, epsilon 1 to 0.01 over the first 10 % of the online
   phase, no offline data online (``learner.offline_ratio=0``: their online replay starts empty). genpol's
-  options: ``consistency_ac_o2o_options`` (every ``CONSISTENCY_AC_THEIR_OFFLINE`` option, and the online-only
-  ones of ``CONSISTENCY_AC_THEIR_ONLINE``). The online budget is the consistency_ac pair's, so each codebase's
-  start from the offline model compares with its start from scratch at equal online steps, and it outlasts
-  their reload transient (below: their EMA actor holds its initial weights for 12k env steps and keeps 5 % of
-  them until ~48k); at 50k the last tenth would sit at the transient's end. Metric: the online phase's training
-  return, as ``consistency_ac`` (every episode of the last 15k env steps, epsilon 0.01 on both sides, rather
-  than 10 evaluation episodes; the final evaluation and the offline phase's are kept beside it; the time is
-  per online env step, the offline phase's per gradient step beside it). What genpol cannot reproduce, and
-  so differs:
-  - one config for both phases: genpol's run builds one learner and one head, so where their two phases differ
-    (``CONSISTENCY_AC_O2O_OFFLINE_KEPT``) genpol's online phase keeps the offline values: eta 0.1 with the CT
-    loss (bc 1) on the online batches (its N(k) starting again from 2 over the next 20k steps), actor lr 3e-4
-    and the 2-step sampler (acting and Q-gradient), where their ``OnlineAgent`` runs the Q-loss only (eta 1, no
-    BC), actor lr 1e-5 and 5 sampling steps (their ``online.py`` default ``--T``);
-  - what their ``load_model`` leaves behind: it loads only the actor and critic state dicts into a fresh
-    ``OnlineAgent``, whose constructor had copied the critic target and the EMA actor from the fresh networks,
-    so online their TD targets (and the softmax-Q acting, which uses the target critics) start from randomly
-    initialized target critics, Polyak-averaged (tau 0.005 per gradient step) towards the loaded ones, and
-    next actions from a randomly initialized EMA actor, held until their online gradient step 1000 (12k env
-    steps) and averaged from there; their Adam moments start at 0 and their step count at 0. genpol carries
-    the offline phase's target critics, EMA actor, optimizer states and step counts on into the online phase;
+  options: ``consistency_ac_o2o_options`` (every ``CONSISTENCY_AC_THEIR_OFFLINE`` option, the online-only
+  ones of ``CONSISTENCY_AC_THEIR_ONLINE``, and at the switch the ones their online phase sets otherwise,
+  ``CONSISTENCY_AC_O2O_ONLINE_CHANGES`` through ``pipeline.online_learner`` / ``online_policy``: eta 1, no BC,
+  actor lr 1e-5, 5 sampling steps). Their ``load_model`` loads only the actor and critic state dicts into a
+  new ``OnlineAgent``, whose constructor had copied the critic target and the EMA actor from its freshly
+  initialized networks: online their TD targets (and the softmax-Q acting, which uses the target critics)
+  start from random target critics, Polyak-averaged (tau 0.005 per gradient step) towards the loaded ones,
+  and next actions from a random EMA actor, held until their online gradient step 1000 (12k env steps) and
+  averaged from there; their Adam moments and step count start at 0. genpol's side does the same with
+  ``pipeline.online_reset=[optimizers,targets,step_counts]`` (other random draws of the same
+  initialization). The online budget is the consistency_ac pair's, so each codebase's start from the offline
+  model compares with its start from scratch at equal online steps, and it outlasts that reload transient
+  (the EMA actor keeps 5 % of its random weights until ~48k); at 50k the last tenth would sit at the
+  transient's end. Metric: the online phase's training return, as ``consistency_ac`` (every episode of the
+  last 15k env steps, epsilon 0.01 on both sides, rather than 10 evaluation episodes; the final evaluation
+  and the offline phase's are kept beside it; the time is per online env step, the offline phase's per
+  gradient step beside it). What differs:
   - observations: none; genpol's side takes their raw observations (``dataset.observations=raw``); its
     actions are still mapped by the dataset's range, the identity on this data, whose actions span [-1, 1];
   - the offline phase is the consistency_ac_offline pair's on both sides (the same harness and options, so the
@@ -178,24 +174,34 @@ def _option_key(option: str) -> str:
     return option.split("=", 1)[0].lstrip("+~")
 
 
-# the keys Ding & Jin's offline and online phases set differently (their online values): genpol's one run of both
-# phases keeps the offline value of each (the consistency_ac_o2o pair's first difference)
-CONSISTENCY_AC_O2O_OFFLINE_KEPT = [
+# the keys Ding & Jin's offline and online phases set differently (their online values): genpol's run takes them
+# at the switch through pipeline.online_learner / online_policy
+CONSISTENCY_AC_O2O_ONLINE_CHANGES = [
     option for option in CONSISTENCY_AC_THEIR_ONLINE
     if _option_key(option) in {_option_key(o) for o in CONSISTENCY_AC_THEIR_OFFLINE}
     and option not in CONSISTENCY_AC_THEIR_OFFLINE]
 
 
+def _online_phase_option(option: str) -> str:
+    """``learner.eta=1.0`` -> ``+pipeline.online_learner.eta=1.0`` (``policy.*``: ``online_policy``)."""
+    group, _, rest = option.partition(".")
+    return f"+pipeline.online_{group}.{rest}"
+
+
 def consistency_ac_o2o_options(offline_steps: int) -> list[str]:
     """genpol's overrides of the consistency_ac_o2o pair (after ``+experiment=consistency_ac``): their offline
     phase's options (``CONSISTENCY_AC_THEIR_OFFLINE``, N(k) over the ``offline_steps`` of their one ``train``
-    call), the options of their online phase that only the online phase reads, and their online loop's
-    exploration and data: 3 envs, epsilon 1 to 0.01 over the first 10 % (the experiment's is 0.01 throughout),
-    no offline data in the online batches (the experiment's ``offline_ratio`` is 0.5)."""
+    call), the options of their online phase that only the online phase reads, those it sets to other values
+    than the offline phase (``CONSISTENCY_AC_O2O_ONLINE_CHANGES``, taken at the switch), their reload into a
+    new agent (``pipeline.online_reset``), and their online loop's exploration and data: 3 envs, epsilon 1 to
+    0.01 over the first 10 % (the experiment's is 0.01 throughout), no offline data in the online batches (the
+    experiment's ``offline_ratio`` is 0.5)."""
     offline_keys = {_option_key(option) for option in CONSISTENCY_AC_THEIR_OFFLINE}
     online_only = [option for option in CONSISTENCY_AC_THEIR_ONLINE if _option_key(option) not in offline_keys]
     return [*CONSISTENCY_AC_THEIR_OFFLINE, "dataset.observations=raw", f"pipeline.pretrain_steps={offline_steps}",
-            f"policy.ct_total_steps={offline_steps}", "env.num_envs=3", *online_only, "learner.offline_ratio=0",
+            f"policy.ct_total_steps={offline_steps}", "env.num_envs=3", *online_only,
+            *map(_online_phase_option, CONSISTENCY_AC_O2O_ONLINE_CHANGES),
+            "pipeline.online_reset=[optimizers,targets,step_counts]", "learner.offline_ratio=0",
             "learner.explore_initial=1.0", "learner.explore_final=0.01", "learner.explore_fraction=0.1"]
 
 

@@ -234,9 +234,14 @@ def _changed(schema_object: Any, options: dict[str, Any], key: str) -> Any:
 
 
 def _check_online_options(config: TrainConfig, row: Any) -> None:
-    """``pipeline.online_learner`` and ``online_policy``: fields the learner and the head can change
-    between the phases, with values their schemas accept."""
+    """``pipeline.online_learner``, ``online_policy`` and ``online_reset``: fields the learner and the head
+    can change between the phases, with values their schemas accept, and resets for a learner that runs
+    both phases."""
     pipeline = config.pipeline
+    if pipeline.online_reset and row.offline_phase != "own_loss":
+        raise ConfigError(f"pipeline.online_reset={list(pipeline.online_reset)} starts parts of the learner afresh "
+                          f"online, but learner={row.name} is built for the online phase only (the offline phase is "
+                          "behaviour cloning), so all of it starts afresh: remove pipeline.online_reset")
     if pipeline.online_learner:
         if row.offline_phase != "own_loss":
             settings = " ".join(f"learner.{k}={v}" for k, v in pipeline.online_learner.items())

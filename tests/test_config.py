@@ -115,9 +115,14 @@ def test_every_experiment_bundle_composes_and_validates(experiment):
         ("+pipeline.online_learner.eta=fast", r"pipeline.online_learner.eta: Value 'fast' of type 'str' could not"),
         ("+pipeline.online_policy.sampling_steps=0", r"pipeline.online_policy: policy.sampling_steps must be >= 1"),
         ("+pipeline.online_policy.hidden_sizes=[8]",
-         r"policy=consistency cannot change \['hidden_sizes'\] once built; it can change \['sampling_steps'\]")]],
+         r"policy=consistency cannot change \['hidden_sizes'\] once built; it can change \['sampling_steps'\]"),
+        ("pipeline.online_reset=[targets,critics]",
+         r"pipeline.online_reset must be distinct items of \['optimizers', 'targets', 'step_counts'\], got "
+         r"\['targets', 'critics'\]")]],
     ("pipeline=offline_to_online dataset.path=d.hdf5 +pipeline.online_learner.lr=1e-5",
      r"learner=ppo is built for the online phase only .* set learner.lr=1e-05 instead"),
+    ("pipeline=offline_to_online dataset.path=d.hdf5 pipeline.online_reset=[optimizers]",
+     r"learner=ppo is built for the online phase only .* remove pipeline.online_reset"),
     ("pipeline=offline_to_online dataset.path=d.hdf5 +pipeline.online_policy.sampling_steps=4",
      r"policy=gaussian cannot change \['sampling_steps'\] once built; it can change none of its fields"),
 ])

@@ -258,9 +258,9 @@ def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dat
 
 
 def test_the_online_phase_takes_its_own_options_and_resumes_with_them(tmp_path, hopper_dataset):
-    """Ding & Jin's switch between the phases through ``pipeline.online_learner`` and ``online_policy``:
-    offline eta 0.1 with the CT loss, actor lr 3e-4 and T = 2; online eta 1, no BC, actor lr 1e-5, critics
-    2e-4 and T = 5. The offline checkpoint's head samples in 2 steps, the online ones' in 5; online the
+    """Ding & Jin's switch between the phases through ``pipeline.online_learner``, ``online_policy`` and
+    ``online_reset``: offline eta 0.1 with the CT loss, actor lr 3e-4 and T = 2; online eta 1, no BC, actor lr
+    1e-5, critics 2e-4 and T = 5, the step counts from 0. The offline checkpoint's head samples in 2 steps, the online ones' in 5; online the
     actor loss is the Q-loss alone (no BC term logged), where offline it is BC + 0.1 Q; the online
     optimizers run at the online rates; and a copy rewound to its first online checkpoint resumes to the
     uninterrupted run's weights (the options, the EMA actor's T included, are applied on resume too)."""
@@ -277,7 +277,7 @@ def test_the_online_phase_takes_its_own_options_and_resumes_with_them(tmp_path, 
                  "learner.act_candidates=3", "pipeline.checkpoint_every=1", "pipeline.video=false",
                  "logger.progress_bar=false", "+pipeline.online_learner.eta=1.0", "+pipeline.online_learner.bc_coef=0",
                  "+pipeline.online_learner.lr=1e-5", "+pipeline.online_learner.critic_lr=2e-4",
-                 "+pipeline.online_policy.sampling_steps=5"]
+                 "+pipeline.online_policy.sampling_steps=5", "pipeline.online_reset=[optimizers,targets,step_counts]"]
     whole = tmp_path / "whole"
     train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=200, run_dir=whole,
           overrides=overrides)
@@ -295,6 +295,8 @@ def test_the_online_phase_takes_its_own_options_and_resumes_with_them(tmp_path, 
     assert trained and all("losses/bc_loss" not in row and row["losses/policy"] == row["losses/q_loss"]
                            for row in trained)
     algorithm = state["algorithm"]
+    # the step counts started again at the online phase: 40 offline steps, then one per env step from 51 on
+    assert algorithm["offline_steps"] == 40 and algorithm["critic_steps"] == algorithm["actor_steps"] == 150
     assert [group["lr"] for group in algorithm["actor_optimizer"]["param_groups"]] == [1e-5]
     assert [group["lr"] for group in algorithm["critic_optimizer"]["param_groups"]] == [2e-4]
 
@@ -332,3 +334,31 @@ def test_change_options_reaches_the_head_the_ema_actor_and_the_optimizers():
         algorithm.change_options({"batch_size": 4}, {})
     with pytest.raises(ValueError, match=r"cannot change \['hidden_sizes'\]"):
         algorithm.change_options({}, {"hidden_sizes": [4]})
+
+
+def test_reset_for_online_starts_the_parts_afresh_from_its_seed():
+    """``reset_for_online`` (``pipeline.online_reset``, Ding & Jin's reload into a new agent): Adam's state
+    empty (its next step is a first step), the target critics and the EMA actor with the weights a new
+    Q-ensemble and a new head drawn from the seed have, the step counts at 0; the trained critics and
+    head kept, and torch's global generator untouched."""
+    from genpol.qensemble import QEnsemble
+
+    algorithm, offline = make()
+    OfflineRLRunner(algorithm, offline, steps=3, batch_size=8, log_every=1).run()
+    trained = copy.deepcopy({"critic": algorithm.critic.state_dict(), "head": algorithm.head.state_dict()})
+    global_rng = torch.random.get_rng_state()
+    algorithm.reset_for_online(["optimizers", "targets", "step_counts"], seed=11)
+    assert torch.equal(torch.random.get_rng_state(), global_rng)
+    assert not algorithm.actor_optimizer.state and not algorithm.critic_optimizer.state
+    assert algorithm.critic_steps == algorithm.actor_steps == 0 and algorithm.offline_steps == 3
+    torch.manual_seed(11)  # the draws of a new learner's target critic, then of a new head
+    critic = QEnsemble(OBS_DIM, ACT_DIM, num_qs=2, hidden_sizes=(16,), activation=algorithm.cfg.critic_activation,
+                       layer_norm=algorithm.cfg.critic_layer_norm, init=algorithm.cfg.critic_init)
+    head = ConsistencyHead(OBS_DIM, ACT_DIM, hidden_sizes=(16, 16))
+    assert_trees_equal(algorithm.critic_target.state_dict(), critic.state_dict(), "target critics")
+    assert_trees_equal(algorithm.ema_head.state_dict(), head.state_dict(), "EMA actor")
+    assert_trees_equal({"critic": algorithm.critic.state_dict(), "head": algorithm.head.state_dict()}, trained, "trained")
+    algorithm.gradient_step(offline.sample(8))
+    assert {int(state["step"]) for state in algorithm.actor_optimizer.state.values()} == {1}
+    with pytest.raises(ValueError, match=r"unknown online reset \['critics'\]"):
+        algorithm.reset_for_online(["critics"], seed=0)

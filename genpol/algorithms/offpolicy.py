@@ -23,13 +23,14 @@ import copy
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from genpol.algorithms.base import Algorithm
 from genpol.config.offpolicy import utd_fraction
+from genpol.config.pipeline import ONLINE_RESETS
 from genpol.errors import ConfigError
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.qensemble import QEnsemble, polyak_update
@@ -67,11 +68,9 @@ class OffPolicyAlgorithm(Algorithm):
                  device: torch.device, seed: int = 0, offline: OfflineReplay | None = None):
         super().__init__(head)
         self.cfg = cfg
-        self.num_envs, self.act_dim = num_envs, act_dim
+        self.num_envs, self.obs_dim, self.act_dim = num_envs, obs_dim, act_dim
         self.device = device
-        self.critic = QEnsemble(obs_dim, act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
-                                activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
-                                layer_norm_eps=cfg.critic_layer_norm_eps, init=cfg.critic_init).to(device)
+        self.critic = self._new_critic()
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.num_min_qs = cfg.num_min_qs or cfg.num_qs
         self.actor_params = [p for p in head.parameters() if p.requires_grad]
@@ -110,6 +109,13 @@ class OffPolicyAlgorithm(Algorithm):
                    capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
                    **kwargs)
 
+    def _new_critic(self) -> QEnsemble:
+        """A Q-ensemble as ``cfg`` describes it, freshly initialized from torch's global generator."""
+        cfg = self.cfg
+        return QEnsemble(self.obs_dim, self.act_dim, num_qs=cfg.num_qs, hidden_sizes=tuple(cfg.critic_hidden_sizes),
+                         activation=cfg.critic_activation, layer_norm=cfg.critic_layer_norm,
+                         layer_norm_eps=cfg.critic_layer_norm_eps, init=cfg.critic_init).to(self.device)
+
     @property
     def critic_lr(self) -> float:
         """The critics' Adam learning rate: ``critic_lr``, or ``lr`` when unset."""
@@ -135,6 +141,30 @@ class OffPolicyAlgorithm(Algorithm):
         set_lr(self.critic_lr, self.critic_optimizer)
         for head in self.option_heads():
             head.change_options(**policy_options)
+
+    def reset_for_online(self, parts: Sequence[str], seed: int) -> None:
+        """Start the online phase with what a newly built learner has, for each of ``parts``
+        (``pipeline.online_reset``): ``optimizers`` (every Adam's moments and step count), ``targets``
+        (fresh random weights of the target critics and any averaged copy of the policy,
+        ``reinitialize_targets``, drawn from ``seed``), ``step_counts`` (the critic and actor steps,
+        which clock the target and EMA schedules). The trained critics and policy are kept."""
+        unknown = sorted(set(parts) - set(ONLINE_RESETS))
+        if unknown:
+            raise ValueError(f"unknown online reset {unknown}; the parts are {list(ONLINE_RESETS)}")
+        if "optimizers" in parts:
+            for optimizer in (value for value in vars(self).values() if isinstance(value, torch.optim.Optimizer)):
+                optimizer.state.clear()  # Adam builds fresh moments and a zero step count at its next step
+        if "targets" in parts:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                self.reinitialize_targets()
+        if "step_counts" in parts:
+            self.critic_steps = self.actor_steps = 0
+
+    @torch.no_grad()
+    def reinitialize_targets(self) -> None:
+        """Fresh random weights for the target critics (from torch's global generator)."""
+        self.critic_target.load_state_dict(self._new_critic().state_dict())
 
     # ------------------------------------------------------------------ acting and storing
     @torch.no_grad()

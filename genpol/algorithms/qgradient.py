@@ -42,6 +42,7 @@ from torch import nn
 from genpol.algorithms.offpolicy import OffPolicyAlgorithm
 from genpol.algorithms.softmax_q import SoftmaxQPolicy
 from genpol.envs import VectorEnv
+from genpol.heads import head_from_spec
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.consistency_training import ema_update_due
 from genpol.storage.replay import OfflineReplay, ReplayBatch
@@ -99,6 +100,13 @@ class QGradientActor(OffPolicyAlgorithm):
     def option_heads(self) -> tuple[PolicyHead, ...]:
         """The head and the EMA actor: ``pipeline.online_policy`` changes both."""
         return self.head, self.ema_head
+
+    @torch.no_grad()
+    def reinitialize_targets(self) -> None:
+        """Fresh random weights for the target critics and the EMA actor (their ``load_model`` into a new
+        ``OnlineAgent``, whose constructor copied both from its freshly initialized networks)."""
+        super().reinitialize_targets()
+        self.ema_head.load_state_dict(head_from_spec(self.head.spec()).state_dict())
 
     # ------------------------------------------------------------------ learning
     def _td_target(self, batch: ReplayBatch, alpha: torch.Tensor, subset_heads: torch.Tensor | None) -> torch.Tensor:

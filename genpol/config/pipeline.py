@@ -7,6 +7,9 @@ from typing import Any, Dict, List
 
 from genpol.config.base import require
 
+# what pipeline.online_reset can give the learner that runs both phases of offline_to_online afresh
+ONLINE_RESETS = ("optimizers", "targets", "step_counts")
+
 
 @dataclass
 class OnlinePipelineConfig:
@@ -76,6 +79,11 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
     """Head fields that take these values when the online phase starts (the consistency head: sampling_steps,
     ``+pipeline.online_policy.sampling_steps=5``), on the head and any copy of it the learner keeps; the online
     phase's checkpoints rebuild the head so."""
+    online_reset: List[str] = field(default_factory=list)
+    """What the learner that runs both phases starts the online phase with afresh: ``optimizers`` (Adam's
+    moments and step counts), ``targets`` (random weights for the target critics and the EMA actor),
+    ``step_counts`` (the gradient steps that clock the target and EMA schedules). All three,
+    ``[optimizers,targets,step_counts]``: Ding & Jin's reload of the offline model into a new agent."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,6 +93,8 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
         require(0.0 < self.ema_decay < 1.0, "pipeline.ema_decay", "in (0, 1)", self.ema_decay)
         require(self.pretrain_log_every >= 1, "pipeline.pretrain_log_every", ">= 1", self.pretrain_log_every)
         require(self.pretrain_eval_every >= 0, "pipeline.pretrain_eval_every", ">= 0", self.pretrain_eval_every)
+        require(set(self.online_reset) <= set(ONLINE_RESETS) and len(set(self.online_reset)) == len(self.online_reset),
+                "pipeline.online_reset", f"distinct items of {list(ONLINE_RESETS)}", list(self.online_reset))
 
 
 @dataclass

@@ -24,7 +24,8 @@ D4RL's for the D4RL locomotion tasks.
 on, where both phases share one object: the learner that trains offline by its own loss (Consistency-AC:
 eta, bc_coef, lr, critic_lr) and the head (the consistency head's sampling_steps). Ding & Jin's online
 phase, for instance, drops the CT loss (eta 1, bc_coef 0), lowers the actor's rate to 1e-5 and samples in
-5 steps instead of 2.
+5 steps instead of 2. ``pipeline.online_reset`` starts parts of that learner afresh (its optimizers, its
+target critics and EMA actor, its step counts), as their reload of the offline model into a new agent does.
 
 Run directory: ``pretrain/`` (checkpoints, progress, summary of phase 1), ``tb/pretrain`` and
 ``tb`` (TensorBoard of each phase), and the online phase's usual files. Re-running resumes
@@ -61,6 +62,7 @@ from genpol.storage.replay import OfflineReplay
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
+ONLINE_RESET_SEED = 7_919  # offset of the seed of pipeline.online_reset's fresh target weights from the run's
 
 
 def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
@@ -111,6 +113,8 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
         if offline_rl:
             pretrained = pretrain_offline_rl(cfg, run_dir, algorithm, offline, dataset, env, stack, normalized)
             head.start_finetuning()
+            # here only: once the online phase has a checkpoint, resuming loads the state after the reset
+            algorithm.reset_for_online(cfg.pipeline.online_reset, seed=cfg.seed + ONLINE_RESET_SEED)
         else:
             pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
     start_online_phase(cfg, head, algorithm)
