@@ -254,7 +254,10 @@ def _check_online_options(config: TrainConfig, row: Any) -> None:
                               f"phases; it can change {sorted(row.online_options)}")
         _changed(config.learner, pipeline.online_learner, "pipeline.online_learner")
     if pipeline.online_policy:
-        head = head_class(config.policy.family)
+        try:
+            head = head_class(config.policy.family)
+        except ValueError as error:
+            raise ConfigError(f"policy.family: {error}") from None
         refused = sorted(set(pipeline.online_policy) - head.online_options)
         if refused:
             can = sorted(head.online_options)
