@@ -200,22 +200,27 @@ def test_the_offline_consistency_reference_trains_on_genpols_transitions(tmp_pat
 
 
 def test_the_o2o_consistency_pair_runs_their_offline_options_and_their_online_loop():
-    """The consistency_ac_o2o pair's genpol run, composed as ``genpol.train`` composes it: every option of
-    their offline phase wins over the experiment; where their online phase differs (eta, BC, actor lr,
-    sampling steps) genpol's one learner keeps the offline value, and those are exactly the four the pair
-    lists; their online loop's settings (3 envs, 1/12 UTD, epsilon 1 to 0.01 over 10 %, no offline data
-    online, time limits as terminations) replace the experiment's."""
+    """The consistency_ac_o2o pair's genpol run, composed and validated as ``genpol.train`` does it: every
+    option of their offline phase wins over the experiment; where their online phase differs (eta, BC, actor
+    lr, sampling steps: exactly the four the pair lists) genpol's learner and head take their online values at
+    the switch, and their reload into a new agent is ``pipeline.online_reset``; their online loop's settings
+    (3 envs, 1/12 UTD, epsilon 1 to 0.01 over 10 %, no offline data online, time limits as terminations)
+    replace the experiment's."""
     from genpol.api import compose_config
+    from genpol.configure import validate
 
-    assert sorted(learning_parity.CONSISTENCY_AC_O2O_OFFLINE_KEPT) == sorted(
+    assert sorted(learning_parity.CONSISTENCY_AC_O2O_ONLINE_CHANGES) == sorted(
         ["policy.sampling_steps=5", "learner.bc_coef=0", "learner.eta=1.0", "learner.lr=1e-5"])
     overrides = learning_parity.pair_settings("consistency_ac_o2o")["genpol"]
     keys = [learning_parity._option_key(option) for option in overrides]
     assert len(keys) == len(set(keys))
-    cfg = compose_config([*overrides, "dataset.path=unused.hdf5", "total_steps=150000"])
+    cfg = validate(compose_config([*overrides, "dataset.path=unused.hdf5", "total_steps=150000", "run_dir=unused"]))
     policy, learner, pipeline = cfg.policy, cfg.learner, cfg.pipeline
     assert (policy.sampling_steps, learner.eta, learner.bc_coef, learner.lr, learner.critic_lr) == (
         2, 0.1, 1.0, 3e-4, 3e-4)
+    assert pipeline.online_learner == {"eta": 1.0, "bc_coef": 0, "lr": 1e-5}
+    assert pipeline.online_policy == {"sampling_steps": 5}
+    assert pipeline.online_reset == ["optimizers", "targets", "step_counts"]
     assert (pipeline.name, pipeline.pretrain_steps, policy.ct_total_steps, pipeline.pretrain_batch_size) == (
         "offline_to_online", 20_000, 20_000, 256)
     assert (cfg.env.num_envs, learner.offline_ratio, learner.learning_starts, learner.bootstrap_truncation) == (
