@@ -62,7 +62,7 @@ from genpol.storage.replay import OfflineReplay
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
-ONLINE_RESET_SEED = 7_919  # offset of the seed of pipeline.online_reset's fresh target weights from the run's
+ONLINE_RESET_SEED = 7_919  # pipeline.online_reset draws fresh target weights from seed + this, apart from the run's generators
 
 
 def _inner_dims(env: VectorEnv, chunk: int) -> tuple[int, int]:
