@@ -16,6 +16,8 @@ the gym backend's generic MuJoCo capture cannot see through.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import gymnasium as gym
@@ -85,6 +87,23 @@ def provider_of(gym_id: str) -> str | None:
         if gym_id.startswith(prefixes):
             return module
     return None
+
+
+def remove_generated_model_file(unwrapped: Any) -> None:
+    """Delete the MJCF file a gymnasium-robotics maze wrote for itself (``tmp_xml_file_path``).
+
+    Their ``Maze.make_maze`` writes each env's generated model into the temp directory and never removes
+    it: one file per env built (an evaluation env per checkpoint, a worker per env), 1260 of them in this
+    machine's ``/tmp`` after a few days of tests. MuJoCo has parsed it by the time ``gym.make`` returns
+    and never reads it again, so it goes. Only a file directly in the temp directory is removed.
+    """
+    path = getattr(unwrapped, "tmp_xml_file_path", None)
+    if not isinstance(path, str) or os.path.dirname(os.path.abspath(path)) != os.path.abspath(tempfile.gettempdir()):
+        return
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 # ------------------------------------------------------------------ exact resume

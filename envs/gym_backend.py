@@ -22,7 +22,7 @@ import torch
 from .chunking import ActionChunking
 from .core import EnvError, StepResult, VectorEnv
 from .goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space, provider_of,
-                            restore_goal_env_state, success_flag)
+                        remove_generated_model_file, restore_goal_env_state, success_flag)
 from .imports import import_user_module
 
 try:  # MuJoCo is optional for gymnasium itself; genpol installs it.
@@ -169,6 +169,7 @@ class GymVectorEnv(VectorEnv):
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
                     env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
+                remove_generated_model_file(env.unwrapped)
                 if is_goal_space(env.observation_space):
                     env = FlattenGoalObservation(env)  # [observation, achieved_goal, desired_goal]
                 env = DiscardInfo(env)

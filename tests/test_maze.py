@@ -1,6 +1,7 @@
 """PointMaze through the envs protocol, and the maze dataset generator (genpol.data.maze_dataset)."""
 
 import json
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -46,6 +47,22 @@ def test_dict_observations_flatten_as_observation_achieved_desired():
     finally:
         env.close()
         reference.close()
+
+
+def test_the_mazes_generated_model_file_is_removed_and_the_env_still_steps_and_renders():
+    """gymnasium-robotics writes each maze's MJCF into the temp directory and leaves it there."""
+    env = envs.make_backend("gym:PointMaze_UMaze-v3", num_envs=2, max_episode_steps=5, render=True,
+                            render_size=(32, 32))
+    try:
+        paths = [inner.unwrapped.tmp_xml_file_path for inner in env._envs.envs]
+        assert len(set(paths)) == 2 and all(path.endswith(".xml") for path in paths)
+        assert not any(os.path.exists(path) for path in paths), paths
+        env.reset(seed=0)
+        for _ in range(6):  # through an autoreset
+            env.step(torch.full((2, 2), 0.5))
+        assert env.render().std() > 0
+    finally:
+        env.close()
 
 
 def test_success_flag_terminates_episodic_mazes_and_reaches_episode_stats_and_evaluation():
