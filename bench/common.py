@@ -26,6 +26,9 @@ from typing import Any, Callable, Sequence
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 RESULTS = ROOT / "bench" / "results"  # every script's JSON (and a few PNGs)
 RUNS = ROOT / "bench" / "runs"  # training runs, one folder per script (git-ignored, resumable)
+# stable-baselines3 (the peer in several scripts) makes a new SB3-<date> folder in the temp directory at every
+# learn() unless SB3_LOGDIR names one, and never removes it (sac_throughput's chunked learn() left 289 here)
+os.environ.setdefault("SB3_LOGDIR", str(RUNS / "sb3_logs"))
 
 
 # --------------------------------------------------------------------------- the machine and the date
