@@ -32,7 +32,9 @@ then the sides alternate (genpol, authors, genpol, authors, ...) for ``--repeats
 ``--steps`` env steps of one side (DPPO: one rollout). Reported per side: the median ms per env step over
 the rounds, the smallest and largest, the median CPU ms of the process (all its threads; far below wall:
 another job held the core, and then the CPU ratio is the one to read), and genpol / authors of the medians,
-of wall and of CPU time. Everything runs on one thread (torch, and XLA by its flags).
+of wall and of CPU time. Everything runs on one thread (torch, and XLA by its flags). The process sets
+malloc's thresholds as genpol's entry points do (``genpol.allocator``; the torch references timed in it get
+them too); ``GENPOL_MALLOC=default`` times glibc's defaults. The JSON records which (``malloc``).
 
     python bench/authors_cost.py --ref-rlpd /tmp/ref/rlpd --ref-expo /tmp/ref/EXPO --ref-dppo /tmp/ref/dppo \\
         --ref-ding-jin /tmp/ref/Consistency_Model_For_Reinforcement_Learning --jax-python /tmp/jaxvenv/bin/python
@@ -470,6 +472,12 @@ def main() -> None:
     torch.set_num_threads(1)
     from common import date_stamp, load_average, machine, write_results
 
+    from genpol.allocator import retain_freed_memory
+
+    # as genpol's entry points set it (GENPOL_MALLOC=default keeps glibc's defaults); process-wide, so the
+    # torch references timed in this process (DPPO, Consistency-AC) run with it too
+    args.malloc = "retain" if retain_freed_memory() else "glibc defaults"
+
     shared = harness("shared")
     device = torch.device(args.device)
     if args.device == "cuda" and "consistency_ac" in args.methods:
@@ -496,7 +504,7 @@ def main() -> None:
 def payload(args: argparse.Namespace, rows: list[dict[str, Any]], commits: dict[str, str],
             settings: dict[str, Any], date_stamp: Callable, load_average: Callable, machine: Callable) -> dict[str, Any]:
     return {"date": date_stamp(), "machine": machine(), "device": args.device, "load_average_1min": load_average(),
-            "snapshots": commits,
+            "snapshots": commits, "malloc": args.malloc,
             "what": "learner work per env step (acting + updates), env stepping and replay sampling excluded (identical "
                     "for both sides); compile / jit warm-up excluded; median over alternating rounds",
             "settings": {"rlpd": {"num_qs": 10, "num_min_qs": 2, "utd": UTD, "batch": BATCH, "obs_dim": OBS_DIM,

@@ -16,6 +16,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from genpol.allocator import retain_freed_memory
 from genpol.config import EvaluateConfig
 from genpol.configure import register_configs, validate
 from genpol.envs import EnvError, VideoRecorder
@@ -30,6 +31,7 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary; return the results."""
     run_dir = Path(cfg.run_dir)
     torch.set_num_threads(cfg.torch_threads)
+    retain_freed_memory()
     policy = TrainedPolicy.load(cfg.checkpoint or run_dir, device=cfg.device)
     results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
                                "videos": []}

@@ -19,6 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from genpol import collectives, distributed
+from genpol.allocator import retain_freed_memory
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import load_latest, remove_temporary
@@ -98,12 +99,14 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
 
 
 def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
-    """Create the run directory, check a resumed config, set threads and the seed."""
+    """Create the run directory, check a resumed config, set threads, the allocator's thresholds
+    (``genpol.allocator``) and the seed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if collectives.is_main():  # ranks > 0 run with their own seed and write nothing
         check_resume_config(run_dir, cfg)
     torch.set_num_threads(cfg.torch_threads)
+    retain_freed_memory()
     torch.manual_seed(cfg.seed)
     return run_dir
 
