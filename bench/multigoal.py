@@ -78,8 +78,8 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     # ... and twice the coupling layers (a 2-D flow bends its base Gaussian into lobes one coupling at a time)
     "sac normalizing_flow alpha2.5 softlearning 8 couplings": ("normalizing_flow", [
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2.5", "policy.coupling_layers=8"], 30_000),
-    # ... whose misses are the critic's: at the start state its Q toward the lost goal is 23-35 below the other
-    # three on every seed (e^-14 of the weight at alpha 2.5), so the policy is faithful to a critic that never
+    # ... whose misses are the critic's: at the start state its Q toward the lost goal is 20-26 below the other
+    # three on every seed (e^-8 to e^-10 of the weight at alpha 2.5), so the policy is faithful to a critic that never
     # valued that lobe. Two ways to keep a lobe valued until it is visited: a target from one random critic of
     # the two (num_min_qs 1: no clipped double-Q pessimism), and 5000 uniform warm-up steps instead of 1000
     "sac normalizing_flow alpha2.5 softlearning one-critic target": ("normalizing_flow", [
