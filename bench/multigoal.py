@@ -98,6 +98,12 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2", "learner.learning_starts=5000"], 30_000),
     "sac normalizing_flow alpha2 softlearning 10k warm-up": ("normalizing_flow", [
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2", "learner.learning_starts=10000"], 30_000),
+    # ... and the two together: at 2.5 with 5000 warm-up steps the critic's own exp(Q / alpha) puts 0.90 of its
+    # start-state mass within 25 degrees of a goal where the 4-coupling flow puts 0.75 (bench/multigoal_critic.py),
+    # and 8 couplings fitted tighter lobes (0.86-0.88) without the warm-up
+    "sac normalizing_flow alpha2.5 softlearning 8 couplings 5k warm-up": ("normalizing_flow", [
+        *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2.5", "policy.coupling_layers=8",
+        "learner.learning_starts=5000"], 30_000),
     "maxentdp vp_diffusion alpha1 softlearning": ("vp_diffusion", [*MAXENTDP, *AT_THE_SOFT_OPTIMUM], 5_000),
     # Q-gradient learning (no entropy term) of the consistency head
     "consistency_ac consistency": ("consistency", CONSISTENCY_AC, 30_000),
@@ -124,11 +130,9 @@ GOAL_DIRECTIONS = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])  
 START_ACTION_NORM = 0.7  # the alpha-2.5 optimum's mean start action norm (0.709, multigoal_soft_optimum.json)
 
 
-def critic_at_start(run_dir: Path) -> list[float] | None:
-    """SAC rows: the minimum over the final critics of Q(origin, 0.7 x goal direction), per goal (None for
-    other learners). A goal whose value lies a gap below the others' gets exp(-gap / alpha) of their weight
-    in the soft-optimal policy of that critic: a lost lobe with a large gap is the critic's miss, not the
-    head's."""
+def final_critic(run_dir: Path) -> tuple[torch.nn.Module, float | None] | None:
+    """A SAC row's final critics (a ``QEnsemble``) and its fixed temperature (None where it adapts); None
+    for other learners."""
     from omegaconf import OmegaConf
 
     from genpol.checkpoint import load_latest
@@ -142,13 +146,42 @@ def critic_at_start(run_dir: Path) -> list[float] | None:
                        activation=learner.critic_activation, layer_norm=learner.critic_layer_norm,
                        layer_norm_eps=learner.critic_layer_norm_eps, init=learner.critic_init)
     critic.load_state_dict(state["algorithm"]["critic"])
+    return critic, (None if learner.ent_coef == "auto" else float(learner.ent_coef))
+
+
+def critic_at_start(run_dir: Path) -> list[float] | None:
+    """SAC rows: the minimum over the final critics of Q(origin, 0.7 x goal direction), per goal (None for
+    other learners). A goal whose value lies a gap below the others' gets exp(-gap / alpha) of their weight
+    in the soft-optimal policy of that critic: a lost lobe with a large gap is the critic's miss, not the
+    head's."""
+    found = final_critic(run_dir)
+    if found is None:
+        return None
     actions = torch.as_tensor(START_ACTION_NORM * GOAL_DIRECTIONS, dtype=torch.float32)
     with torch.no_grad():
-        return critic(torch.zeros(4, 2), actions).min(dim=0).values.tolist()
+        return found[0](torch.zeros(4, 2), actions).min(dim=0).values.tolist()
+
+
+def row_run_dir(name: str, seed: int) -> Path:
+    return RUNS / "multigoal" / f"{name.replace(' +', '-').replace(' ', '_')}-s{seed}"
+
+
+def train_row(name: str, seed: int, on_policy_steps: int) -> tuple[Path, dict, int]:
+    """Train (or resume, or find finished) one row's run: its run dir, training summary and env steps."""
+    from genpol.api import train
+
+    policy, overrides, steps = HEADS[name]
+    steps = steps or on_policy_steps
+    run_dir = row_run_dir(name, seed)
+    # the env group: a row's own env=..., else genpol's MultiGoal (train's env wins over a bundle's)
+    env = next((item.split("=", 1)[1] for item in overrides if item.startswith("env=")), "multigoal")
+    summary = train(env=env, policy=policy, total_steps=steps, run_dir=run_dir, seed=seed,
+                    overrides=[*COMMON, *(item for item in overrides if not item.startswith("env="))])
+    return run_dir, summary, steps
 
 
 def main() -> None:
-    from genpol.api import load_policy, train
+    from genpol.api import load_policy
     from genpol.multigoal_analysis import goal_coverage
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -160,14 +193,8 @@ def main() -> None:
 
     results, coverages = {}, {}
     for name in args.heads:
-        policy, overrides, steps = HEADS[name]
-        steps = steps or args.steps
         for seed in args.seeds:
-            run_dir = RUNS / "multigoal" / f"{name.replace(' +', '-').replace(' ', '_')}-s{seed}"
-            # the env group: a row's own env=..., else genpol's MultiGoal (train's env wins over a bundle's)
-            env = next((item.split("=", 1)[1] for item in overrides if item.startswith("env=")), "multigoal")
-            summary = train(env=env, policy=policy, total_steps=steps, run_dir=run_dir, seed=seed,
-                            overrides=[*COMMON, *(item for item in overrides if not item.startswith("env="))])
+            run_dir, summary, steps = train_row(name, seed, args.steps)
             coverage = goal_coverage(load_policy(run_dir), episodes=100, seed=seed)
             coverages[(name, seed)] = coverage
             counts, lobes = coverage.goal_counts.tolist(), coverage.lobe_fraction(25.0)
