@@ -62,19 +62,17 @@ def machine() -> dict[str, Any]:
     ``cpu`` (``cpu_name()``), ``processor`` (``platform.processor()``, or the architecture where that
     is empty, as on most Linux), ``arch`` (``platform.machine()``, e.g. ``"x86_64"``), ``cores``
     (``os.cpu_count()``), ``torch`` (its version), ``torch_threads`` (``torch.get_num_threads()``
-    now: call it after the script has set its threads) and ``cpu_identity`` (vendor, family, model and
-    vector ISA, ``genpol.onednn.cpu_identity()``: "AMD EPYC" alone named both a Zen 4 and a Zen 5 here).
+    now: call it after the script has set its threads) and ``cpu_model`` (``cpu_model()``: "AMD EPYC"
+    alone named both a Zen 4 and a Zen 5 here).
 
     Each results file keeps the fields (and the strings built from them) it has always had, so that
     old and new files compare; new scripts can store the whole dict.
     """
     import torch  # here, not at the top: see the module docstring
 
-    from genpol.onednn import cpu_identity
-
     return {"cpu": cpu_name(), "processor": platform.processor() or platform.machine(), "arch": platform.machine(),
             "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cpu_identity": cpu_identity()}
+            "cpu_model": cpu_model()}
 
 
 def load_average() -> float | None:
