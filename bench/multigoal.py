@@ -99,7 +99,7 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "sac normalizing_flow alpha2 softlearning 10k warm-up": ("normalizing_flow", [
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2", "learner.learning_starts=10000"], 30_000),
     # ... and the two together: at 2.5 with 5000 warm-up steps the critic's own exp(Q / alpha) puts 0.90 of its
-    # start-state mass within 25 degrees of a goal where the 4-coupling flow puts 0.75 (bench/multigoal_critic.py),
+    # start-state mass within 25 degrees of a goal where the 4-coupling flow puts 0.76 (bench/multigoal_critic.py),
     # and 8 couplings fitted tighter lobes (0.86-0.88) without the warm-up
     "sac normalizing_flow alpha2.5 softlearning 8 couplings 5k warm-up": ("normalizing_flow", [
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2.5", "policy.coupling_layers=8",

@@ -116,8 +116,8 @@ def draw(results: list[dict]) -> None:
         ax.set_title(f"critic's share per goal (25 deg): {shares}", fontsize=9)
         if column == 0:
             ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("MultiGoal (soft Q-learning's task): SAC's flow at the start state beside its critic's soft-optimal policy",
-                 fontsize=10)
+    fig.suptitle("MultiGoal (soft Q-learning's task): SAC's flow at the start state "
+                 "beside its critic's soft-optimal policy", fontsize=10)
     fig.tight_layout()
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(FIGURE, dpi=80)
