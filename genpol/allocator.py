@@ -28,6 +28,7 @@ import ctypes
 import os
 import platform
 import sys
+from collections.abc import Mapping
 
 __all__ = ["retain_freed_memory", "MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES"]
 
@@ -43,11 +44,11 @@ TRIM_THRESHOLD_BYTES = 256 << 20
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
-def _user_chose_malloc_settings(environ: dict[str, str]) -> bool:
+def _user_chose_malloc_settings(environ: Mapping[str, str]) -> bool:
     return any(key in environ for key in _USER_SETTINGS) or "glibc.malloc" in environ.get("GLIBC_TUNABLES", "")
 
 
-def retain_freed_memory(environ: dict[str, str] | None = None) -> bool:
+def retain_freed_memory(environ: Mapping[str, str] | None = None) -> bool:
     """Set glibc malloc's mmap and trim thresholds for this process (idempotent).
 
     Args:
