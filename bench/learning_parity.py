@@ -130,8 +130,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from common import (ROOT, RUNS, cpu_name, date_stamp, read_progress, read_results, read_summary, train_once,
-                    update_results)
+from common import (ROOT, RUNS, cpu_model, cpu_name, date_stamp, read_progress, read_results, read_summary,
+                    train_once, update_results)
 
 RESULTS_NAME = "learning_parity.json"
 RUN_ROOT = RUNS / "learning_parity"
@@ -273,7 +273,9 @@ def _pair_settings(name: str) -> dict[str, Any]:
         # their base network, schedule, sampler and AdamW (docs/fidelity.md's EXPO rows); td_subsets=independent,
         # clip_edits=false, critic_layer_norm_eps=1e-6 and adjust_target_entropy=true are learner=expo's defaults
         return {"env": "Hopper-v5", "steps": EXPO_STEPS, "rollout": 1000, "reference": "Servo97/EXPO EXPOLearner",
+                # eager: seed 1 ran before +experiment=expo compiled its critic step, and every seed runs alike
                 "genpol": ["+experiment=expo", "policy=diffusion_expo_authors", "learner.base_weight_decay=1e-4",
+                           "learner.compile=false",
                            f"learner.utd={c['utd']}", f"learner.batch_size={c['batch_size']}",
                            f"learner.learning_starts={c['learning_starts']}", f"learner.num_qs={c['num_qs']}",
                            f"learner.num_min_qs={c['num_min_qs']}", f"learner.critic_hidden_sizes=[{hidden}]",
@@ -488,6 +490,19 @@ def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Na
             **offline}
 
 
+def dataset_identity(path: Path) -> dict[str, Any]:
+    """What names the data a run trained on: its file's name, sha256 and size, and its rows (transitions as
+    stored, before the loader's checks). ``bench/make_hopper_medium.sh`` makes the file on each machine from its own PPO
+    run, so two machines' files differ (returns differ across CPUs)."""
+    import h5py
+
+    from genpol.checkpoint import file_sha256
+
+    with h5py.File(path, "r") as data:
+        rows = int(data["rewards"].shape[0])
+    return {"file": path.name, "sha256": file_sha256(path), "bytes": path.stat().st_size, "rows": rows}
+
+
 # --------------------------------------------------------------------------- the verdict
 def median_difference_ci(ours: Sequence[float], theirs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
     """Percentile-bootstrap interval of median(ours) - median(theirs), each side resampled on its own:
@@ -631,7 +646,9 @@ def main() -> None:
                 row = run_sb3_trpo(seed, settings)
             else:
                 row = run_reference_script(name, seed, settings, args)
-            row.update(date=date_stamp(), cpu=cpu_name(), load_average_1m=os.getloadavg()[0])
+            row.update(date=date_stamp(), cpu=cpu_name(), cpu_model=cpu_model(), load_average_1m=os.getloadavg()[0])
+            if name in DATASET_PAIRS:  # each machine makes its own file, so seeds of a pair may differ in data
+                row["dataset"] = dataset_identity(Path(args.dataset))
             print(f"    metric {row['metric']:.1f}   {row['ms_per_env_step']:.3f} ms/{row.get('time_unit', 'env step')}",
                   flush=True)
 

@@ -33,7 +33,8 @@ TRAINING_STATE = "training_state/state.pt"
 MANIFEST = "manifest.json"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (the manifest's; also how the benchmarks name a dataset)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -59,7 +60,7 @@ def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[st
     torch.save(policy_weights, tmp / POLICY_WEIGHTS)
     torch.save(training_state, tmp / TRAINING_STATE)
     files = [POLICY_JSON, POLICY_WEIGHTS, TRAINING_STATE]
-    manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)} for name in files}
+    manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": file_sha256(tmp / name)} for name in files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     for name in [*files, MANIFEST]:
         _fsync(tmp / name)
@@ -178,7 +179,7 @@ def verify_checkpoint(checkpoint: str | Path, files: list[str] | None = None) ->
             raise CheckpointError(
                 f"checkpoint file {path} is truncated or corrupted: {size} bytes, expected {expected['bytes']}"
             )
-        if _sha256(path) != expected["sha256"]:
+        if file_sha256(path) != expected["sha256"]:
             raise CheckpointError(f"checkpoint file {path} is corrupted: its sha256 does not match {MANIFEST}")
 
 
