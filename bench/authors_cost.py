@@ -12,7 +12,8 @@ hand it in; genpol's ``sampler.sample`` returns it, the authors' ``update`` / ``
   (``bench/parity/rlpd.py``, ``bench/parity/expo.py``) in float32 and runs in a second process with
   ``--jax-python`` (one XLA thread), which the main process drives line by line so that the sides alternate.
   genpol's learner: ``+experiment=rlpd`` (``learner.compile=true`` as configured, and an eager row) and
-  ``+experiment=expo`` (as configured, and ``policy=diffusion_expo_authors``: the authors' base network).
+  ``+experiment=expo`` (as configured, and ``policy=diffusion_expo_authors``: the authors' base network), each
+  with its critic step compiled (``learner.compile=true``, as configured since 2026-12-06) and eager.
 * Consistency-AC (off-policy, one env, the online settings of ``bench/parity/consistency_ac.py``: Ding &
   Jin's ``OnlineAgent``, L_Q alone, 2 sampling steps, twin Mish critics, gradient clip 1, and genpol's
   options for their behaviour, built by that harness's ``DingJin.agent`` and ``build_genpol``): one gradient
@@ -240,9 +241,12 @@ def expo_sides(args: argparse.Namespace, device: Any) -> list[tuple[str, Any]]:
 
     expo = harness("expo")
     sides = []
-    for overrides, label in (([], "genpol, +experiment=expo (as configured: DPPO residual-MLP base)"),
+    for overrides, label in (([], "genpol, +experiment=expo (as configured: DPPO residual-MLP base, compiled)"),
+                             (["learner.compile=false"], "genpol, +experiment=expo learner.compile=false (eager)"),
                              (["policy=diffusion_expo_authors"],
-                              "genpol, +experiment=expo policy=diffusion_expo_authors (their base network)")):
+                              "genpol, +experiment=expo policy=diffusion_expo_authors (their base network, compiled)"),
+                             (["policy=diffusion_expo_authors", "learner.compile=false"],
+                              "genpol, +experiment=expo policy=diffusion_expo_authors learner.compile=false")):
         def build(overrides: list[str] = overrides) -> LocalSide:
             cfg = expo.genpol_config(UTD, overrides)
             torch.manual_seed(0)

@@ -281,6 +281,32 @@ def test_flow_diffusion_and_consistency_bases_train_and_act(family):
     assert actions.shape == (5, ACT_DIM) and actions.abs().max() <= 1.0
 
 
+def test_the_compiled_critic_step_matches_the_eager_one():
+    """learner.compile=true (+experiment=expo's setting) compiles the critic loss with its TD target: the
+    diffusion base's whole sampling chain, the edits and the target critics' ranking. Its draws come from torch's
+    generator in eager's order (inductor's fallback_random), so from one seed the compiled step gives eager's
+    targets and critics."""
+    from genpol.build import make_head
+
+    policy = validate(compose_config(["+experiment=expo", "run_dir=/tmp/unused", "policy.hidden_sizes=[16]",
+                                      "policy.denoising_steps=2", "policy.ft_denoising_steps=2"])).policy
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)  # the same base weights and the same replay in both
+        algorithm = tiny_expo(head=make_head(policy, OBS_DIM, ACT_DIM), compile=str(compiled).lower())
+        batch = algorithm.sampler.sample(8)
+        torch.manual_seed(1)
+        named = [algorithm.critic_step(batch, algorithm.alpha) for _ in range(2)]  # the second: a warm graph
+        results.append((named, [p.detach().clone() for p in algorithm.critic.parameters()]))
+    (eager, eager_critic), (compiled, compiled_critic) = results
+    for eager_step, compiled_step in zip(eager, compiled):
+        torch.testing.assert_close(compiled_step["target"], eager_step["target"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled_step["value"], eager_step["value"], rtol=1e-5, atol=1e-5)
+    for before, after in zip(eager_critic, compiled_critic):
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(eager[0]["target"], eager[1]["target"])  # the draws differ between steps
+
+
 class NoCandidates(GaussianHead):
     capabilities = frozenset({Capability.ON_POLICY_RATIO, Capability.IMITATION})
 
@@ -305,7 +331,8 @@ def test_a_chunked_base_is_refused_with_the_keys_to_change():
 TINY_EXPO = ["learner.learning_starts=128", "learner.num_qs=3", "learner.utd=2", "learner.iteration_steps=128",
              "learner.batch_size=16", "learner.num_samples=3", "learner.n_edit=2", "policy.hidden_sizes=[32,32]",
              "policy.denoising_steps=4", "policy.ft_denoising_steps=4", "learner.critic_hidden_sizes=[32,32]",
-             "learner.edit_hidden_sizes=[32]", "pipeline.eval_episodes=2", "logger.progress_bar=false"]
+             "learner.edit_hidden_sizes=[32]", "pipeline.eval_episodes=2", "logger.progress_bar=false",
+             "learner.compile=false"]  # the compiled step: test_the_compiled_critic_step_matches_the_eager_one
 
 
 def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(tmp_path, hopper_dataset):

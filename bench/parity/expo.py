@@ -99,7 +99,9 @@ def genpol_round(utd: int, overrides: list[str], seed: int) -> dict[str, Any]:
     from genpol.build import make_head
     from genpol.storage.replay import ReplayBatch
 
-    cfg = genpol_config(utd, overrides)
+    # eager: the harness records the round's draws by wrapping Python functions, which a compiled graph does
+    # not call (the compiled step is checked against the eager one in tests/test_expo.py)
+    cfg = genpol_config(utd, ["learner.compile=false", *overrides])
     torch.manual_seed(seed)
     # the base policy stays float32: the diffusion head's step tables and time input are float32 buffers
     # (it does not run under a float64 default dtype); it is not compared, its candidates are cast to

@@ -297,6 +297,10 @@ class ExpoConfig(SACConfig):
     """Decoupled weight decay of the base policy's optimizer: 0 is Adam (genpol's); > 0 is AdamW, which
     decays every parameter by lr x base_weight_decay per step at the scheduled lr, as EXPO's
     ``optax.adamw`` (its default 1e-4, unmasked: biases and LayerNorms decay too)."""
+    compile: bool = False
+    """Compile each critic step with torch.compile, its TD target included: the base's whole sampling chain,
+    the edits and the target critics' ranking of the candidates, as EXPO's jitted update fuses them (the base,
+    edit and temperature steps stay eager). The first step compiles (about a minute at EXPO's base network)."""
     base_lr_decay_steps: Optional[int] = 3_000_000
     """Policy steps over which the base's and the edit policy's learning rates fall from ``lr`` to 0
     along a cosine, then stay at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps, one schedule
@@ -358,4 +362,3 @@ class ExpoConfig(SACConfig):
         require(self.batching == "rlpd", "learner.batching", "rlpd for EXPO", self.batching)
         require(self.actor_q_reduction == "mean", "learner.actor_q_reduction", "mean for EXPO's edit loss",
                 self.actor_q_reduction)
-        require(not self.compile, "learner.compile", "false for EXPO (its steps run eager)", self.compile)
