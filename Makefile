@@ -39,7 +39,7 @@ train: setup
 # Two workers: every test runs on one torch thread (tests/conftest.py), so one process leaves a core idle
 # (16 min -> 10 min on a slow 2-core machine, 2026-12-01).
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 tests
 
 bench: setup
 	$(PY) bench/throughput.py
