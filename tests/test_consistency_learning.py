@@ -105,13 +105,20 @@ def test_ppo_through_the_stochastic_consistency_sampler_reaches_the_goals(tmp_pa
     assert coverage.goal_counts.sum() >= 80, coverage.goal_counts
 
 
+# one epoch of four minibatches, or three conjugate-gradient steps and one critic epoch: what the test checks
+# passes through them (the defaults' ten epochs of 32 minibatches through the chain only cost time)
+ONE_SHORT_ITERATION = {"spo": ["learner.epochs=1", "learner.minibatch_size=512"],
+                       "aspo": ["learner.epochs=1", "learner.minibatch_size=512"],
+                       "trpo": ["learner.cg_iterations=3", "learner.critic_epochs=1"]}
+
+
 @pytest.mark.parametrize("updater", ["spo", "aspo", "trpo"])
 def test_every_on_policy_updater_trains_the_consistency_head(tmp_path, updater):
     """One short iteration each: the per-step ratios [B, T] and (TRPO) the exact KL go through."""
     from genpol.api import train
 
     summary = train(env="multigoal", policy="consistency", learner=updater, total_steps=2048, run_dir=tmp_path / "run",
-                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=4"])
+                    seed=0, overrides=[*SMALL, "pipeline.eval_episodes=4", *ONE_SHORT_ITERATION[updater]])
     assert summary["env_steps"] >= 2048 and np.isfinite(summary["eval_return_mean"])
     rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     assert all(np.isfinite(row["losses/approx_kl"]) for row in rows) and rows[-1]["losses/approx_kl"] > 0
