@@ -42,8 +42,11 @@ def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
 
 def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str) -> dict:
     run_dir = RUN_ROOT / f"consistency-ac-{steps // 1000}k-s{seed}"
-    summary = train_once(run_dir, ["+experiment=consistency_ac", f"dataset.path={dataset}", f"seed={seed}",
-                                   f"pipeline.pretrain_steps={steps}", "pipeline.pretrain_batch_size=128",
+    # min-max observations as the BC rows see them (and as consistency_ac*.json were made, before the bundle took
+    # raw observations)
+    summary = train_once(run_dir, ["+experiment=consistency_ac", "dataset.observations=min_max",
+                                   f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
+                                   "pipeline.pretrain_batch_size=128",
                                    f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}",
                                    f"pipeline.eval_episodes={episodes}", f"total_steps={online_steps}",
                                    "learner.iteration_steps=1000", "pipeline.eval_every=1", *COMMON])

@@ -295,12 +295,15 @@ def _pair_settings(name: str) -> dict[str, Any]:
         # takes one env step after its offline phase (total_steps >= 1), which the metric does not see
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_OFFLINE_STEPS, "offline": True,
                 "reference": "Ding & Jin offline.py (Consistency_QL)",
-                "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1"]}
+                # min-max: the pair's genpol runs were made with it, before the bundle took raw observations
+                "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1",
+                           "dataset.observations=min_max"]}
     if name == "consistency_ac_offline_raw":
         # genpol's side with the authors' raw observations (dataset.observations=raw); their runs are the
         # consistency_ac_offline pair's
         base = _pair_settings("consistency_ac_offline")
-        return {**base, "genpol": [*base["genpol"], "dataset.observations=raw"],
+        return {**base, "genpol": [*(item for item in base["genpol"] if not item.startswith("dataset.observations")),
+                                   "dataset.observations=raw"],
                 "reference_runs_of": "consistency_ac_offline"}
     if name == "consistency_ac_o2o":
         # steps: the online phase's env steps (the metric's budget); the offline phase runs first, on both sides
