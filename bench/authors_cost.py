@@ -33,7 +33,9 @@ then the sides alternate (genpol, authors, genpol, authors, ...) for ``--repeats
 ``--steps`` env steps of one side (DPPO: one rollout). Reported per side: the median ms per env step over
 the rounds, the smallest and largest, the median CPU ms of the process (all its threads; far below wall:
 another job held the core, and then the CPU ratio is the one to read), and genpol / authors of the medians,
-of wall and of CPU time. Everything runs on one thread (torch, and XLA by its flags). The process sets
+of wall and of CPU time. Everything runs on one thread (torch, and XLA by its flags) and, on the CPU, on one
+core: the process pins itself and so the JAX worker to it (jax 0.10 took a free second core despite its
+flags; before 2026-12-06 the files were measured unpinned, with another job on the other core). The process sets
 malloc's thresholds as genpol's entry points do (``genpol.allocator``; the torch references timed in it get
 them too); ``GENPOL_MALLOC=default`` times glibc's defaults. The JSON records which (``malloc``).
 
@@ -463,6 +465,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="genpol's and the torch references' device; the JAX worker uses its default backend "
                              "on cuda (which may be the CPU: its row then says so)")
+    parser.add_argument("--only", default=None,
+                        help="time only genpol's sides whose label contains this text (and the authors'), e.g. "
+                             "'diffusion_expo_authors' for EXPO at their base network")
     parser.add_argument("--output", default="authors_cost.json")
     parser.add_argument("--jax-worker", choices=["rlpd", "expo"], help=argparse.SUPPRESS)
     parser.add_argument("--ref-jax", type=Path, help=argparse.SUPPRESS)
@@ -474,6 +479,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    if args.device == "cpu":
+        # one core for both sides (the JAX worker inherits it): XLA's flags above did not hold jax 0.10 to one
+        # thread (a quiet 2-core machine: 3.8 s wall for 7.4 s of CPU per EXPO env step), so a free second core
+        # went to their side alone
+        args.core = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {args.core})
     from common import date_stamp, load_average, machine, write_results
 
     from genpol.allocator import retain_freed_memory
@@ -500,6 +511,8 @@ def main() -> None:
         sides = builder[method](args, device)
         if method == "dppo":
             sides, settings["dppo"] = sides
+        if args.only is not None:  # the authors' side is the last; it stays
+            sides = [side for side in sides[:-1] if args.only in side[0]] + sides[-1:]
         rows += compare(method, sides, steps[method], args.repeats)
         write_results(args.output, payload(args, rows, commits, settings, date_stamp, load_average, machine))
     print_table(rows)
@@ -508,6 +521,7 @@ def main() -> None:
 def payload(args: argparse.Namespace, rows: list[dict[str, Any]], commits: dict[str, str],
             settings: dict[str, Any], date_stamp: Callable, load_average: Callable, machine: Callable) -> dict[str, Any]:
     return {"date": date_stamp(), "machine": machine(), "device": args.device, "load_average_1min": load_average(),
+            "pinned_to_core": getattr(args, "core", None),
             "snapshots": commits, "malloc": args.malloc,
             "what": "learner work per env step (acting + updates), env stepping and replay sampling excluded (identical "
                     "for both sides); compile / jit warm-up excluded; median over alternating rounds",
