@@ -75,8 +75,8 @@ CASES = {
     "policy-diffusion_expo": ["env=pendulum", "policy=diffusion_expo", *SMALL_DIFFUSION, *ON_POLICY],
     # EXPO's base as their code builds it (denoiser=expo, vp schedule, their sampler) under EXPO's learner
     "policy-diffusion_expo_authors": ["+experiment=expo", "policy=diffusion_expo_authors", "env=hopper", *OFF_POLICY,
-                                      "learner.compile=false", "learner.num_qs=3", "learner.utd=2", "learner.num_samples=3", "learner.n_edit=2",
-                                      "policy.hidden_sizes=[32,32]", "policy.time_dim=8",
+                                      "learner.compile=false", "learner.num_qs=3", "learner.utd=2", "learner.num_samples=3",
+                                      "learner.n_edit=2", "policy.hidden_sizes=[32,32]", "policy.time_dim=8",
                                       "learner.base_weight_decay=1e-4", "DATASET"],
     # MaxEntDP at toy sizes (its paper sizes cost ~3 s per gradient step), and its head under PPO
     "experiment-maxentdp": ["+experiment=maxentdp", "env=hopper", *OFF_POLICY, "learner.candidates=8",

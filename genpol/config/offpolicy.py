@@ -300,7 +300,8 @@ class ExpoConfig(SACConfig):
     compile: bool = False
     """Compile each critic step with torch.compile, its TD target included: the base's whole sampling chain,
     the edits and the target critics' ranking of the candidates, as EXPO's jitted update fuses them (the base,
-    edit and temperature steps stay eager). The first step compiles (about a minute at EXPO's base network)."""
+    edit and temperature steps stay eager). The first step compiles: 42 s as shipped, 80 s at EXPO's own base
+    network, on one thread of a loaded 2-core CPU (docs/concepts/expo.md)."""
     base_lr_decay_steps: Optional[int] = 3_000_000
     """Policy steps over which the base's and the edit policy's learning rates fall from ``lr`` to 0
     along a cosine, then stay at 0 (EXPO's optax.cosine_decay_schedule over 3e6 steps, one schedule
