@@ -495,8 +495,9 @@ def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Na
 
 def dataset_identity(path: Path) -> dict[str, Any]:
     """What names the data a run trained on: its file's name, sha256 and size, and its rows (transitions as
-    stored, before the loader's checks). ``bench/make_hopper_medium.sh`` makes the file on each machine from its own PPO
-    run, so two machines' files differ (returns differ across CPUs)."""
+    stored, before the loader's checks). ``bench/make_hopper_medium.sh`` makes the file on each machine from its
+    own PPO run, so two machines' files may differ (2026-12-05's Zen 4 and 2026-12-06's Zen 5 made the same data,
+    as far as the authors' deterministic offline runs show: docs/fidelity.md)."""
     import h5py
 
     from genpol.checkpoint import file_sha256
@@ -650,7 +651,7 @@ def main() -> None:
             else:
                 row = run_reference_script(name, seed, settings, args)
             row.update(date=date_stamp(), cpu=cpu_name(), cpu_model=cpu_model(), load_average_1m=os.getloadavg()[0])
-            if name in DATASET_PAIRS:  # each machine makes its own file, so seeds of a pair may differ in data
+            if name in DATASET_PAIRS:  # each machine makes its own file: seeds of a pair may differ in data
                 row["dataset"] = dataset_identity(Path(args.dataset))
             print(f"    metric {row['metric']:.1f}   {row['ms_per_env_step']:.3f} ms/{row.get('time_unit', 'env step')}",
                   flush=True)
