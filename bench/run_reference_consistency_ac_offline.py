@@ -33,7 +33,8 @@ Where it differs from their run, and why:
 
 Writes, in the working directory: ``evals.jsonl`` (gradient steps, mean return, normalized score),
 ``reference_run.json`` (wall time of training and of evaluation, gradient steps, ms per gradient step, their
-last logged losses, settings, the snapshot's commit) and their ``best_score_offline.txt``.
+last logged losses, settings, the snapshot's commit), their ``best_score_offline.txt`` and ``final_agent.pt`` (the
+state dicts of the last step's actor, critic and target critic).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/run_reference_consistency_ac_offline.py \\
         --ref /tmp/ref/quantumiracle+Consistency_Model_For_Reinforcement_Learning \\
@@ -143,6 +144,10 @@ def main() -> None:
     wall = time.perf_counter() - start
     train_s = wall - timing["eval_s"]
     agent = agents[0]
+    # the final agent, with the target critics their sample_action acts through (their checkpoints keep the online
+    # critic only), for bench/consistency_ac_reevaluate.py
+    torch.save({"actor": agent.actor.state_dict(), "critic": agent.critic.state_dict(),
+                "critic_target": agent.critic_target.state_dict()}, "final_agent.pt")
     Path("reference_run.json").write_text(json.dumps(
         {"wall_time_s": train_s, "eval_time_s": timing["eval_s"], "gradient_steps": agent.step,
          "ms_per_gradient_step": 1000 * train_s / agent.step, "transitions": int(len(data["rewards"])),

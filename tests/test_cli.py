@@ -123,9 +123,11 @@ def test_cluster_launchers(tmp_path):
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher") and cfg.hydra.launcher.cpus_per_task == 4
     run_cli("-m", "genpol.train", "--multirun", "launcher=submitit_local", "env=multigoal", "seed=0,1",
             "total_steps=512", "learner.rollout_steps=32", "learner.epochs=1", "pipeline.video=false",
-            "pipeline.eval_episodes=2", "logger.progress_bar=false", f"run_dir={tmp_path / 'sweep'}")
-    seeds = sorted(json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text())["seed"] for job in (0, 1))
-    assert seeds == [0, 1]
+            "pipeline.eval_episodes=2", "pipeline.eval_deterministic=false", "logger.progress_bar=false",
+            f"run_dir={tmp_path / 'sweep'}")
+    summaries = [json.loads((tmp_path / "sweep" / str(job) / "summary.json").read_text()) for job in (0, 1)]
+    assert sorted(summary["seed"] for summary in summaries) == [0, 1]
+    assert [summary["eval_deterministic"] for summary in summaries] == [False, False]  # every job's own override
 
 
 def test_evaluating_a_checkpoint_reproduces_the_runs_own_evaluation(tmp_path):
@@ -139,3 +141,32 @@ def test_evaluating_a_checkpoint_reproduces_the_runs_own_evaluation(tmp_path):
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'run'}", "episodes=3", "video=false")
     report = json.loads(result.stdout[result.stdout.index("{"):])
     assert report["deterministic_return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
+    assert summary["eval_deterministic"] is True
+
+
+def test_the_evaluation_draws_fresh_actions_when_asked():
+    """``pipeline.eval_deterministic=false`` (how Ding & Jin's consistency code evaluates): the evaluation acts
+    as in training, with fresh draws every step, where the default acts deterministically."""
+    from types import SimpleNamespace
+
+    from genpol import envs
+    from genpol.callbacks.evaluation import EVAL_SEED, Evaluation
+    from genpol.heads.gaussian import GaussianHead
+    from genpol.policy import evaluate_episodes
+
+    torch.manual_seed(0)
+    runner = SimpleNamespace(head=GaussianHead(3, 1, hidden_sizes=(8,)))  # all the callback reads of its runner
+
+    def make_env(episodes, video_dir, prefix):
+        return envs.make("gym:Pendulum-v1", num_envs=episodes, max_episode_steps=50)
+
+    returns = {}
+    for deterministic in (True, False):
+        torch.manual_seed(3)
+        returns[deterministic] = Evaluation(make_env, 3, deterministic=deterministic).evaluate(runner)[0].returns
+    for deterministic in (True, False):
+        torch.manual_seed(3)
+        expected = evaluate_episodes(make_env(3, None, ""), lambda obs: runner.head.act(obs, deterministic),
+                                     EVAL_SEED).returns
+        assert np.array_equal(returns[deterministic], expected)
+    assert not np.allclose(returns[False], returns[True])

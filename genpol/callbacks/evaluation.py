@@ -1,4 +1,4 @@
-"""Periodic and final evaluation of the deterministic policy, with a video of the final one."""
+"""Periodic and final evaluation of the policy (deterministic by default), with a video of the final one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ EVAL_SEED = 10_000  # reset seeds 10000, 10001, ...: disjoint from training seed
 
 
 class Evaluation(Callback):
-    """Runs ``episodes`` deterministic episodes every ``every`` iterations (0: never) and at the end.
+    """Runs ``episodes`` episodes every ``every`` iterations (0: never) and at the end.
 
     Args:
         make_env: ``(num_envs, video_dir or None, video_prefix) -> VectorEnv`` giving an env with the
@@ -22,6 +22,7 @@ class Evaluation(Callback):
         every: iterations between evaluations; 0 evaluates only at the end.
         video_dir: where the final evaluation writes ``final-episode0.mp4`` (None: no video).
         normalized_score: ``mean return -> score`` (e.g. D4RL's), logged as ``eval/normalized_score``.
+        deterministic: act with ``head.act(obs, deterministic=...)`` (``pipeline.eval_deterministic``).
 
     Where the env defines success (``reports_success``), the fraction of episodes that succeeded is
     logged as ``eval/success_rate`` and kept as ``final_success_rate``.
@@ -29,8 +30,9 @@ class Evaluation(Callback):
 
     def __init__(self, make_env: Callable[[int, Path | None, str], VectorEnv], episodes: int,
                  every: int = 0, video_dir: str | Path | None = None,
-                 normalized_score: Callable[[float], float] | None = None):
+                 normalized_score: Callable[[float], float] | None = None, deterministic: bool = True):
         self.make_env = make_env
+        self.deterministic = deterministic
         self.episodes = episodes
         self.every = every
         self.video_dir = None if video_dir is None else Path(video_dir)
@@ -45,7 +47,7 @@ class Evaluation(Callback):
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[EpisodeResults, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
         try:
-            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=True), EVAL_SEED)
+            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=self.deterministic), EVAL_SEED)
             recorder = env.find(VideoRecorder)
             video = recorder.paths[0] if recorder is not None and recorder.paths else None
         finally:

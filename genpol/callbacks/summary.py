@@ -29,7 +29,7 @@ def plot_learning_curve(metrics_path: Path, output: Path, title: str) -> Path:
     if train:
         ax.plot(*zip(*train), label="training episodes (mean per iteration)", color="tab:blue", alpha=0.8)
     if evals:
-        ax.plot(*zip(*evals), "o-", label="deterministic evaluation", color="tab:orange")
+        ax.plot(*zip(*evals), "o-", label="evaluation", color="tab:orange")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("episodic return")
     ax.set_title(title)
@@ -50,7 +50,7 @@ class Summary(Callback):
     evaluation, the learning curve) to its one-line cause; the weights are never among them.
 
     ``episodic_return_mean`` is the mean return of the last 20 training episodes (raw rewards);
-    ``eval_return_mean`` is the final deterministic evaluation's mean; where the env defines success,
+    ``eval_return_mean`` is the final evaluation's mean (deterministic unless ``eval_deterministic`` is false); where the env defines success,
     ``eval_success_rate`` is that evaluation's fraction of successful episodes and ``success_rate``
     the fraction among the last 20 training episodes (both None otherwise); ``sps`` counts env steps per
     second of collecting and updating, ``wall_time_s`` everything since the run first started
@@ -99,6 +99,7 @@ class Summary(Callback):
             "success_rate": float(np.mean(runner.recent_successes)) if getattr(runner, "recent_successes", None)
             else None,
             "eval_episodes": evaluation.episodes if evaluation is not None else 0,
+            "eval_deterministic": evaluation.deterministic if evaluation is not None else None,
             "sps": runner.global_step / runner.wall_time if runner.wall_time > 0 else None,
             "train_time_s": runner.wall_time,
             "wall_time_s": self.elapsed(),

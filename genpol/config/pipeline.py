@@ -24,7 +24,11 @@ class OnlinePipelineConfig:
     eval_every: int = 0
     """Evaluate every this many iterations (0: only at the end)."""
     eval_episodes: int = 5
-    """Deterministic episodes per evaluation (reset seeds 10000, 10001, ...)."""
+    """Episodes per evaluation (reset seeds 10000, 10001, ...)."""
+    eval_deterministic: bool = True
+    """Evaluate with ``act(obs, deterministic=True)`` (the mean or mode; for heads that act by drawing, such as a
+    softmax-Q policy, draws from a generator reseeded at every step), or false: fresh draws every step, as the
+    policy acts in training (Ding & Jin's consistency code evaluates so: docs/fidelity.md)."""
     video: bool = True
     """Record the final evaluation's first episode as an mp4 under video_dir/<run name>/."""
     video_dir: str = "videos"

@@ -184,7 +184,8 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
     dataset (resumable), evaluated every ``pipeline.pretrain_eval_every`` logs and at the end."""
     pipeline = cfg.pipeline
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.learner.gamma, cfg.device, stack)
-    evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.pretrain_eval_every, None, normalized)
+    evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.pretrain_eval_every, None, normalized,
+                            deterministic=pipeline.eval_deterministic)
     phase = _pretrain_phase(cfg, run_dir, algorithm.acting_head(), env, f"pretrain (offline {cfg.learner.name})",
                             evaluation)
     runner = OfflineRLRunner(algorithm, offline, pipeline.pretrain_steps, pipeline.pretrain_batch_size,
@@ -197,7 +198,7 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
                "final_q_loss": rows[-1]["pretrain/q_loss"] if rows else None,
                "final_critic_loss": rows[-1]["pretrain/value"] if rows else None,
                "wall_time_s": runner.wall_time, "eval_return_mean": evaluation.final_return,
-               "eval_episodes": pipeline.eval_episodes,
+               "eval_episodes": pipeline.eval_episodes, "eval_deterministic": pipeline.eval_deterministic,
                "eval_history": [[step, value] for step, value in evaluation.history]}
     if evaluation.final_success_rate is not None:
         summary["eval_success_rate"] = evaluation.final_success_rate
@@ -206,8 +207,8 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
 
 def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
              stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
-    """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then a deterministic
-    evaluation of the pretrained policy."""
+    """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then an
+    evaluation of the pretrained policy (``pipeline.eval_deterministic``)."""
     pipeline = cfg.pipeline
     obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization(),
                                   scale_observations=cfg.dataset.observations == "min_max")
@@ -229,13 +230,15 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
     eval_env = make_eval_env(pipeline.eval_episodes, None, "pretrained")
     try:
         with torch.no_grad():
-            returns, _, success = evaluate_episodes(eval_env, lambda o: head.act(o, deterministic=True), EVAL_SEED)
+            returns, _, success = evaluate_episodes(
+                eval_env, lambda o: head.act(o, deterministic=pipeline.eval_deterministic), EVAL_SEED)
     finally:
         eval_env.close()
     rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
     summary = {"gradient_steps": runner.global_step, "transitions": len(dataset.rewards), "chunks": len(obs),
                "final_loss": rows[-1]["pretrain/loss"] if rows else None, "wall_time_s": runner.wall_time,
-               "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns))}
+               "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
+               "eval_deterministic": pipeline.eval_deterministic}
     if success is not None:
         summary["eval_success_rate"] = float(success.mean())
     return _write_summary(cfg, run_dir, summary, dataset, normalized, runner.global_step)

@@ -75,7 +75,8 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     pipeline = cfg.pipeline
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
     evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack),
-                            pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score)
+                            pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score,
+                            deterministic=pipeline.eval_deterministic)
     phase = Phase(
         directory=run_dir, tensorboard_dir=run_dir / "tb" if cfg.logger.tensorboard else None,
         total=cfg.total_steps if cfg.logger.progress_bar else None, label=env.env_id,

@@ -166,7 +166,8 @@ def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, 
     pipeline = cfg.pipeline
     stage_cfg = stage_updater(cfg, stage)
     algorithm = make_algorithm(stage_cfg, head, env)
-    evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.eval_every)
+    evaluation = Evaluation(make_eval_env, pipeline.eval_episodes, pipeline.eval_every,
+                            deterministic=pipeline.eval_deterministic)
     best = BestEvaluation(evaluation, stage_dir / "best", spec)
     extra: list[Any] = [best]
     if cfg.logger.tensorboard:
@@ -246,11 +247,13 @@ def distill(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, env: V
 
 
 def evaluate_policy(policy: TrainedPolicy, cfg: TrainConfig, video_dir: Path | None) -> tuple[Any, str | None]:
-    """Deterministic episodes of the combined policy (one per env); ``(returns [N], video or None)``."""
+    """Episodes of the combined policy (one per env; ``pipeline.eval_deterministic``); ``(returns [N], video or
+    None)``."""
     env = policy.make_env(num_envs=cfg.pipeline.eval_episodes, device=cfg.device, video_dir=video_dir,
                           video_prefix="final")
     try:
-        returns, _ = run_episodes(env, lambda obs: policy.act(obs, deterministic=True), EVAL_SEED)
+        returns, _ = run_episodes(env, lambda obs: policy.act(obs, deterministic=cfg.pipeline.eval_deterministic),
+                                  EVAL_SEED)
         recorder = env.find(VideoRecorder)
         video = str(recorder.paths[0]) if recorder is not None and recorder.paths else None
     finally:
@@ -261,7 +264,7 @@ def evaluate_policy(policy: TrainedPolicy, cfg: TrainConfig, video_dir: Path | N
 def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDecoderHead,
            best_weights: dict[str, Any], stages: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
     """The final combined policy (the last stage's best encoder with its decoder) as the run's own
-    checkpoint, its deterministic evaluation (and video), and ``summary.json``."""
+    checkpoint, its evaluation (and video), and ``summary.json``."""
     encoder_steps = sum(record["encoder_env_steps"] for record in stages)
     collection_steps = sum(record.get("collection_env_steps", 0) for record in stages)
     if not list_checkpoints(run_dir / "checkpoints"):
@@ -284,6 +287,7 @@ def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDe
         "encoder_env_steps": encoder_steps, "collection_env_steps": collection_steps,
         "total_env_steps": encoder_steps + collection_steps,
         "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
+        "eval_deterministic": cfg.pipeline.eval_deterministic,
         "checkpoint": str(policy.source), "video": video, "tensorboard": str(run_dir / "tb"),
         "wall_time_s": elapsed, "stages": stages, "missing": missing,
     }
