@@ -131,6 +131,12 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "sac normalizing_flow alpha2.5 softlearning 8 wide couplings 5k warm-up one-critic target": ("normalizing_flow", [
         *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2.5", "policy.coupling_layers=8",
         "policy.coupling_hidden_sizes=[256,256]", "learner.learning_starts=5000", "learner.num_min_qs=1"], 30_000),
+    # ... which met the targets on 6 of 10 seeds, the misses at the line: lobes 0.794-0.796 on two (the optimum's
+    # own at 2.5 are 0.871, little margin for the flow's fit) and a goal at 14 % on one. At alpha 2 the optimum's
+    # lobes lie higher, while a goal's share tolerates a critic gap of 0.64 alpha = 1.28 instead of 1.6
+    "sac normalizing_flow alpha2 softlearning 8 wide couplings 5k warm-up one-critic target": ("normalizing_flow", [
+        *SAC, *AT_THE_SOFT_OPTIMUM, "learner.ent_coef=2", "policy.coupling_layers=8",
+        "policy.coupling_hidden_sizes=[256,256]", "learner.learning_starts=5000", "learner.num_min_qs=1"], 30_000),
     "maxentdp vp_diffusion alpha1 softlearning": ("vp_diffusion", [*MAXENTDP, *AT_THE_SOFT_OPTIMUM], 5_000),
     # Q-gradient learning (no entropy term) of the consistency head
     "consistency_ac consistency": ("consistency", CONSISTENCY_AC, 30_000),

@@ -68,6 +68,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -150,14 +151,19 @@ def evaluate(agent, env_id: str, seed: int, episodes: int) -> float:
     return float(np.mean(evaluate_episodes(agent, env_id, seed, episodes)))
 
 
-def evaluate_episodes(agent, env_id: str, seed: int, episodes: int) -> list[float]:
-    """``evaluate``'s episode returns, one per episode."""
+def evaluate_episodes(agent, env_id: str, seed: int, episodes: int,
+                      episode_seeds: Sequence[int] | None = None) -> list[float]:
+    """``evaluate``'s episode returns, one per episode; ``episode_seeds``: reset episode i with
+    ``episode_seeds[i]`` instead (genpol's evaluation convention, for ``bench/consistency_ac_reevaluate.py``)."""
     eval_env = gym.make(env_id)
     agent.model.eval()
     agent.actor.eval()
     scores = []
     for episode in range(episodes):
-        state, _ = eval_env.reset(seed=seed + 100) if episode == 0 else eval_env.reset()
+        if episode_seeds is not None:
+            state, _ = eval_env.reset(seed=episode_seeds[episode])
+        else:
+            state, _ = eval_env.reset(seed=seed + 100) if episode == 0 else eval_env.reset()
         traj_return, done = 0.0, False
         while not done:
             action = agent.sample_action(np.array(state))
