@@ -95,10 +95,10 @@ CLAIMS = {
     "consistency_ac": Claim(
         "offline Consistency-AC above Consistency-BC on the same data", "above",
         "D4RL-normalized score, final evaluation after 20k gradient steps",
-        # min-max observations, as the BC arm's pipeline sees them (and as claims.json's runs were made, before the
-        # bundle took raw observations)
+        # min-max observations, as the BC arm's pipeline sees them, and the deterministic evaluation, as the BC arm
+        # evaluates (both as claims.json's runs were made, before the bundle took raw observations and fresh draws)
         Arm("consistency-ac", ["+experiment=consistency_ac", *BC_BUDGET, "total_steps=1",
-                               "dataset.observations=min_max"], offline=True),
+                               "dataset.observations=min_max", "pipeline.eval_deterministic=true"], offline=True),
         Arm("consistency-bc", [*CONSISTENCY_BC, *BC_BUDGET, "total_steps=1"], offline=True)),
     "dppo": Claim(
         "DPPO fine-tuning above Gaussian PPO fine-tuning from BC of the same data", "above",

@@ -42,9 +42,10 @@ def run_bc(seed: int, steps: int, episodes: int, dataset: str) -> dict:
 
 def run_ac(seed: int, steps: int, online_steps: int, episodes: int, dataset: str) -> dict:
     run_dir = RUN_ROOT / f"consistency-ac-{steps // 1000}k-s{seed}"
-    # min-max observations as the BC rows see them (and as consistency_ac*.json were made, before the bundle took
-    # raw observations)
+    # min-max observations as the BC rows see them, and their deterministic evaluation (as consistency_ac*.json were
+    # made, before the bundle took raw observations and fresh draws)
     summary = train_once(run_dir, ["+experiment=consistency_ac", "dataset.observations=min_max",
+                                   "pipeline.eval_deterministic=true",
                                    f"dataset.path={dataset}", f"seed={seed}", f"pipeline.pretrain_steps={steps}",
                                    "pipeline.pretrain_batch_size=128",
                                    f"pipeline.pretrain_eval_every={max(steps // 2 // 200, 1)}",

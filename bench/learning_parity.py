@@ -295,9 +295,10 @@ def _pair_settings(name: str) -> dict[str, Any]:
         # takes one env step after its offline phase (total_steps >= 1), which the metric does not see
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_OFFLINE_STEPS, "offline": True,
                 "reference": "Ding & Jin offline.py (Consistency_QL)",
-                # min-max: the pair's genpol runs were made with it, before the bundle took raw observations
+                # min-max and the deterministic evaluation: the pair's genpol runs were made with them, before the
+                # bundle took raw observations and fresh draws (bench/consistency_ac_reevaluate.py reads both ways)
                 "genpol": ["+experiment=consistency_ac", *CONSISTENCY_AC_THEIR_OFFLINE, "total_steps=1",
-                           "dataset.observations=min_max"]}
+                           "dataset.observations=min_max", "pipeline.eval_deterministic=true"]}
     if name == "consistency_ac_offline_raw":
         # genpol's side with the authors' raw observations (dataset.observations=raw); their runs are the
         # consistency_ac_offline pair's
@@ -310,7 +311,9 @@ def _pair_settings(name: str) -> dict[str, Any]:
         return {"env": "Hopper-v5", "steps": CONSISTENCY_AC_O2O_STEPS, "rollout": 1000,
                 "offline_steps": CONSISTENCY_AC_OFFLINE_STEPS,
                 "reference": "Ding & Jin offline.py, then online.py --load_id offline (Consistency_QL, OnlineAgent)",
-                "genpol": ["+experiment=consistency_ac", *consistency_ac_o2o_options(CONSISTENCY_AC_OFFLINE_STEPS)]}
+                # the deterministic final evaluation, as the pair's runs were made (its metric is the training return)
+                "genpol": ["+experiment=consistency_ac", *consistency_ac_o2o_options(CONSISTENCY_AC_OFFLINE_STEPS),
+                           "pipeline.eval_deterministic=true"]}
     raise SystemExit(f"unknown pair {name!r}: ppo, spo, ppo_spo, spo_terminate, ppo_spo_terminate, trpo, sac, rlpd, "
                      f"expo, dppo, consistency_ac, consistency_ac_offline, consistency_ac_offline_raw, consistency_ac_o2o or "
                      f"trpo_mean_kl")

@@ -146,7 +146,9 @@ TINY_CAC = ["learner.learning_starts=64", "learner.batch_size=16", "learner.iter
 
 def test_offline_to_online_cli_evaluation_is_reproduced_from_the_checkpoint(tmp_path, hopper_dataset):
     run_dir = tmp_path / "run"
+    # the bundle evaluates with fresh draws (Ding & Jin's); the deterministic evaluation is the one a checkpoint reproduces
     run_cli("-m", "genpol.train", "+experiment=consistency_ac", f"dataset.path={hopper_dataset}", "total_steps=128",
+            "pipeline.eval_deterministic=true",
             "pipeline.pretrain_steps=20", "pipeline.pretrain_log_every=10", *TINY_CAC, f"run_dir={run_dir}")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["learner"] == "consistency_ac" and summary["pretrained"]["gradient_steps"] == 20
