@@ -47,7 +47,8 @@ class Evaluation(Callback):
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[EpisodeResults, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
         try:
-            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=self.deterministic), EVAL_SEED)
+            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=self.deterministic),
+                                        EVAL_SEED)
             recorder = env.find(VideoRecorder)
             video = recorder.paths[0] if recorder is not None and recorder.paths else None
         finally:

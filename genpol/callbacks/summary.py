@@ -50,10 +50,10 @@ class Summary(Callback):
     evaluation, the learning curve) to its one-line cause; the weights are never among them.
 
     ``episodic_return_mean`` is the mean return of the last 20 training episodes (raw rewards);
-    ``eval_return_mean`` is the final evaluation's mean (deterministic unless ``eval_deterministic`` is false); where the env defines success,
-    ``eval_success_rate`` is that evaluation's fraction of successful episodes and ``success_rate``
-    the fraction among the last 20 training episodes (both None otherwise); ``sps`` counts env steps per
-    second of collecting and updating, ``wall_time_s`` everything since the run first started
+    ``eval_return_mean`` is the final evaluation's mean (deterministic unless ``eval_deterministic`` is false);
+    where the env defines success, ``eval_success_rate`` is that evaluation's fraction of successful episodes
+    and ``success_rate`` the fraction among the last 20 training episodes (both None otherwise); ``sps`` counts
+    env steps per second of collecting and updating, ``wall_time_s`` everything since the run first started
     (evaluation, checkpoints and resumes included).
     """
 
