@@ -41,7 +41,8 @@ from learning_parity import median_difference_ci
 from run_reference_consistency_ac import evaluate_episodes as their_episodes, import_their_script
 from run_reference_consistency_ac_offline import THEIR_TASK
 
-EVAL_SEED = 10_000  # genpol's evaluation seed (genpol.pipelines.offline_to_online.EVAL_SEED): reset seeds 10000 + i
+from genpol.callbacks.evaluation import EVAL_SEED  # genpol's evaluation: env i reset with 10000 + i
+
 PARITY_RUNS = RUNS / "learning_parity"
 
 
@@ -112,7 +113,6 @@ def main() -> None:
                         help="also evaluate their saved agents with the online critic standing in for the target")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)  # their sample_action draws from torch's global generator
 
     agent = their_agent(args.ref.resolve(), state_dim=11, action_dim=3)  # Hopper-v5
     rows: dict[str, dict[str, Any]] = {}
@@ -120,13 +120,16 @@ def main() -> None:
         run_dir = PARITY_RUNS / f"{args.genpol_pair}-genpol-s{seed}"
         if (run_dir / "checkpoints").is_dir():
             for mode in ("deterministic", "stochastic"):
+                torch.manual_seed(seed)  # fresh draws from torch's generator: each row reproducible on its own
                 returns = genpol_returns(run_dir, args.episodes, deterministic=mode == "deterministic")
                 rows[f"genpol {mode}/{seed}"] = {"returns": returns, "source": run_dir.name}
         found = their_weights(seed)
         if found is not None:
+            torch.manual_seed(seed)  # their sample_action draws from torch's global generator
             rows[f"authors/{seed}"] = {"returns": their_returns(agent, found[0], args.episodes), "source": found[1]}
             if args.check_target and "target = critic" not in found[1]:
                 weights, source = their_weights(seed, target_from_critic=True)
+                torch.manual_seed(seed)
                 rows[f"authors, target = critic/{seed}"] = {"returns": their_returns(agent, weights, args.episodes),
                                                            "source": source}
         for key in [key for key in rows if key.endswith(f"/{seed}")]:
