@@ -224,7 +224,8 @@ def test_ddim_step_matches_diffusers_ddim_scheduler(eta):
 
 @pytest.mark.parametrize("eval_eta", [0.0, 1.0])
 def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(eval_eta):
-    """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator pushed through the
+    """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator (one draw, shared by
+    every state of the batch) pushed through the
     step means at ``ddim_eval_eta`` with no noise, written here as diffusers' ``DDIMScheduler.step``
     with ``eta = ddim_eval_eta`` and zero ``variance_noise``; the sampling eta (1) is not used."""
     from diffusers import DDIMScheduler  # here: diffusers takes ~2.5 s to import at collection
@@ -236,7 +237,7 @@ def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(e
     scheduler.set_timesteps(5)
     obs = torch.randn(6, 3)
     with torch.no_grad():
-        x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(1, 4, generator=torch.Generator().manual_seed(0)).expand(6, 4)
         for i, timestep in enumerate(scheduler.timesteps):
             eps = head.denoiser(x, head.timesteps[i].expand(6), obs)
             x = scheduler.step(eps, int(timestep), x, eta=eval_eta, use_clipped_model_output=True,

@@ -265,6 +265,9 @@ def test_the_on_the_fly_policy_rebuilds_from_its_spec_and_acts_deterministically
     assert torch.equal(torch.get_rng_state(), state)  # deterministic acting leaves the caller's RNG alone
     assert torch.equal(action, rebuilt.act(obs, deterministic=True)) and action.shape == (7, ACT_DIM)
     assert policy.act(obs, deterministic=False).shape == (7, ACT_DIM)
+    # a function of the state: the same alone as fifth in the batch (the subset, base samples and edits
+    # of a state were drawn from one stream reseeded per batch, so they moved with B and with its place)
+    assert torch.equal(action[4:5], policy.act(obs[4:5], deterministic=True))
 
 
 @pytest.mark.parametrize("family", ["fpo", "policyflow", "diffusion", "consistency"])

@@ -153,6 +153,17 @@ def test_sampling_is_deterministic_under_a_seed(head):
     assert torch.equal(head.act(obs), head.act(obs))
 
 
+def test_a_states_deterministic_action_does_not_depend_on_its_batch(head):
+    """``act(s, deterministic=True)`` is a function of s: alone, or third in a batch of 32, the same action
+    (to float rounding: GEMM kernels pick their path by the batch). Heads that draw seeded noise share one
+    draw across the batch; drawn per row, a state's noise moved with the batch size and its place in it."""
+    obs = observations()
+    with torch.no_grad():
+        in_batch = head.act(obs, deterministic=True)[2]
+        alone = head.act(obs[2:3], deterministic=True)[0]
+    torch.testing.assert_close(alone, in_batch, rtol=1e-4, atol=1e-5)
+
+
 def test_each_hyperparameter_is_written_once_in_the_heads_config(head):
     """The head's Config is its policy group's schema and its constructor's arguments: spec_kwargs is the
     Config's fields less the family and the critic's, a spec rebuilds an equal Config, and the

@@ -336,8 +336,11 @@ def test_evaluation_takes_the_candidate_with_the_largest_min_target_q():
     assert isinstance(policy, MaxQPolicy) and policy.num_candidates == 10
     obs = torch.randn(4, OBS_DIM)
     with torch.random.fork_rng(), torch.no_grad():
-        torch.manual_seed(0)  # what CandidatePolicy.act seeds a deterministic choice with
-        candidates = learner.head.candidates(obs, 10)
+        candidates = []
+        for state in obs.split(1):
+            torch.manual_seed(0)  # what CandidatePolicy.act seeds each state's deterministic choice with
+            candidates.append(learner.head.candidates(state, 10))
+        candidates = torch.cat(candidates)
     chosen = policy.act(obs, deterministic=True)
     for b in range(4):
         values = [q_by_hand(learner.critic_target, obs[b].double().numpy(), c.double().numpy()).min()

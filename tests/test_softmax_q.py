@@ -73,18 +73,28 @@ def test_the_choice_follows_softmax_probabilities_not_the_argmax_or_uniform():
     assert expected.mean() - q.mean() > 10 * error
 
 
-def test_deterministic_acting_is_a_seeded_draw_that_leaves_the_callers_rng_alone():
+def seeded_per_state(act, obs):
+    """Each state's action from torch's RNG seeded with 0 just before it: what deterministic acting is."""
+    rows = []
+    for state in obs.split(1):
+        torch.manual_seed(0)
+        rows.append(act(state))
+    return torch.cat(rows)
+
+
+def test_deterministic_acting_is_a_seeded_draw_per_state_that_leaves_the_callers_rng_alone():
     policy = hand_policy()
     obs = torch.randn(6, 1)
     state = torch.get_rng_state()
     action = policy.act(obs, deterministic=True)
     assert torch.equal(torch.get_rng_state(), state) and torch.equal(action, policy.act(obs, deterministic=True))
-    torch.manual_seed(0)
-    assert torch.equal(action, policy.act(obs, deterministic=False))
+    assert torch.equal(action, seeded_per_state(lambda s: policy.act(s, deterministic=False), obs))
+    # a function of the state: the same alone as in the batch (one reseeded stream for the batch made the
+    # candidates of state b depend on B and b)
+    assert torch.equal(action[3:4], policy.act(obs[3:4], deterministic=True))
     # a steep critic makes the softmax the argmax: the candidate nearest 0 wins
     steep = SoftmaxQPolicy(1, 1, policy.actor, hand_critic(1e4), num_candidates=N)
-    torch.manual_seed(0)
-    candidates = policy.actor.candidates(obs, N).squeeze(-1)
+    candidates = seeded_per_state(lambda s: policy.actor.candidates(s, N), obs).squeeze(-1)
     nearest = candidates.gather(1, candidates.abs().argmin(1, keepdim=True))
     assert torch.equal(steep.act(obs, deterministic=True), nearest)
 

@@ -12,8 +12,12 @@ and ``python -m genpol.evaluate`` and ``load_policy`` act exactly as the run's e
 * the critics, a ``QEnsemble`` given as a module (the learner's, shared, not copied) or as its
   kwargs (rebuilding from a spec), with ``critic_spec`` the kwargs that rebuild it;
 * ``act``: ``choose(obs, deterministic)`` under torch's RNG, or, when ``deterministic``, inside a
-  forked RNG seeded with 0, so that the action is a function of the batch of states (as the diffusion
-  head's deterministic action is) and the caller's RNG stream is left untouched;
+  forked RNG reseeded with 0 for each state, so that a state's action is a function of that state
+  alone (as the diffusion head's deterministic action is) and the caller's RNG stream is left
+  untouched. One reseeded stream for the whole batch made a state's candidates depend on the batch
+  size and its place in it: a softmax-Q policy's Hopper return read 51 at 1 env, 228 at 10 and 115 at
+  50 (docs/fidelity.md). The heads draw their candidates from the global RNG, so each state is its own
+  call: B calls per step, which only evaluation pays;
 * no capabilities: it only acts (the learner trains its parts), and the on-policy and imitation
   methods raise ``HeadCapabilityError`` naming the head.
 """
@@ -75,9 +79,12 @@ class CandidatePolicy(PolicyHead):
         if not deterministic:
             return self.choose(obs, deterministic=False)
         devices = [obs.device] if obs.device.type == "cuda" else []
+        actions = []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(0)
-            return self.choose(obs, deterministic=True)
+            for state in obs.split(1):
+                torch.manual_seed(0)
+                actions.append(self.choose(state, deterministic=True))
+        return torch.cat(actions)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
         raise HeadCapabilityError(f"the {self.family} head ({self.description}) only acts; it has no on-policy record")

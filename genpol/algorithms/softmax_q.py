@@ -9,8 +9,8 @@ minimum, and draw the candidate with ``torch.multinomial`` at evaluation too.
 ``SoftmaxQPolicy`` owns those parts (the actor head and the critics) so that a checkpoint's
 ``policy/`` rebuilds it with ``head_from_spec`` and ``python -m genpol.evaluate`` and ``load_policy``
 act as the run's evaluation did (``genpol.algorithms.acting``). Deterministic acting keeps the softmax
-draw, from a fixed seed: the candidates and the choice are a function of the batch of states and
-the caller's RNG is left untouched; the argmax would be a different policy from the papers'.
+draw, from a fixed seed for each state: the candidates and the choice are a function of the state
+and the caller's RNG is left untouched; the argmax would be a different policy from the papers'.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ class OnlinePipelineConfig:
     """Episodes per evaluation (reset seeds 10000, 10001, ...)."""
     eval_deterministic: bool = True
     """Evaluate with ``act(obs, deterministic=True)`` (the mean or mode; for heads that act by drawing, such as a
-    softmax-Q policy, draws from a generator reseeded at every step), or false: fresh draws every step, as the
-    policy acts in training (Ding & Jin's consistency code evaluates so: docs/fidelity.md)."""
+    softmax-Q policy, the same seeded draws for every state at every step, so the action is a function of
+    the state), or false: fresh draws every step, as the policy acts in training (Ding & Jin's consistency
+    code evaluates so: docs/fidelity.md)."""
     video: bool = True
     """Record the final evaluation's first episode as an mp4 under video_dir/<run name>/."""
     video_dir: str = "videos"

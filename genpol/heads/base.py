@@ -152,6 +152,22 @@ class HeadConfig:
                 if f.name not in self.NOT_HEAD_ARGUMENTS}
 
 
+def evaluation_generator(obs: torch.Tensor, deterministic: bool) -> torch.Generator | None:
+    """A generator seeded with 0 for a deterministic action (None: draw from torch's global RNG)."""
+    return torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
+
+
+def standard_normal(shape: "tuple[int, ...] | torch.Size", generator: torch.Generator | None,
+                    device: torch.device) -> torch.Tensor:
+    """``shape [B, ...]`` standard normal draws: from torch's RNG, or, with ``generator`` (a deterministic
+    action), one row's draws shared by every row. Drawn per row, the noise of state b would depend on B and
+    on b, and so would a state's deterministic action (docs/fidelity.md: a softmax-Q policy evaluated
+    so returned 51 on Hopper at 1 env and 228 at 10); shared, the action is a function of the state alone."""
+    if generator is None:
+        return torch.randn(shape, device=device)
+    return torch.randn((1, *shape[1:]), device=device, generator=generator).expand(shape)
+
+
 def _plain(value: Any) -> Any:
     """Lists for sequences, recursively (a checkpoint's JSON spec, and a config equal to its reload)."""
     if isinstance(value, (list, tuple)):

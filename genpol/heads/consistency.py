@@ -19,8 +19,9 @@ taken in descending order; a ~ N(0, tau_max^2), a <- f(a, tau_max); then for eve
 a <- f(a + sqrt(tau^2 - eps^2) xi, tau); clamp to [-1, 1]. ``rsample`` keeps the graph (Q-gradient
 actors); its clamp lets the gradient of a saturated action back in when it points into the box
 (``clamp_gradient``, ``genpol.heads.bounds``: with torch's clamp a Q-loss-only actor freezes at a
-corner of the box), and is torch's clamp in the forward pass. ``candidates`` draws n per state in one batched call, ``act(deterministic=True)`` draws the
-noise from a fixed seed so that it is a function of s.
+corner of the box), and is torch's clamp in the forward pass. ``candidates`` draws n per state in one
+batched call. ``act(deterministic=True)`` draws the noise from a fixed seed, one draw shared by every
+state of the batch, so that the action is a function of s alone, whatever batch s is in.
 
 Consistency training (``imitation_loss``, Consistency-BC): N(k) Karras boundaries (rho 7 on
 [eps, tau_max]) with N growing from 2 to 150 over ``ct_total_steps`` (the CM paper's schedule);
@@ -65,7 +66,8 @@ import torch
 from torch import nn
 
 from genpol.errors import require
-from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
+from genpol.heads.base import (Capability, HeadConfig, PolicyHead, RatioTerms, Record, evaluation_generator,
+                               standard_normal)
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
 from genpol.heads.consistency_network import TIME_INPUTS, ConsistencyNetwork
@@ -260,10 +262,10 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
     def _multistep(self, obs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """The reference sampler, differentiable, before clamping: ``obs [B, D] -> [B, C]`` (the whole chunk)."""
         batch = obs.shape[0]
-        x = torch.randn(batch, self.chunk_dim, device=obs.device, generator=generator) * self.tau_max
+        x = standard_normal((batch, self.chunk_dim), generator, obs.device) * self.tau_max
         action = self.consistency(x, self.sampling_taus[0].expand(batch), obs)
         for tau in self.sampling_taus[1:]:
-            noise = torch.randn(action.shape, device=obs.device, generator=generator)
+            noise = standard_normal(action.shape, generator, obs.device)
             x = action + (tau.square() - self.eps**2).sqrt() * noise
             action = self.consistency(x, tau.expand(batch), obs)
         return action
@@ -272,8 +274,7 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         return clamp_to_box(self._multistep(obs, None)[:, : self.executed_dim], self.clamp_gradient)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
-        return self._multistep(obs, generator)[:, : self.executed_dim].clamp(-1.0, 1.0)
+        return self._multistep(obs, evaluation_generator(obs, deterministic))[:, : self.executed_dim].clamp(-1.0, 1.0)
 
     def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
         """``[B, n, A]`` from the (differentiable) sampler on the repeated observations."""

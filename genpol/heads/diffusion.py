@@ -36,7 +36,8 @@ std, which matches the averaged log-ratio.
 
 Deterministic evaluation follows DPPO's noise levels - DDPM keeps std 1e-3 on intermediate steps and
 0 on the last, DDIM uses eta = 0 - with the initial and intermediate noise drawn from a fixed seed,
-so that ``act(s, deterministic=True)`` is a function of s. With DDIM, eta = 0 evaluates another chain
+one draw shared by every state of the batch, so that ``act(s, deterministic=True)`` is a function of s
+alone, whatever batch s is in (``heads.base.standard_normal``). With DDIM, eta = 0 evaluates another chain
 than the one fine-tuning trains (its means carry sqrt(1 - abar_prev - sigma^2) eps, sigma set by the
 sampling eta). ``ddim_eval_eta`` = ``ddim_eta`` evaluates the trained chain's means without noise
 instead, as DDPM's evaluation does; on Hopper (``bench/dppo_options.py``, 3 seeds, 120k steps) that
@@ -54,7 +55,8 @@ import torch
 from torch import nn
 
 from genpol.errors import require
-from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
+from genpol.heads.base import (Capability, HeadConfig, PolicyHead, RatioTerms, Record, evaluation_generator,
+                               standard_normal)
 from genpol.heads.bounds import CLAMP_GRADIENTS, clamp_to_box
 from genpol.heads.chunking import ChunkedActions
 from genpol.heads.ddpm_schedules import BETA_SCHEDULES, step_tables
@@ -314,8 +316,8 @@ class DiffusionHead(ChunkedActions, PolicyHead):
         batch = obs.shape[0]
         # deterministic: DPPO's noise levels, drawn from a fixed-seed generator, so that the same
         # observation always gives the same action (DPPO's own evaluation redraws x_K every call)
-        generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
-        x = torch.randn(batch, self.chunk_dim, device=obs.device, generator=generator)
+        generator = evaluation_generator(obs, deterministic)
+        x = standard_normal((batch, self.chunk_dim), generator, obs.device)
         chain = []
         first_ft = self.num_steps - self.ft_steps
         for i in range(self.num_steps):
@@ -330,7 +332,7 @@ class DiffusionHead(ChunkedActions, PolicyHead):
                 std = torch.zeros_like(std) if (last or self.use_ddim) else std.clamp(min=1e-3)
             else:
                 std = std.clamp(min=self.min_sampling_std)
-            noise = torch.randn(x.shape, device=x.device, generator=generator).clamp(-self.randn_clip, self.randn_clip)
+            noise = standard_normal(x.shape, generator, x.device).clamp(-self.randn_clip, self.randn_clip)
             x = mean + std * noise
             if self.clip_every_step or (last and self.final_clamp):
                 x = clamp_to_box(x, self.clamp_gradient) if reparameterized else x.clamp(-1.0, 1.0)

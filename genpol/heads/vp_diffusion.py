@@ -11,8 +11,9 @@ Sampler (``act``): DDPM with ``sampling_steps`` steps on ``t = linspace(1e-3, 0.
 (``genpol.heads.vp_schedule``): at step k it predicts x0, clips it to [-1, 1] (``clip_denoised``),
 forms the posterior mean ``sqrt(ab_prev) beta_k / (1 - ab) x0 + sqrt(1 - beta_k) (1 - ab_prev) / (1 - ab) x``
 and adds noise of std ``sqrt(beta_k)`` (MaxEntDP's choice, not the posterior variance), none at the
-last step; the final action is clipped to [-1, 1]. Deterministic acting draws the same chain from a
-generator seeded with 0, so the action is a function of the state (the learner's evaluation rule,
+last step; the final action is clipped to [-1, 1]. Deterministic acting draws the chain's noise from a
+generator seeded with 0, one draw shared by every state of the batch, so the action is a function of the
+state alone (the learner's evaluation rule,
 argmax-Q over samples, lives with the learner: ``genpol.algorithms.maxentdp``).
 
 Capabilities: ``NOISE_PREDICTION`` (``predict_noise`` and ``estimate_log_prob``, what MaxEntDP
@@ -33,7 +34,8 @@ import torch
 from torch import nn
 
 from genpol.errors import require
-from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record, check_network
+from genpol.heads.base import (Capability, HeadConfig, PolicyHead, RatioTerms, Record, check_network,
+                               evaluation_generator, standard_normal)
 from genpol.heads.vp_schedule import (T_MAX, T_MIN, alpha_bar, estimate_log_prob, grid_alpha_bars, log_snr,
                                       predicted_noise_after_clip)
 from genpol.nets import activation_class
@@ -156,19 +158,18 @@ class VPDiffusionHead(PolicyHead):
     def _run_chain(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(action [B, A] in the box, chain [B, T + 1, A])``: the chain from the initial noise to the
         last step's unclipped output, drawn from ``generator`` (None: torch's global one)."""
-        x = torch.randn(obs.shape[0], self.act_dim, device=obs.device, generator=generator)
+        x = standard_normal((obs.shape[0], self.act_dim), generator, obs.device)
         chain = [x]
         for step in range(self.num_steps - 1, -1, -1):
             x = self.step_mean(x, step, obs)
             if step > 0:  # the last step adds no noise
-                noise = torch.randn(x.shape, device=x.device, generator=generator)
+                noise = standard_normal(x.shape, generator, x.device)
                 x = x + self.beta[step].sqrt() * noise
             chain.append(x)
         return x.clamp(-1.0, 1.0), torch.stack(chain, dim=1)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        generator = torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
-        return self._run_chain(obs, generator)[0]
+        return self._run_chain(obs, evaluation_generator(obs, deterministic))[0]
 
     # ------------------------------------------------------------------ on-policy ratio, imitation
     def chain_log_probs(self, obs: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
