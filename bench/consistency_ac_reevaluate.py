@@ -8,8 +8,8 @@ medians carry that noise. This script takes the final policies themselves and ev
 with seed 10000 + i, genpol's evaluation seed), each side acting as its own evaluation does:
 
 * genpol (``<pair>-genpol-s<seed>`` run folders, their latest checkpoint): ``deterministic`` (what the pair's
-  metric uses: for the softmax-Q policy, every step's draws from torch's generator reseeded to 0, a fixed
-  function of the state) and ``stochastic`` (fresh draws every step);
+  metric uses: for the softmax-Q policy, every step's draws from torch's generator reseeded to 0, for each
+  state since 2026-12-06 and for the whole batch before, so a fixed function of the state) and ``stochastic`` (fresh draws every step);
 * the authors (Ding & Jin's ``Consistency_QL``, built from their ``offline.py`` hyperparameters for
   ``hopper-medium-v2`` and loaded with the run's weights): their ``sample_action``, 50 actor samples and a
   ``torch.multinomial`` draw from the softmax of the target critics' minimum, fresh every step. Their weights
@@ -20,10 +20,13 @@ with seed 10000 + i, genpol's evaluation seed), each side acting as its own eval
   what that stand-in changes on the seeds that have both.
 
 Prints the per-seed means and the sides' medians with the exact bootstrap 95 % interval of their difference,
-and writes ``bench/results/consistency_ac_reevaluate.json``.
+and writes ``bench/results/consistency_ac_reevaluate.json``. ``--rows`` re-measures only some rows (say,
+genpol's deterministic one after a change to how it acts) and keeps the others from that file, each row
+with the date it was measured.
 
     python bench/consistency_ac_reevaluate.py --ref /tmp/ref/Consistency_Model_For_Reinforcement_Learning \\
-        [--seeds 1 2 3 4 5] [--episodes 50] [--genpol-pair consistency_ac_offline_raw]
+        [--seeds 1 2 3 4 5] [--episodes 50] [--genpol-pair consistency_ac_offline_raw] \\
+        [--rows "genpol deterministic"]
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import RUNS, date_stamp, machine, write_results
+from common import RUNS, date_stamp, machine, read_results, write_results
 from learning_parity import median_difference_ci
 from run_reference_consistency_ac import evaluate_episodes as their_episodes, import_their_script
 from run_reference_consistency_ac_offline import THEIR_TASK
@@ -44,6 +47,7 @@ from run_reference_consistency_ac_offline import THEIR_TASK
 from genpol.callbacks.evaluation import EVAL_SEED  # genpol's evaluation: env i reset with 10000 + i
 
 PARITY_RUNS = RUNS / "learning_parity"
+ROWS = ("genpol deterministic", "genpol stochastic", "authors")
 
 
 def genpol_returns(run_dir: Path, episodes: int, deterministic: bool) -> list[float]:
@@ -111,27 +115,36 @@ def main() -> None:
                         help="the learning pair whose genpol runs are evaluated")
     parser.add_argument("--check-target", action="store_true",
                         help="also evaluate their saved agents with the online critic standing in for the target")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
+                        help="the rows to measure; the others are kept from the results file (same episodes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     agent = their_agent(args.ref.resolve(), state_dim=11, action_dim=3)  # Hopper-v5
+    earlier = read_results("consistency_ac_reevaluate.json")
     rows: dict[str, dict[str, Any]] = {}
+    if earlier.get("episodes") == args.episodes and earlier.get("genpol_pair") == args.genpol_pair:
+        rows = {key: {"date": earlier["date"], **row} for key, row in earlier["runs"].items()
+                if key.split("/")[0] not in args.rows and int(key.split("/")[1]) in args.seeds}
     for seed in args.seeds:
         run_dir = PARITY_RUNS / f"{args.genpol_pair}-genpol-s{seed}"
         if (run_dir / "checkpoints").is_dir():
             for mode in ("deterministic", "stochastic"):
+                if f"genpol {mode}" not in args.rows:
+                    continue
                 torch.manual_seed(seed)  # fresh draws from torch's generator: each row reproducible on its own
                 returns = genpol_returns(run_dir, args.episodes, deterministic=mode == "deterministic")
-                rows[f"genpol {mode}/{seed}"] = {"returns": returns, "source": run_dir.name}
-        found = their_weights(seed)
+                rows[f"genpol {mode}/{seed}"] = {"returns": returns, "source": run_dir.name, "date": date_stamp()}
+        found = their_weights(seed) if "authors" in args.rows else None
         if found is not None:
             torch.manual_seed(seed)  # their sample_action draws from torch's global generator
-            rows[f"authors/{seed}"] = {"returns": their_returns(agent, found[0], args.episodes), "source": found[1]}
+            rows[f"authors/{seed}"] = {"returns": their_returns(agent, found[0], args.episodes), "source": found[1],
+                                       "date": date_stamp()}
             if args.check_target and "target = critic" not in found[1]:
                 weights, source = their_weights(seed, target_from_critic=True)
                 torch.manual_seed(seed)
                 rows[f"authors, target = critic/{seed}"] = {"returns": their_returns(agent, weights, args.episodes),
-                                                           "source": source}
+                                                           "source": source, "date": date_stamp()}
         for key in [key for key in rows if key.endswith(f"/{seed}")]:
             rows[key]["mean"] = float(np.mean(rows[key]["returns"]))
             print(f"seed {seed}  {key.split('/')[0]:<26} mean {rows[key]['mean']:7.1f}  "
