@@ -16,6 +16,9 @@ Suites:
     onpolicy_heads  Hopper-v5 from scratch, Gaussian vs consistency vs DPPO, same rollout and budget
     rlpd       Hopper-v5, RLPD vs the same learner without data, CPU-sized (see RLPD_CPU), with a "medium"
                dataset made by bench/make_hopper_medium.sh; D4RL-normalized evaluation every 5k steps
+    maxent     issue 30: MEow, MaxEntDP (CPU-sized) and SAC with the normalizing-flow head against the sac
+               suite's SAC, HalfCheetah-v5 and Hopper-v5, run with --steps 300000; checkpoints every 10
+               iterations, for runs resumed across sessions
     stability  the recommended PPO configs on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, deterministic
                evaluation every 25 iterations (51k steps): does any evaluation after 300k steps fall below
                50 % of the best before it; median clipfrac and approx_kl over the run
@@ -146,7 +149,8 @@ SUITES["sac"] = {"halfcheetah-sac": ["+experiment=sac", "env=halfcheetah"],
 # Issue 30: the maximum-entropy learners against SAC at 300k steps (python bench/learning.py maxent --steps
 # 300000); the SAC jobs are the "sac" suite's runs. MEow at its authors' per-task settings (configs/experiment/
 # meow.yaml); MaxEntDP scaled to this CPU (the paper's sizes cost 2.9 s per gradient step here): 32 candidates,
-# log pi from 5 levels x 4 draws, 10 DDPM steps (~83 ms per step), the authors' temperatures.
+# log pi from 5 levels x 4 draws, 10 DDPM steps (~83 ms per step), the authors' temperatures; and SAC with the
+# normalizing-flow head.
 MAXENTDP_CPU = ["+experiment=maxentdp", "learner.candidates=32", "learner.log_prob_levels=5",
                 "learner.log_prob_draws=4", "policy.sampling_steps=10"]
 SUITES["maxent"] = {
@@ -156,6 +160,10 @@ SUITES["maxent"] = {
     "hopper-meow": ["+experiment=meow", "env=hopper"],
     "halfcheetah-maxentdp-cpu": [*MAXENTDP_CPU, "env=halfcheetah"],
     "hopper-maxentdp-cpu": [*MAXENTDP_CPU, "env=hopper"],
+    # the normalizing-flow head (a Gaussian base through 4 affine couplings, squashed) under SAC as configured:
+    # what changes against the sac jobs is the policy's family alone
+    "halfcheetah-flow-sac": ["+experiment=sac", "env=halfcheetah", "policy=normalizing_flow"],
+    "hopper-flow-sac": ["+experiment=sac", "env=hopper", "policy=normalizing_flow"],
 }
 # a checkpoint every 10 iterations: these runs take hours and are resumed across sessions
 SUITE_COMMON["maxent"] = [item for item in SUITE_COMMON["sac"] if not item.startswith("pipeline.checkpoint_every")] + [
