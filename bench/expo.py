@@ -229,6 +229,8 @@ def learning(args: argparse.Namespace) -> dict[str, Any]:
                                            f"learner.iteration_steps={iteration}",
                                            f"pipeline.eval_every={max(1, args.eval_every // iteration)}",
                                            "pipeline.eval_episodes=10", "pipeline.video=false",
+                                           # the claim's 5 seeds evaluated so (+experiment=expo now draws afresh)
+                                           "pipeline.eval_deterministic=true",
                                            "logger.progress_bar=false"],
                       policy="diffusion_expo" if experiment == "expo" else "tanh_gaussian",
                       learner="expo" if experiment == "expo" else "sac", total_steps=steps, seed=seed,

@@ -280,7 +280,9 @@ def _pair_settings(name: str) -> dict[str, Any]:
                            f"learner.learning_starts={c['learning_starts']}", f"learner.num_qs={c['num_qs']}",
                            f"learner.num_min_qs={c['num_min_qs']}", f"learner.critic_hidden_sizes=[{hidden}]",
                            f"learner.edit_hidden_sizes=[{hidden}]", f"learner.num_samples={c['samples']}",
-                           f"learner.n_edit={c['samples']}", "learner.bootstrap_truncation=false"]}
+                           f"learner.n_edit={c['samples']}", "learner.bootstrap_truncation=false",
+                           # as seeds 1-3 ran (the pair's metric is the training episodes' return either way)
+                           "pipeline.eval_deterministic=true"]}
     if name == "dppo":
         return {"env": "Hopper-v5", "steps": 500_000, "rollout": 16 * 64 * 4, "reference": "irom-lab/dppo PPODiffusion",
                 "genpol": ["+experiment=dppo_hopper", *DPPO_THEIR_NETWORK, "learner.adam_eps=1e-8",

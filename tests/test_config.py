@@ -40,6 +40,15 @@ def test_default_config_composes_and_validates():
     assert cfg.learner.name == "ppo" and cfg.learner.minibatch_size == 64
 
 
+def test_the_bundles_evaluate_as_their_authors_do():
+    """Ding & Jin's ``eval_policy`` and EXPO's ``eval_actions`` act as in training (fresh draws every step),
+    so their bundles evaluate with ``pipeline.eval_deterministic=false``; everything else deterministically."""
+    acting = {experiment: compose_config([f"+experiment={experiment}"]).pipeline.eval_deterministic
+              for experiment in ("consistency_ac", "expo", "rlpd")}
+    assert acting == {"consistency_ac": False, "expo": False, "rlpd": True}
+    assert validate(compose_config(["run_dir=/tmp/x"])).pipeline.eval_deterministic is True
+
+
 EXPERIMENTS = sorted(path.stem for path in (Path(__file__).parent.parent / "configs" / "experiment").glob("*.yaml"))
 
 

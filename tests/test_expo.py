@@ -342,7 +342,9 @@ def test_offline_to_online_cli_pretrains_the_base_then_runs_expo_and_evaluates(t
     run_dir = tmp_path / "run"
     run_cli("-m", "genpol.train", "+experiment=expo", "env=hopper", "pipeline=offline_to_online",
             f"dataset.path={hopper_dataset}", "total_steps=192", "pipeline.pretrain_steps=40",
-            "pipeline.pretrain_log_every=20", "pipeline.video=false", *TINY_EXPO, f"run_dir={run_dir}")
+            "pipeline.pretrain_log_every=20", "pipeline.video=false", *TINY_EXPO, f"run_dir={run_dir}",
+            # the bundle evaluates with fresh draws (the authors'); the deterministic one is what a checkpoint reproduces
+            "pipeline.eval_deterministic=true")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["learner"] == "expo" and summary["pretrained"]["gradient_steps"] == 40
     from genpol.checkpoint import load_training_state, resolve_checkpoint
