@@ -14,6 +14,11 @@ hand it in; genpol's ``sampler.sample`` returns it, the authors' ``update`` / ``
   genpol's learner: ``+experiment=rlpd`` (``learner.compile=true`` as configured, and an eager row) and
   ``+experiment=expo`` (as configured, and ``policy=diffusion_expo_authors``: the authors' base network), each
   with its critic step compiled (``learner.compile=true``, as configured since 2026-12-06) and eager.
+* EXPO at the learning pair's CPU-sized setting (``--methods expo_pair``; ``bench/learning_parity.py``'s
+  ``EXPO_CPU``: 2 LayerNorm critics of 256 x 2, both in the minimum, 4 base samples all edited, UTD 1, batch
+  128): the same env step, their learner created with those arguments, genpol's ``+experiment=expo
+  policy=diffusion_expo_authors`` with the pair's overrides, compiled (as configured) and eager (as the pair
+  ran).
 * Consistency-AC (off-policy, one env, the online settings of ``bench/parity/consistency_ac.py``: Ding &
   Jin's ``OnlineAgent``, L_Q alone, 2 sampling steps, twin Mish critics, gradient clip 1, and genpol's
   options for their behaviour, built by that harness's ``DingJin.agent`` and ``build_genpol``): one gradient
@@ -116,26 +121,35 @@ def clock(unit: Callable[[], None], count: int) -> tuple[float, float]:
 
 
 # =========================================================================== the authors' JAX side (worker)
-def jax_worker(method: str, ref: Path) -> None:
+def jax_worker(method: str, ref: Path, setting: dict[str, Any] | None = None) -> None:
     """Run by ``--jax-python``: build their learner, warm it up, then answer each line ``N`` on stdin with
-    the JSON ``{"ms", "cpu_ms"}`` per env step of ``N`` env steps. Imports no torch and no genpol."""
+    the JSON ``{"ms", "cpu_ms"}`` per env step of ``N`` env steps. Imports no torch and no genpol.
+    ``setting`` (expo_pair): ``utd``, ``batch`` and their ``create``'s arguments to change."""
     out = os.fdopen(os.dup(1), "w")  # replies only; anything their code prints goes to stderr
     os.dup2(2, 1)
     import jax
 
+    utd, batch_size = UTD, BATCH
     if method == "rlpd":
         agent, kwargs = harness("rlpd").their_learner(ref, OBS_DIM, ACT_DIM, x64=False)
-    else:
+    elif method == "expo":
         agent, kwargs = harness("expo").their_learner(ref, OBS_DIM, ACT_DIM, adjust_target_entropy=False, x64=False)
+    else:  # expo_pair: as bench/run_reference_expo.py builds it for the learning pair
+        expo = harness("expo")
+        first, kwargs = expo.their_learner(ref, OBS_DIM, ACT_DIM, adjust_target_entropy=True, x64=False)
+        kwargs.update({key: tuple(value) if isinstance(value, list) else value
+                       for key, value in setting["create"].items()})
+        agent = type(first).create(0, expo.GymBox(OBS_DIM), expo.GymBox(ACT_DIM), **kwargs)
+        utd, batch_size = setting["utd"], setting["batch"]
     rng = np.random.default_rng(0)
-    batch = random_transitions(BATCH * UTD, rng)  # numpy, as their replay buffers hand it to update
+    batch = random_transitions(batch_size * utd, rng)  # numpy, as their replay buffers hand it to update
     obs = rng.standard_normal(OBS_DIM).astype(np.float32)
     state = {"agent": agent}
 
     def env_step() -> None:  # their train_finetuning.py's loop, less the env and the replay
         action, state["agent"] = state["agent"].sample_actions(obs)
         np.asarray(action)
-        state["agent"], _ = state["agent"].update(batch, UTD)
+        state["agent"], _ = state["agent"].update(batch, utd)
         jax.block_until_ready(state["agent"])
 
     meta = {**warm(env_step), "device": str(jax.devices()[0]),
@@ -150,14 +164,16 @@ def jax_worker(method: str, ref: Path) -> None:
 class JaxSide:
     """The authors' JAX learner in a ``--jax-python`` worker process, driven from here."""
 
-    def __init__(self, method: str, ref: Path, jax_python: Path, device: str):
+    def __init__(self, method: str, ref: Path, jax_python: Path, device: str, setting: dict[str, Any] | None = None):
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "TF_CPP_MIN_LOG_LEVEL": "3"}
         if device == "cpu":
             env.update(XLA_FLAGS=ONE_THREAD_XLA, JAX_PLATFORMS="cpu")
         else:  # jax's default backend (CUDA where it has it); torch shares the GPU
             env.update(XLA_PYTHON_CLIENT_PREALLOCATE="false")
-        self.process = subprocess.Popen([str(jax_python), __file__, "--jax-worker", method, "--ref-jax", str(ref)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        command = [str(jax_python), __file__, "--jax-worker", method, "--ref-jax", str(ref)]
+        if setting is not None:
+            command += ["--jax-setting", json.dumps(setting)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.meta = self._read()
 
     def _read(self) -> dict[str, Any]:
@@ -259,6 +275,46 @@ def expo_sides(args: argparse.Namespace, device: Any) -> list[tuple[str, Any]]:
                              meta={"compile": cfg.learner.compile})
         sides.append((label, build))
     sides.append(("authors (Servo97/EXPO, JAX jit)", lambda: JaxSide("expo", args.ref_expo, args.jax_python, args.device)))
+    return sides
+
+
+def expo_pair_setting() -> dict[str, Any]:
+    """The EXPO learning pair's CPU-sized setting (``learning_parity.EXPO_CPU``) for both sides."""
+    from learning_parity import EXPO_CPU as c
+
+    hidden = ",".join(str(width) for width in c["hidden"])
+    return {"utd": c["utd"], "batch": c["batch_size"],
+            "create": {"num_qs": c["num_qs"], "num_min_qs": c["num_min_qs"], "hidden_dims": c["hidden"],
+                       "N": c["samples"], "n_edit_samples": c["samples"]},
+            "genpol": ["policy=diffusion_expo_authors", "learner.base_weight_decay=1e-4",
+                       f"learner.batch_size={c['batch_size']}", f"learner.num_qs={c['num_qs']}",
+                       f"learner.num_min_qs={c['num_min_qs']}", f"learner.critic_hidden_sizes=[{hidden}]",
+                       f"learner.edit_hidden_sizes=[{hidden}]", f"learner.num_samples={c['samples']}",
+                       f"learner.n_edit={c['samples']}"]}
+
+
+def expo_pair_sides(args: argparse.Namespace, device: Any) -> list[tuple[str, Any]]:
+    import torch
+
+    from genpol.algorithms.expo import EXPO
+    from genpol.build import make_head
+
+    expo, setting = harness("expo"), expo_pair_setting()
+    sides = []
+    for compiled in (True, False):
+        def build(compiled: bool = compiled) -> LocalSide:
+            cfg = expo.genpol_config(setting["utd"], [*setting["genpol"], f"learner.compile={str(compiled).lower()}"])
+            torch.manual_seed(0)
+            head = make_head(cfg.policy, OBS_DIM, ACT_DIM).to(device)
+            algo = EXPO(head, cfg.learner, num_envs=1, obs_dim=OBS_DIM, act_dim=ACT_DIM,
+                        capacity=cfg.learner.buffer_size, device=device, seed=0)
+            batch = replay_batch(setting["batch"] * setting["utd"], device)
+            return LocalSide(genpol_off_policy(algo, batch, device), meta={"compile": compiled})
+        label = ("genpol, the pair's setting, learner.compile=true (as +experiment=expo configures)" if compiled else
+                 "genpol, the pair's setting, learner.compile=false (as the pair ran)")
+        sides.append((label, build))
+    sides.append(("authors (Servo97/EXPO, JAX jit), the pair's setting",
+                  lambda: JaxSide("expo_pair", args.ref_expo, args.jax_python, args.device, setting)))
     return sides
 
 
@@ -415,6 +471,7 @@ def dppo_sides(args: argparse.Namespace, device: Any) -> list[tuple[str, Any]]:
 
 # =========================================================================== the comparison
 METHODS = {"rlpd": ("ref_rlpd", "ikostrikov/rlpd"), "expo": ("ref_expo", "Servo97/EXPO"),
+           "expo_pair": ("ref_expo", "Servo97/EXPO"),
            "dppo": ("ref_dppo", "irom-lab/dppo"),
            "consistency_ac": ("ref_ding_jin", "quantumiracle/Consistency_Model_For_Reinforcement_Learning")}
 
@@ -460,7 +517,8 @@ def main() -> None:
                         help="a Python with jax, flax, optax, tensorflow-probability, ml_collections (RLPD, EXPO)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--repeats", type=int, default=7, help="alternating rounds per side")
-    parser.add_argument("--steps", type=json.loads, default={"rlpd": 3, "expo": 1, "dppo": 1, "consistency_ac": 20},
+    parser.add_argument("--steps", type=json.loads,
+                        default={"rlpd": 3, "expo": 1, "expo_pair": 20, "dppo": 1, "consistency_ac": 20},
                         help='env steps per round, JSON by method (DPPO: rollouts), e.g. \'{"rlpd": 3}\'')
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="genpol's and the torch references' device; the JAX worker uses its default backend "
@@ -469,11 +527,12 @@ def main() -> None:
                         help="time only genpol's sides whose label contains this text (and the authors'), e.g. "
                              "'diffusion_expo_authors' for EXPO at their base network")
     parser.add_argument("--output", default="authors_cost.json")
-    parser.add_argument("--jax-worker", choices=["rlpd", "expo"], help=argparse.SUPPRESS)
+    parser.add_argument("--jax-worker", choices=["rlpd", "expo", "expo_pair"], help=argparse.SUPPRESS)
     parser.add_argument("--ref-jax", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--jax-setting", type=json.loads, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.jax_worker:
-        jax_worker(args.jax_worker, args.ref_jax.resolve())
+        jax_worker(args.jax_worker, args.ref_jax.resolve(), args.jax_setting)
         return
 
     import torch
@@ -498,7 +557,7 @@ def main() -> None:
     if args.device == "cuda" and "consistency_ac" in args.methods:
         args.methods.remove("consistency_ac")
         print("[consistency_ac] skipped on cuda: its harness builds both learners on the CPU", file=sys.stderr)
-    steps = {"rlpd": 3, "expo": 1, "dppo": 1, "consistency_ac": 20, **args.steps}
+    steps = {"rlpd": 3, "expo": 1, "expo_pair": 20, "dppo": 1, "consistency_ac": 20, **args.steps}
     rows, commits, settings = [], {}, {}
     for method in args.methods:
         option, repository = METHODS[method]
@@ -507,7 +566,8 @@ def main() -> None:
             print(f"[{method}] skipped: no --{option.replace('_', '-')}", file=sys.stderr)
             continue
         commits[repository] = shared.reference_commit(ref.resolve())
-        builder = {"rlpd": rlpd_sides, "expo": expo_sides, "dppo": dppo_sides, "consistency_ac": consistency_sides}
+        builder = {"rlpd": rlpd_sides, "expo": expo_sides, "expo_pair": expo_pair_sides, "dppo": dppo_sides,
+                   "consistency_ac": consistency_sides}
         sides = builder[method](args, device)
         if method == "dppo":
             sides, settings["dppo"] = sides
@@ -530,7 +590,8 @@ def payload(args: argparse.Namespace, rows: list[dict[str, Any]], commits: dict[
                          "expo": {"utd": UTD, "batch": BATCH, "num_qs": 10, "num_min_qs": 2, "num_samples": 8,
                                   "n_edit": 8, "dtype": "float32"},
                          "consistency_ac": {"batch": BATCH, "utd": 1, "sampling_steps": 2, "act_candidates": 50,
-                                            "dtype": "float32"}, **settings},
+                                            "dtype": "float32"},
+                         "expo_pair": expo_pair_setting(), **settings},
             "rows": rows}
 
 
