@@ -9,7 +9,8 @@ with seed 10000 + i, genpol's evaluation seed), each side acting as its own eval
 
 * genpol (``<pair>-genpol-s<seed>`` run folders, their latest checkpoint): ``deterministic`` (what the pair's
   metric uses: for the softmax-Q policy, every step's draws from torch's generator reseeded to 0, for each
-  state since 2026-12-06 and for the whole batch before, so a fixed function of the state) and ``stochastic`` (fresh draws every step);
+  state since 2026-12-06 and for the whole batch before, so a fixed function of the state) and
+  ``stochastic`` (fresh draws every step);
 * the authors (Ding & Jin's ``Consistency_QL``, built from their ``offline.py`` hyperparameters for
   ``hopper-medium-v2`` and loaded with the run's weights): their ``sample_action``, 50 actor samples and a
   ``torch.multinomial`` draw from the softmax of the target critics' minimum, fresh every step. Their weights

@@ -13,8 +13,8 @@ forms the posterior mean ``sqrt(ab_prev) beta_k / (1 - ab) x0 + sqrt(1 - beta_k)
 and adds noise of std ``sqrt(beta_k)`` (MaxEntDP's choice, not the posterior variance), none at the
 last step; the final action is clipped to [-1, 1]. Deterministic acting draws the chain's noise from a
 generator seeded with 0, one draw shared by every state of the batch, so the action is a function of the
-state alone (the learner's evaluation rule,
-argmax-Q over samples, lives with the learner: ``genpol.algorithms.maxentdp``).
+state alone (the learner's evaluation rule, argmax-Q over samples, lives with the learner:
+``genpol.algorithms.maxentdp``).
 
 Capabilities: ``NOISE_PREDICTION`` (``predict_noise`` and ``estimate_log_prob``, what MaxEntDP
 trains and backs up through), ``IMITATION`` (noise-prediction MSE at ``t ~ U(1e-3, 0.9946)``),
