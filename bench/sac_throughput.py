@@ -127,11 +127,12 @@ def route_linears_through_mkl(module: torch.nn.Module) -> None:
 
 
 class GenpolLearner:
-    """genpol's learner built as ``genpol.train`` builds it, trained through ``OffPolicyRunner.iterate``."""
+    """genpol's learner built as ``genpol.train`` builds it, trained through ``OffPolicyRunner.iterate``
+    (``bench/maxent_cost.py`` builds its rows with it too, on other env groups)."""
 
     def __init__(self, overrides: list[str], threads: int, steps: int, offline_path: str | None = None,
                  critic_impl: str | None = None, mkl_actor: bool = False, warmup_steps: int = 50,
-                 chunk: int = CHUNK):
+                 chunk: int = CHUNK, env_group: str = "halfcheetah"):
         from genpol.algorithms import make_algorithm
         from genpol.api import compose_config
         from genpol.build import env_stack, make_env, make_head
@@ -142,7 +143,7 @@ class GenpolLearner:
         self.threads, self.steps = threads, steps
         torch.set_num_threads(threads)
         dataset = [f"dataset.path={offline_path}"] if offline_path else []
-        cfg = validate(compose_config(["run_dir=/tmp/unused", "env=halfcheetah", *overrides, *dataset,
+        cfg = validate(compose_config(["run_dir=/tmp/unused", f"env={env_group}", *overrides, *dataset,
                                        f"learner.iteration_steps={min(steps, chunk)}"]))
         torch.manual_seed(0)
         stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
@@ -155,7 +156,8 @@ class GenpolLearner:
         if critic_impl is not None:
             self.algorithm.critic.impl = self.algorithm.critic_target.impl = critic_impl
         self.cfg = cfg
-        self.settings = {"threads": threads, "critic_impl": self.algorithm.critic.impl, "compile": cfg.learner.compile,
+        critic = getattr(self.algorithm, "critic", None)  # MEow has none: its flow gives the soft Q
+        self.settings = {"threads": threads, "critic_impl": getattr(critic, "impl", None), "compile": cfg.learner.compile,
                          "mkl_actor": mkl_actor, "overrides": overrides}
         self.runner = OffPolicyRunner(env, self.algorithm, total_steps=10**9, seed=0, iteration_steps=min(steps, chunk))
         self.runner.obs = env.reset(seed=0)
