@@ -19,6 +19,7 @@ Writes ``bench/results/maxent_cost.json`` and prints a Markdown table.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from typing import Any
 
@@ -42,7 +43,8 @@ def main() -> None:
     args = parser.parse_args()
 
     results: dict[str, Any] = {"benchmark": "maxent_cost", "date": date_stamp(), "machine": machine(),
-                               "load_average_before": load_average(), "rounds": args.rounds, "steps": args.steps,
+                               "load_average_before": load_average(), "cores": sorted(os.sched_getaffinity(0)),
+                               "rounds": args.rounds, "steps": args.steps,
                                "rows": {}}
     for env in args.envs:
         learners = {}

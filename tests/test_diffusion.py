@@ -225,9 +225,9 @@ def test_ddim_step_matches_diffusers_ddim_scheduler(eta):
 @pytest.mark.parametrize("eval_eta", [0.0, 1.0])
 def test_deterministic_ddim_follows_the_noise_free_chain_at_the_evaluation_eta(eval_eta):
     """``act(deterministic=True)`` with DDIM is x_K from the fixed-seed generator (one draw, shared by
-    every state of the batch) pushed through the
-    step means at ``ddim_eval_eta`` with no noise, written here as diffusers' ``DDIMScheduler.step``
-    with ``eta = ddim_eval_eta`` and zero ``variance_noise``; the sampling eta (1) is not used."""
+    every state of the batch) pushed through the step means at ``ddim_eval_eta`` with no noise, written
+    here as diffusers' ``DDIMScheduler.step`` with ``eta = ddim_eval_eta`` and zero ``variance_noise``;
+    the sampling eta (1) is not used."""
     from diffusers import DDIMScheduler  # here: diffusers takes ~2.5 s to import at collection
     torch.manual_seed(0)
     head = DiffusionHead(obs_dim=3, act_dim=4, denoising_steps=20, use_ddim=True, ddim_steps=5,
