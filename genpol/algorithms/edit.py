@@ -140,9 +140,9 @@ class OnTheFlyPolicy(CandidatePolicy):
     base policy during training), the edit policy and ``critic`` (the target critics).
 
     ``deterministic=True`` edits with the mean edit and draws the base candidates and the subset of
-    heads from a fixed seed (the caller's RNG untouched; ``CandidatePolicy.act``), so the action is a
-    function of the batch of states, as the diffusion head's deterministic action is; otherwise the
-    draws use torch's RNG.
+    heads from a fixed seed, reseeded for each state (the caller's RNG untouched; ``CandidatePolicy.act``),
+    so the action is a function of the state, as the diffusion head's deterministic action is; otherwise
+    the draws use torch's RNG (``+experiment=expo`` evaluates so, as the authors' ``eval_actions``).
 
     Args:
         obs_dim, act_dim: sizes.
