@@ -18,14 +18,17 @@ Suites:
                dataset made by bench/make_hopper_medium.sh; D4RL-normalized evaluation every 5k steps
     maxent     issue 30: MEow, MaxEntDP (CPU-sized) and SAC with the normalizing-flow head against the sac
                suite's SAC, HalfCheetah-v5 and Hopper-v5, run with --steps 300000; checkpoints every 10
-               iterations, for runs resumed across sessions
+               iterations, for runs resumed across sessions; each job's row gets ``against_sac``, issue 30's
+               verdict (median at or above SAC's, or inside its 95 % bootstrap interval, from 3 seeds)
     stability  the recommended PPO configs on HalfCheetah-v5, Hopper-v5 and Walker2d-v5, deterministic
                evaluation every 25 iterations (51k steps): does any evaluation after 300k steps fall below
                50 % of the best before it; median clipfrac and approx_kl over the run
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
 
-Writes ``bench/results/learning_<suite>.json`` and ``bench/results/learning_<suite>.png``.
+Writes ``bench/results/learning_<suite>.json`` and ``bench/results/learning_<suite>.png``. A job's seeds may
+run in several invocations (``--seeds 0``, later ``--seeds 1 2``): the file keeps one row per job with every
+seed run at that budget.
 
 Jobs built on ``ppo_mujoco`` (and ``default``) whose results predate 2026-12-01 ran their updates on one
 torch thread; the bundles now set ``update_threads=2``, another rounding path of the same config, so a
@@ -275,6 +278,52 @@ def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -
     }
 
 
+def merge_seeds(previous: dict | None, row: dict) -> dict:
+    """``row`` (this invocation's seeds of a job) with the seeds of ``previous`` (the results file's row of the
+    job) that were not re-run, when both ran the same budget and overrides: ``--seeds 1 2`` after ``--seeds 0``
+    then reports seeds 0-2, also where seed 0's run directory is gone (runs move between machines). Every
+    per-seed list (final returns, wall times, curves, ...) is merged seed by seed; the medians are recomputed."""
+    if not previous or (previous["steps"], previous["overrides"]) != (row["steps"], row["overrides"]):
+        return row
+    kept = [i for i, seed in enumerate(previous["seeds"]) if seed not in row["seeds"]]
+    if not kept:
+        return row
+    order = sorted(range(len(kept) + len(row["seeds"])),
+                   key=lambda i: (previous["seeds"][kept[i]] if i < len(kept) else row["seeds"][i - len(kept)]))
+    merged = dict(row)
+    for key, values in row.items():
+        old = previous.get(key) if key != "overrides" else None
+        if isinstance(values, list) and len(values) == len(row["seeds"]) and isinstance(old, list) \
+                and len(old) == len(previous["seeds"]):
+            joined = [old[i] for i in kept] + values
+            merged[key] = [joined[i] for i in order]
+    merged["median_final_return"] = statistics.median(merged["final_returns"])
+    if "sps" in previous and "sps" in row:
+        merged["sps_median"] = statistics.median(merged["sps"])
+    return merged
+
+
+def against_sac(table: dict, sac_jobs: dict) -> None:
+    """Issue 30's criterion, written into each max-entropy job's row as ``against_sac``: its median final
+    return at or above SAC's (the ``sac`` suite's job on the same task and budget), or inside the 95 %
+    bootstrap interval of SAC's median (``genpol.report``; with 3 seeds that interval is SAC's [min, max])."""
+    from genpol.report import bootstrap_median_ci
+
+    for job, row in table.items():
+        task = job.split("-")[0]
+        sac = table.get(f"{task}-sac") or sac_jobs.get(f"{task}-sac")
+        if job == f"{task}-sac" or sac is None or sac["steps"] != row["steps"]:
+            continue
+        sac_median, (low, high) = statistics.median(sac["final_returns"]), bootstrap_median_ci(sac["final_returns"])
+        median = row["median_final_return"]
+        verdict = "at or above SAC's median" if median >= sac_median else (
+            "inside SAC's 95 % interval" if median >= low else "below SAC's 95 % interval")
+        row["against_sac"] = {"sac_seeds": sac["seeds"], "sac_final_returns": sac["final_returns"],
+                              "sac_median": sac_median, "sac_ci95": [low, high], "seeds": len(row["seeds"]),
+                              "median": median, "ci95": list(bootstrap_median_ci(row["final_returns"])),
+                              "verdict": verdict, "met": median >= low and len(row["seeds"]) >= 3}
+
+
 def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
     import matplotlib
 
@@ -322,7 +371,7 @@ def main() -> None:
             "overrides": overrides, "seeds": args.seeds, "steps": args.steps, "final_returns": finals,
             "median_final_return": statistics.median(finals),
             "sps_median": statistics.median(s["sps"] for s in summaries),
-            "wall_time_s": [s["wall_time_s"] for s in summaries],
+            "wall_time_s": [s["wall_time_s"] for s in summaries], "sps": [s["sps"] for s in summaries],
         }
         if args.suite in ("sac", "rlpd", "maxent"):
             table[job]["eval_curves"] = [curves(d, "eval/episodic_return") for d in dirs]
@@ -338,15 +387,20 @@ def main() -> None:
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
     previous = read_results(f"learning_{args.suite}.json")
-    if args.jobs and previous:  # a partial re-run keeps the suite's other jobs
-        table = {**previous["jobs"], **table}
+    if previous:  # a partial re-run keeps the suite's other jobs, and a job's other seeds at the same budget
+        merged = {job: merge_seeds(previous["jobs"].get(job), row) for job, row in table.items()}
+        table = {**previous["jobs"], **merged} if args.jobs else merged
         runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
+    if args.suite == "maxent":
+        against_sac(table, read_results("learning_sac.json").get("jobs", {}))
     write_results(f"learning_{args.suite}.json", {"suite": args.suite, "date": date_stamp(), "jobs": table})
     plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
     print(f"\n{'job':40s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
     for job, row in table.items():
         per_seed = ", ".join(f"{v:.0f}" for v in row["final_returns"])
-        print(f"{job:40s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}")
+        verdict = f"  vs SAC {row['against_sac']['sac_median']:.0f}: {row['against_sac']['verdict']}" \
+            if "against_sac" in row else ""
+        print(f"{job:40s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}{verdict}")
 
 
 if __name__ == "__main__":
