@@ -324,6 +324,40 @@ def against_sac(table: dict, sac_jobs: dict) -> None:
                               "verdict": verdict, "met": median >= low and len(row["seeds"]) >= 3}
 
 
+def plot_against_sac(table: dict, sac_jobs: dict, path: Path) -> None:
+    """Issue 30's picture: per task, every seed's deterministic evaluation curve of each max-entropy job and
+    of SAC (the ``sac`` suite's), drawn from the results rows (``eval_curves``), so runs whose directories
+    are gone still show."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({job.split("-")[0] for job in table})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, task in zip(axes[0], tasks):
+        rows = {job: row for job, row in table.items() if job.startswith(f"{task}-") and row.get("eval_curves")}
+        sac = sac_jobs.get(f"{task}-sac")
+        if sac is not None and sac.get("eval_curves"):
+            rows[f"{task}-sac"] = sac
+        for index, (job, row) in enumerate(sorted(rows.items())):
+            color = "black" if job == f"{task}-sac" else colors[index % len(colors)]
+            for i, (seed, curve) in enumerate(zip(row["seeds"], row["eval_curves"])):
+                if curve:
+                    ax.plot(*zip(*curve), color=color, alpha=0.75, marker=".",
+                            label=f"{job} ({len(row['seeds'])} seeds)" if i == 0 else None)
+        ax.set_title(task)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("deterministic evaluation return (5 episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("issue 30: maximum-entropy learners against SAC, every seed")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
     import matplotlib
 
@@ -392,7 +426,9 @@ def main() -> None:
         table = {**previous["jobs"], **merged} if args.jobs else merged
         runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
     if args.suite == "maxent":
-        against_sac(table, read_results("learning_sac.json").get("jobs", {}))
+        sac_jobs = read_results("learning_sac.json").get("jobs", {})
+        against_sac(table, sac_jobs)
+        plot_against_sac(table, sac_jobs, RESULTS / "learning_maxent_vs_sac.png")
     write_results(f"learning_{args.suite}.json", {"suite": args.suite, "date": date_stamp(), "jobs": table})
     plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
     print(f"\n{'job':40s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
