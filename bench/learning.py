@@ -292,13 +292,16 @@ def merge_seeds(previous: dict | None, row: dict) -> dict:
                    key=lambda i: (previous["seeds"][kept[i]] if i < len(kept) else row["seeds"][i - len(kept)]))
     merged = dict(row)
     for key, values in row.items():
-        old = previous.get(key) if key != "overrides" else None
-        if isinstance(values, list) and len(values) == len(row["seeds"]) and isinstance(old, list) \
-                and len(old) == len(previous["seeds"]):
+        if key == "overrides" or not isinstance(values, list) or len(values) != len(row["seeds"]):
+            continue
+        old = previous.get(key)
+        if isinstance(old, list) and len(old) == len(previous["seeds"]):
             joined = [old[i] for i in kept] + values
             merged[key] = [joined[i] for i in order]
+        else:  # a per-seed list the earlier row lacks (a newer field) cannot line up with the merged seeds
+            del merged[key]
     merged["median_final_return"] = statistics.median(merged["final_returns"])
-    if "sps" in previous and "sps" in row:
+    if "sps" in merged:
         merged["sps_median"] = statistics.median(merged["sps"])
     return merged
 
@@ -343,7 +346,7 @@ def plot_against_sac(table: dict, sac_jobs: dict, path: Path) -> None:
             rows[f"{task}-sac"] = sac
         for index, (job, row) in enumerate(sorted(rows.items())):
             color = "black" if job == f"{task}-sac" else colors[index % len(colors)]
-            for i, (seed, curve) in enumerate(zip(row["seeds"], row["eval_curves"])):
+            for i, curve in enumerate(row["eval_curves"]):
                 if curve:
                     ax.plot(*zip(*curve), color=color, alpha=0.75, marker=".",
                             label=f"{job} ({len(row['seeds'])} seeds)" if i == 0 else None)

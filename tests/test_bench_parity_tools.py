@@ -265,6 +265,8 @@ def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
     assert row["eval_curves"] == [[[100, 1.0]], [[100, 2.0]], [[100, 3.0]]]
     assert row["median_final_return"] == 3050.0 and row["sps_median"] == 6.0
     assert learning.merge_seeds({**first, "steps": 100}, second) == second
+    without_sps = learning.merge_seeds({key: value for key, value in first.items() if key != "sps"}, second)
+    assert "sps" not in without_sps and without_sps["seeds"] == [0, 1, 2]  # a list that cannot line up is dropped
 
     sac = {"hopper-sac": {"steps": 300, "seeds": [0, 1, 2], "final_returns": [3500.0, 3000.0, 3200.0]}}
     table = {"hopper-flow-sac": row, "hopper-meow": {**row, "seeds": [0, 1, 2], "final_returns": [2990.0] * 3,
