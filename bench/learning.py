@@ -25,6 +25,7 @@ Suites:
                50 % of the best before it; median clipfrac and approx_kl over the run
 
     python bench/learning.py mujoco [--seeds 0 1 2] [--steps 1000000]
+    python bench/learning.py maxent --steps 300000 --status   # where each run stands; trains nothing
 
 Writes ``bench/results/learning_<suite>.json`` and ``bench/results/learning_<suite>.png``. A job's seeds may
 run in several invocations (``--seeds 0``, later ``--seeds 1 2``): the file keeps one row per job with every
@@ -278,89 +279,6 @@ def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -
     }
 
 
-def merge_seeds(previous: dict | None, row: dict) -> dict:
-    """``row`` (this invocation's seeds of a job) with the seeds of ``previous`` (the results file's row of the
-    job) that were not re-run, when both ran the same budget and overrides: ``--seeds 1 2`` after ``--seeds 0``
-    then reports seeds 0-2, also where seed 0's run directory is gone (runs move between machines). Every
-    per-seed list (final returns, wall times, curves, ...) is merged seed by seed; the medians are recomputed."""
-    if not previous or (previous["steps"], previous["overrides"]) != (row["steps"], row["overrides"]):
-        return row
-    kept = [i for i, seed in enumerate(previous["seeds"]) if seed not in row["seeds"]]
-    if not kept:
-        return row
-    order = sorted(range(len(kept) + len(row["seeds"])),
-                   key=lambda i: (previous["seeds"][kept[i]] if i < len(kept) else row["seeds"][i - len(kept)]))
-    merged = dict(row)
-    for key, values in row.items():
-        if key == "overrides" or not isinstance(values, list) or len(values) != len(row["seeds"]):
-            continue
-        old = previous.get(key)
-        if isinstance(old, list) and len(old) == len(previous["seeds"]):
-            joined = [old[i] for i in kept] + values
-            merged[key] = [joined[i] for i in order]
-        else:  # a per-seed list the earlier row lacks (a newer field) cannot line up with the merged seeds
-            del merged[key]
-    merged["median_final_return"] = statistics.median(merged["final_returns"])
-    if "sps" in merged:
-        merged["sps_median"] = statistics.median(merged["sps"])
-    return merged
-
-
-def against_sac(table: dict, sac_jobs: dict) -> None:
-    """Issue 30's criterion, written into each max-entropy job's row as ``against_sac``: its median final
-    return at or above SAC's (the ``sac`` suite's job on the same task and budget), or inside the 95 %
-    bootstrap interval of SAC's median (``genpol.report``; with 3 seeds that interval is SAC's [min, max])."""
-    from genpol.report import bootstrap_median_ci
-
-    for job, row in table.items():
-        task = job.split("-")[0]
-        sac = table.get(f"{task}-sac") or sac_jobs.get(f"{task}-sac")
-        if job == f"{task}-sac" or sac is None or sac["steps"] != row["steps"]:
-            continue
-        sac_median, (low, high) = statistics.median(sac["final_returns"]), bootstrap_median_ci(sac["final_returns"])
-        median = row["median_final_return"]
-        verdict = "at or above SAC's median" if median >= sac_median else (
-            "inside SAC's 95 % interval" if median >= low else "below SAC's 95 % interval")
-        row["against_sac"] = {"sac_seeds": sac["seeds"], "sac_final_returns": sac["final_returns"],
-                              "sac_median": sac_median, "sac_ci95": [low, high], "seeds": len(row["seeds"]),
-                              "median": median, "ci95": list(bootstrap_median_ci(row["final_returns"])),
-                              "verdict": verdict, "met": median >= low and len(row["seeds"]) >= 3}
-
-
-def plot_against_sac(table: dict, sac_jobs: dict, path: Path) -> None:
-    """Issue 30's picture: per task, every seed's deterministic evaluation curve of each max-entropy job and
-    of SAC (the ``sac`` suite's), drawn from the results rows (``eval_curves``), so runs whose directories
-    are gone still show."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = sorted({job.split("-")[0] for job in table})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4), squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, task in zip(axes[0], tasks):
-        rows = {job: row for job, row in table.items() if job.startswith(f"{task}-") and row.get("eval_curves")}
-        sac = sac_jobs.get(f"{task}-sac")
-        if sac is not None and sac.get("eval_curves"):
-            rows[f"{task}-sac"] = sac
-        for index, (job, row) in enumerate(sorted(rows.items())):
-            color = "black" if job == f"{task}-sac" else colors[index % len(colors)]
-            for i, curve in enumerate(row["eval_curves"]):
-                if curve:
-                    ax.plot(*zip(*curve), color=color, alpha=0.75, marker=".",
-                            label=f"{job} ({len(row['seeds'])} seeds)" if i == 0 else None)
-        ax.set_title(task)
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel("deterministic evaluation return (5 episodes)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("issue 30: maximum-entropy learners against SAC, every seed")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
     import matplotlib
 
@@ -393,7 +311,19 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--jobs", nargs="*", help="only these jobs of the suite")
+    parser.add_argument("--status", action="store_true",
+                        help="print where each (job, seed) run stands and train nothing: for runs spread over sessions")
     args = parser.parse_args()
+    if args.status:
+        from learning_rows import print_status
+
+        run_dirs = {(job, seed): job_dir(job, args.steps, seed) for job in SUITES[args.suite]
+                    if not args.jobs or job in args.jobs for seed in args.seeds}
+        results = read_results(f"learning_{args.suite}.json")
+        if args.suite == "maxent":  # its SAC jobs are the sac suite's runs, recorded in that suite's file
+            results = {"jobs": {**read_results("learning_sac.json").get("jobs", {}), **results.get("jobs", {})}}
+        print_status(run_dirs, args.steps, results)
+        return
 
     table, runs = {}, {}
     for job, overrides in SUITES[args.suite].items():
@@ -423,6 +353,8 @@ def main() -> None:
         if args.suite == "spo_deep":
             deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
             table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
+    from learning_rows import against_sac, merge_seeds, plot_against_sac
+
     previous = read_results(f"learning_{args.suite}.json")
     if previous:  # a partial re-run keeps the suite's other jobs, and a job's other seeds at the same budget
         merged = {job: merge_seeds(previous["jobs"].get(job), row) for job, row in table.items()}

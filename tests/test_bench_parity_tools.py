@@ -248,11 +248,11 @@ def test_claim_verdicts_follow_the_interval_of_the_difference():
 
 
 def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
-    """``bench/learning.py``: a job's seeds run in two invocations (seed 0, then 2 and 1) are one row, in seed
+    """``bench/learning_rows.py``: a job's seeds run in two invocations (seed 0, then 2 and 1) are one row, in seed
     order, every per-seed list merged alike and the median recomputed; a row at another budget is not merged.
     The verdict against SAC on hand values: with 3 seeds the exact bootstrap interval of SAC's median is its
     [min, max], so a median of 3050 is inside [3000, 3500] and one of 2990 is below it."""
-    import learning
+    import learning_rows as learning
 
     first = {"overrides": ["a"], "steps": 300, "seeds": [0], "final_returns": [3050.0], "wall_time_s": [10.0],
              "sps": [5.0], "eval_curves": [[[100, 1.0]]], "median_final_return": 3050.0, "sps_median": 5.0}
@@ -278,3 +278,24 @@ def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
     assert verdict["verdict"] == "inside SAC's 95 % interval" and verdict["met"]
     assert table["hopper-meow"]["against_sac"]["verdict"] == "below SAC's 95 % interval"
     assert not table["hopper-meow"]["against_sac"]["met"] and "against_sac" not in table["hopper-other"]
+
+
+def test_learning_status_reads_where_each_run_stands(tmp_path, capsys):
+    """``bench/learning.py --status``: a finished run, one resumable from its latest checkpoint, one recorded in
+    the results file whose directory is elsewhere, and one not started, each read from disk."""
+    import json
+
+    import learning_rows
+
+    done, resumable = tmp_path / "done", tmp_path / "resumable"
+    done.mkdir()
+    (done / "summary.json").write_text(json.dumps({"env_steps": 300, "eval_return_mean": 3123.4}))
+    for step in (100, 200):
+        (resumable / "checkpoints" / f"step_{step:012d}").mkdir(parents=True)
+    results = {"jobs": {"elsewhere": {"steps": 300, "seeds": [0, 2], "final_returns": [1.0, 2516.0]}}}
+    learning_rows.print_status({("a", 0): done, ("b", 1): resumable, ("elsewhere", 2): tmp_path / "gone",
+                                ("c", 0): tmp_path / "never"}, 300, results)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines[0].split() == ["a", "0", "done:", "final", "evaluation", "3123"]
+    assert lines[1].endswith("resumes from step 200 of 300")
+    assert "in the results file only: final evaluation 2516" in lines[2] and lines[3].endswith("not started")
