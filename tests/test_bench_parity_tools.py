@@ -252,27 +252,27 @@ def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
     order, every per-seed list merged alike and the median recomputed; a row at another budget is not merged.
     The verdict against SAC on hand values: with 3 seeds the exact bootstrap interval of SAC's median is its
     [min, max], so a median of 3050 is inside [3000, 3500] and one of 2990 is below it."""
-    import learning_rows as learning
+    import learning_rows
 
     first = {"overrides": ["a"], "steps": 300, "seeds": [0], "final_returns": [3050.0], "wall_time_s": [10.0],
              "sps": [5.0], "eval_curves": [[[100, 1.0]]], "median_final_return": 3050.0, "sps_median": 5.0}
     second = {"overrides": ["a"], "steps": 300, "seeds": [2, 1], "final_returns": [2900.0, 3600.0],
               "wall_time_s": [30.0, 20.0], "sps": [7.0, 6.0], "eval_curves": [[[100, 3.0]], [[100, 2.0]]],
               "median_final_return": 3250.0, "sps_median": 6.5}
-    row = learning.merge_seeds(first, second)
+    row = learning_rows.merge_seeds(first, second)
     assert row["seeds"] == [0, 1, 2] and row["overrides"] == ["a"]
     assert row["final_returns"] == [3050.0, 3600.0, 2900.0] and row["wall_time_s"] == [10.0, 20.0, 30.0]
     assert row["eval_curves"] == [[[100, 1.0]], [[100, 2.0]], [[100, 3.0]]]
     assert row["median_final_return"] == 3050.0 and row["sps_median"] == 6.0
-    assert learning.merge_seeds({**first, "steps": 100}, second) == second
-    without_sps = learning.merge_seeds({key: value for key, value in first.items() if key != "sps"}, second)
+    assert learning_rows.merge_seeds({**first, "steps": 100}, second) == second
+    without_sps = learning_rows.merge_seeds({key: value for key, value in first.items() if key != "sps"}, second)
     assert "sps" not in without_sps and without_sps["seeds"] == [0, 1, 2]  # a list that cannot line up is dropped
 
     sac = {"hopper-sac": {"steps": 300, "seeds": [0, 1, 2], "final_returns": [3500.0, 3000.0, 3200.0]}}
     table = {"hopper-flow-sac": row, "hopper-meow": {**row, "seeds": [0, 1, 2], "final_returns": [2990.0] * 3,
                                                      "median_final_return": 2990.0},
              "hopper-other": {**row, "steps": 100}}
-    learning.against_sac(table, sac)
+    learning_rows.against_sac(table, sac)
     verdict = table["hopper-flow-sac"]["against_sac"]
     assert verdict["sac_median"] == 3200.0 and verdict["sac_ci95"] == [3000.0, 3500.0]
     assert verdict["verdict"] == "inside SAC's 95 % interval" and verdict["met"]
