@@ -20,8 +20,8 @@ def merge_seeds(previous: dict | None, row: dict) -> dict:
     kept = [i for i, seed in enumerate(previous["seeds"]) if seed not in row["seeds"]]
     if not kept:
         return row
-    order = sorted(range(len(kept) + len(row["seeds"])),
-                   key=lambda i: (previous["seeds"][kept[i]] if i < len(kept) else row["seeds"][i - len(kept)]))
+    joined_seeds = [previous["seeds"][i] for i in kept] + row["seeds"]
+    order = sorted(range(len(joined_seeds)), key=joined_seeds.__getitem__)
     merged = dict(row)
     for key, values in row.items():
         if key == "overrides" or not isinstance(values, list) or len(values) != len(row["seeds"]):
