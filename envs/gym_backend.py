@@ -168,7 +168,13 @@ class GymVectorEnv(VectorEnv):
                     env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
                 except TypeError:  # envs without width/height arguments (classic control)
                     extra.pop("width", None), extra.pop("height", None)
-                    env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
+                    try:
+                        env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
+                    except TypeError as error:  # an argument the env's constructor does not take
+                        if not env_kwargs:
+                            raise
+                        raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs or {})}: "
+                                       f"{error}") from None
                 remove_generated_model_file(env.unwrapped)
                 if is_goal_space(env.observation_space):
                     env = FlattenGoalObservation(env)  # [observation, achieved_goal, desired_goal]

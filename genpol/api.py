@@ -10,18 +10,22 @@
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 from hydra import compose, initialize_config_module
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from genpol.config.aliases import rename_overrides
 from genpol.config.base import claim_new_dir
 from genpol.configure import import_learner_modules, register_configs, validate
+from genpol.errors import ConfigError
 from genpol.policy import TrainedPolicy
+
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
                    config_dirs: Sequence[str | Path] = ()) -> DictConfig:
@@ -30,15 +34,36 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
 
     ``config_dirs``: folders of your own config groups (Hydra's search path, as ``--config-dir``
     on the command line): ``my_dir/experiment/mine.yaml`` is then ``+experiment=mine``. genpol's
-    own folder is searched first, so give your files names genpol's groups do not use.
+    own folder is searched first, so give your files names genpol's groups do not use. A lone string
+    is one override or one folder.
+
+    Raises ``ConfigError`` where Hydra cannot compose (an unknown group option, a value of the wrong
+    type), with Hydra's reason in the message (and the original exception as its cause).
     """
+    overrides, config_dirs = _as_list(overrides, "overrides"), _as_list(config_dirs, "config_dirs")
     overrides = rename_overrides(overrides)
     import_learner_modules(overrides, config_dirs)  # a learner of the user's own registers its schema
     register_configs()
     extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
              ] if config_dirs else []
     with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
-        return compose(config_name=config_name, overrides=[*extra, *overrides])
+        try:
+            return compose(config_name=config_name, overrides=[*extra, *overrides])
+        except HydraException as error:  # one error type for the API's bad input, with Hydra's reason in it
+            cause = f": {error.__cause__}" if error.__cause__ is not None else ""
+            message = f"{error}{cause}".split("Config search path")[0]  # the folders searched: noise here
+            message = re.sub(r"\s+schema_\w+", "", message)  # the schemas' entries are not choices
+            raise ConfigError(" ".join(message.split())) from error
+
+
+def _as_list(items: Any, name: str) -> list[Any]:
+    """A sequence argument as a list; a lone string or path is one item (iterating it would split it into
+    characters, each taken for an override or a folder)."""
+    if isinstance(items, (str, Path)):
+        return [items]
+    if not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a list, got {type(items).__name__}: {items!r}")
+    return list(items)
 
 
 def _env_overrides(env: str) -> list[str]:

@@ -206,7 +206,11 @@ def load_training_state(checkpoint: str | Path, map_location: str | torch.device
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory from either itself or a run directory (its latest checkpoint)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"expected a run or checkpoint directory (a str or Path), got {path!r}")
     path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist: expected a run directory or one of its checkpoints")
     if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
         return path
     found = list_checkpoints(path / "checkpoints")

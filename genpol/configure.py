@@ -9,9 +9,11 @@ ConfigStore entries of every learner's schema. The entry points and the API call
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
@@ -23,7 +25,7 @@ from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.heads import head_class
 from genpol.heads.base import Capability, check_capabilities
 
-__all__ = ["register_configs", "validate", "type_own_head", "check_groups", "check_learner", "import_learner_modules",
+__all__ = ["register_configs", "validate", "check_known_keys", "check_device", "type_own_head", "check_groups", "check_learner", "import_learner_modules",
            "config_dirs_of"]
 
 
@@ -82,12 +84,15 @@ def validate(cfg: DictConfig) -> Any:
     training config, also the checks across groups (``check_groups``) and the head's capabilities
     against the learner's needs (``check_learner``)."""
     type_own_head(cfg)
+    check_known_keys(cfg)
     try:
         config = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as error:
         key = error.full_key
         example = MISSING_EXAMPLES.get(key, f"{key}=<value>")
         raise ConfigError(f"{key} is required and has no default: set it, e.g. {example}") from None
+    if isinstance(config, (TrainConfig, EvaluateConfig)):
+        check_device(config.device)
     if isinstance(config, TrainConfig):
         if not dataclasses.is_dataclass(config.learner):
             raise ConfigError("the learner group's yaml has no schema: list schema_<name> in its defaults (a learner "
@@ -98,6 +103,44 @@ def validate(cfg: DictConfig) -> Any:
         check_groups(config)
         check_learner(config)
     return config
+
+
+def check_device(device: str) -> None:
+    """``ConfigError`` naming ``device`` when torch cannot parse it or this machine lacks it (a CPU-only
+    torch, or no such GPU): otherwise the first tensor moved there fails deep inside an env or a head."""
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device}: this torch has no CUDA device to use "
+                              f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); use device=cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                              f"numbered from 0")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={device}: MPS is not available here; use device=cpu")
+
+
+def check_known_keys(node: Any, path: str = "") -> None:
+    """``ConfigError`` for a key that no schema declares. Hydra refuses ``learner.lrr=1``, but its ``+``
+    prefix (what its own error message suggests) adds the key with the schema's struct flag lifted, and
+    ``OmegaConf.to_object`` then sets it as a stray attribute that nothing reads: the run would train
+    with the value silently dropped. Dict-typed fields (``env.kwargs``, ``policy.kwargs``) hold free keys."""
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        fields = [schema_field.name for schema_field in dataclasses.fields(schema)]
+        for key in node.keys():
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                hint = f" (did you mean {path}{close[0]}?)" if close else f"; its keys are {sorted(fields)}"
+                raise ConfigError(f"{path}{key} is not a key of {schema.__name__}, so it would be ignored{hint}")
+    for key in node.keys():
+        if not OmegaConf.is_missing(node, key) and not OmegaConf.is_interpolation(node, key):
+            check_known_keys(node[key], f"{path}{key}.")
 
 
 def type_own_head(cfg: DictConfig) -> None:

@@ -1,4 +1,4 @@
-"""``python -m genpol.evaluate run_dir=<path> episodes=<int> video=true``
+"""``python -m genpol.evaluate run_dir=<path> episodes=<int> video=true`` (or ``python -m genpol.evaluate <path> ...``)
 
 Reports the deterministic and stochastic mean return (and success rate, where the env defines
 success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
@@ -56,14 +56,28 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     return results
 
 
+def positional_run_dir(argv: list[str]) -> list[str]:
+    """``argv`` with a bare first argument that names a directory (``genpol-evaluate runs/hopper``, as
+    ``genpol-report`` takes its folder) written as Hydra's ``run_dir=<it>``."""
+    if argv and "=" not in argv[0] and not argv[0].startswith("-") and Path(argv[0]).is_dir():
+        return [f"run_dir={argv[0]}", *argv[1:]]
+    return argv
+
+
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
+def evaluate_from_config(cfg: DictConfig) -> None:
     try:
         results = evaluate_run(validate(cfg))
     except (ConfigError, CheckpointError, EnvError) as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(results, indent=2))
+
+
+def main() -> None:
+    """The command line (``python -m genpol.evaluate``, ``genpol-evaluate``)."""
+    sys.argv[1:] = positional_run_dir(sys.argv[1:])
+    evaluate_from_config()
 
 
 if __name__ == "__main__":

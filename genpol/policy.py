@@ -129,17 +129,37 @@ class TrainedPolicy:
             recorder.max_episodes = 1
         return env
 
+    @property
+    def obs_dim(self) -> int:
+        return int(self.spec["env"]["obs_dim"])
+
+    def _check_obs_shape(self, shape: tuple[int, ...], method: str, expected: str) -> None:
+        if len(shape) == 0 or shape[-1] != self.obs_dim:
+            raise ValueError(f"TrainedPolicy.{method}: observations must be {expected} with D = {self.obs_dim} "
+                             f"({self.env_id}), got shape {tuple(shape)}")
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """Normalized ``obs [B, D]`` -> action in ``[-1, 1]``-space ``[B, A]``."""
-        return self.head.act(obs, deterministic=deterministic)
+        """Normalized ``obs [B, D]`` -> action in ``[-1, 1]``-space ``[B, A]``. A float tensor of another
+        dtype or device is moved to the head's; anything else is refused, naming what ``act`` takes."""
+        if not isinstance(obs, torch.Tensor):
+            raise TypeError(f"TrainedPolicy.act takes a torch tensor of normalized observations [B, {self.obs_dim}] "
+                            f"(from an env of make_env), got {type(obs).__name__}; predict takes raw numpy observations")
+        self._check_obs_shape(tuple(obs.shape), "act", "[B, D]")
+        if obs.ndim != 2 or not obs.is_floating_point():
+            raise ValueError(f"TrainedPolicy.act: observations must be a float tensor [B, {self.obs_dim}], got "
+                             f"{obs.dtype} of shape {tuple(obs.shape)}")
+        parameter = next(self.head.parameters())
+        return self.head.act(obs.to(parameter.device, parameter.dtype), deterministic=deterministic)
 
     @torch.no_grad()
     def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
-        """Raw simulator ``obs [D]`` or ``[B, D]`` -> action in the env's bounds, same leading shape."""
+        """Raw simulator ``obs [..., D]`` (one ``[D]``, a batch ``[B, D]``, or any leading shape) ->
+        actions in the env's bounds ``[..., A]``, the same leading shape."""
         device = next(self.head.parameters()).device
         obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
-        single = obs.ndim == 1
+        self._check_obs_shape(tuple(obs.shape), "predict", "[D] or [..., D]")
+        leading = obs.shape[:-1]
         obs = obs.reshape(-1, obs.shape[-1])
         kind, state = self.spec["obs_normalization"], self.obs_statistics
         if kind == "running":
@@ -157,7 +177,7 @@ class TrainedPolicy:
         finite = torch.isfinite(low) & torch.isfinite(high)
         scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
         action = torch.where(finite, torch.maximum(torch.minimum(scaled, env_high), env_low), action)
-        return (action[0] if single else action).cpu().numpy()
+        return action.reshape(*leading, action.shape[-1]).cpu().numpy()
 
 
 class EpisodeResults(NamedTuple):

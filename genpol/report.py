@@ -33,6 +33,8 @@ import itertools
 import json
 import re
 import shutil
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -92,8 +94,15 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
         if not summary_path.exists():
             unfinished.append(directory)
             continue
-        config = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)))
-        runs.append(Run(directory, config, json.loads(summary_path.read_text())))
+        try:
+            config = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)))
+            summary = json.loads(summary_path.read_text())
+        except Exception as error:  # yaml's and json's parse errors: a damaged run is named, not a traceback
+            warnings.warn(f"genpol.report: skipping {directory}: its config.yaml or summary.json cannot be read "
+                          f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
+            unfinished.append(directory)
+            continue
+        runs.append(Run(directory, config, summary))
     return runs, unfinished
 
 
@@ -251,12 +260,20 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
         relative = f"curves/{_slug(row.label)}.png"
         if plot_curve(row, curve_metric, out_dir / relative):
             curve_files[row.label] = relative
+    curve_missing = None
+    if not curve_files:
+        logged = {key for run in runs for line in read_metrics(run.directory / "progress.jsonl") for key in line}
+        if logged and curve_metric not in logged:
+            curve_missing = (f"no run under {root} logged '{curve_metric}' in its progress.jsonl, so no curves were "
+                             f"drawn; its fields include {sorted(key for key in logged if '/' in key)[:12]}")
     write_hparams(rows, out_dir / "tb")
     table = markdown_table(rows, metric, curve_files)
     text = (f"# Report of {root}\n\n{len(runs)} finished runs in {len(rows)} configurations. Median of the final "
             f"`{metric}` over seeds; 95% CI: percentile bootstrap of the median (exact up to "
             f"{EXACT_BOOTSTRAP_MAX_SEEDS} seeds, else {BOOTSTRAP_RESAMPLES} resamples with seed {BOOTSTRAP_SEED}). "
             f"Curves: `{curve_metric}`, mean over seeds with a 95% Student-t band.\n\n{table}")
+    if curve_missing:
+        text += f"\n{curve_missing}\n"
     if unfinished:
         text += "\nUnfinished (no summary.json): " + ", ".join(f"`{path}`" for path in unfinished) + "\n"
     (out_dir / "report.md").write_text(text)
@@ -265,7 +282,7 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
                                           "median": row.median, "ci95": [row.ci_low, row.ci_high], "mean": row.mean,
                                           "runs": [str(run.directory) for run in row.runs],
                                           "curve": curve_files.get(row.label)} for row in rows],
-              "unfinished": [str(path) for path in unfinished]}
+              "unfinished": [str(path) for path in unfinished], "curve_missing": curve_missing}
     (out_dir / "report.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -278,9 +295,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--curve", default="charts/episodic_return", help="progress.jsonl field of the curves")
     args = parser.parse_args(argv)
     try:
-        report(args.root, args.out, args.metric, args.curve)
+        result = report(args.root, args.out, args.metric, args.curve)
     except (FileNotFoundError, KeyError) as error:
-        raise SystemExit(f"genpol.report: {error}") from None
+        message = error.args[0] if isinstance(error, KeyError) else error  # str(KeyError) quotes its message
+        raise SystemExit(f"genpol.report: {message}") from None
+    if result["curve_missing"]:
+        print(f"genpol.report: {result['curve_missing']}", file=sys.stderr)
     out_dir = Path(args.out) if args.out else Path(args.root) / "report"
     print((out_dir / "report.md").read_text())
 

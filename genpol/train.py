@@ -27,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from genpol import collectives, distributed
-from genpol.config import TrainConfig
+from genpol.config import TrainConfig, check_run_dir
 from genpol.config.aliases import rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
@@ -90,6 +90,9 @@ def main() -> None:
     arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
     sys.argv[1:] = rename_overrides(sys.argv[1:])
     try:  # a learner of the user's own registers its schema before Hydra composes
+        for item in sys.argv[1:]:  # Hydra makes run_dir its output folder before genpol sees the config
+            if item.startswith("run_dir="):
+                check_run_dir(item.split("=", 1)[1])
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
     except ConfigError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)

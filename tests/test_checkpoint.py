@@ -69,8 +69,11 @@ def test_missing_pieces_are_named(tmp_path):
     (path / "manifest.json").unlink()
     with pytest.raises(CheckpointError, match="has no manifest.json"):
         load_policy_files(path)
-    with pytest.raises(CheckpointError, match="no checkpoint in"):
+    with pytest.raises(CheckpointError, match="nowhere does not exist: expected a run directory"):
         TrainedPolicy.load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        TrainedPolicy.load(tmp_path / "empty")
 
 
 TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "pipeline.checkpoint_every=1",
@@ -147,6 +150,10 @@ def test_resuming_with_a_different_config_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    # no checkpoint yet (the first start failed before one): a corrected config starts afresh
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.lr=1e-3"])))
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    make_checkpoint(run_dir)  # from here on the run has progress a resume would continue
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=5"])))  # allowed
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.compile=true"])))
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "update_threads=2"])))
@@ -166,6 +173,7 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    make_checkpoint(run_dir)
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     del saved["dataset"]["format"], saved["learner"]["adam_eps"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
@@ -188,6 +196,7 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
     run_dir.mkdir()
     expo = [f"run_dir={run_dir}", "learner=expo", "policy=diffusion_expo"]
     check_resume_config(run_dir, validate(compose_config(expo)))
+    make_checkpoint(run_dir)
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     del saved["learner"]["adjust_target_entropy"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))

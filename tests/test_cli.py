@@ -67,7 +67,10 @@ def test_evaluate_reports_both_modes_and_writes_videos(trained_run):
 
 def test_evaluate_names_a_missing_run(tmp_path):
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'nothing'}", check=False)
-    assert result.returncode == 2 and "no checkpoint in" in result.stderr
+    assert result.returncode == 2 and "nothing does not exist: expected a run directory" in result.stderr
+    (tmp_path / "empty").mkdir()  # a directory, given as genpol-report takes its folder: no checkpoint there
+    result = run_cli("-m", "genpol.evaluate", str(tmp_path / "empty"), check=False)
+    assert result.returncode == 2 and f"no checkpoint in {tmp_path / 'empty'}" in result.stderr
 
 
 def test_any_gymnasium_id_and_a_multirun_sweep(tmp_path):

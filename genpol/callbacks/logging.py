@@ -39,14 +39,15 @@ class MetricsFile(Callback):
     """One JSON object per iteration in ``progress.jsonl`` (the learning curve is drawn from it).
 
     On a resume, lines written after the checkpoint are dropped, so the file matches what the
-    uninterrupted run would have written.
+    uninterrupted run would have written (on a start from scratch, every line: an earlier attempt
+    stopped before its first checkpoint).
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     def on_train_start(self, runner: Any) -> None:
-        if runner.global_step > 0 and self.path.exists():
+        if self.path.exists():  # a fresh start (step 0) drops the lines of an attempt that saved no checkpoint
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line)["global_step"] <= runner.global_step]
             self.path.write_text("".join(line + "\n" for line in kept))

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, claim_new_dir, require
+from genpol.config.base import ACTIVATION_NAMES, ENV_BACKENDS, ConfigError, check_run_dir, claim_new_dir, require
 from genpol.config.env import DatasetConfig, EnvConfig
 from genpol.config.pipeline import (GoRLPipelineConfig, LoggerConfig, OfflineToOnlinePipelineConfig,
                                    OnlinePipelineConfig)
@@ -72,6 +72,8 @@ class TrainConfig:
         """Ranges of the root's own fields. The checks that need two groups at once (policy with
         pipeline or learner) read the learner table, so they run in ``genpol.configure.validate``."""
         require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
+        require(self.seed >= 0, "seed", ">= 0 (gymnasium seeds with non-negative integers)", self.seed)
+        check_run_dir(self.run_dir)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
         require(self.update_threads >= 0, "update_threads", ">= 0 (0: torch_threads)", self.update_threads)
 
@@ -99,6 +101,7 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
+        require(self.seed >= 0, "seed", ">= 0 (gymnasium seeds with non-negative integers)", self.seed)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
 
 

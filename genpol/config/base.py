@@ -15,7 +15,7 @@ from genpol.errors import ConfigError, require
 ENV_BACKENDS = tuple(BACKENDS)  # the one list of env backends is genpol.envs.BACKENDS
 ACTIVATION_NAMES = tuple(ACTIVATIONS)  # the networks' table, genpol.nets.ACTIVATIONS
 
-__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "flatten_keys"]
+__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "check_run_dir", "flatten_keys"]
 
 
 def claim_new_dir(path: str) -> str:
@@ -33,6 +33,14 @@ def claim_new_dir(path: str) -> str:
         except FileExistsError:
             suffix += 1
             candidate = f"{path}_{suffix}"
+
+
+def check_run_dir(path: str) -> None:
+    """``ConfigError`` for a ``run_dir`` that cannot hold a run: empty (the files would land in the working
+    directory, among the user's own) or an existing file."""
+    require(bool(str(path).strip()), "run_dir", "a directory path", path)
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"run_dir={path} is a file, not a directory: pick another run_dir")
 
 
 def flatten_keys(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -66,6 +66,8 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
         raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
     observations = np.asarray(data["observations"])
     actions = np.asarray(data["actions"])
+    if len(observations) == 0:
+        raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
     if observations.ndim != 2 or actions.ndim != 2:
         raise DatasetError(f"{path}: 'observations' and 'actions' must be 2-D, got shapes "
                            f"{observations.shape} and {actions.shape}")

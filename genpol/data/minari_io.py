@@ -106,6 +106,10 @@ def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path 
 
     if format == "d4rl" or (format == "auto" and Path(path_or_id).suffix in (".hdf5", ".h5")):
         return load_d4rl(path_or_id, max_transitions)
+    if format == "auto" and Path(path_or_id).is_file():  # a Minari id names no file: this is one of another kind
+        raise DatasetError(f"dataset.path={path_or_id} is a file but not a D4RL file (.hdf5 or .h5); genpol reads "
+                           "D4RL files and Minari dataset ids "
+                           "(dataset.format=d4rl reads an HDF5 file of another suffix)")
     if format in ("minari", "auto"):
         return load_minari(path_or_id, minari_root, max_transitions)
     raise DatasetError(f"unknown dataset format '{format}'; choose auto, d4rl or minari")

@@ -158,6 +158,10 @@ class DiffusionConfig(HeadConfig):
         require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
         require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
                  self.horizon_steps)
+        if self.use_ddim:  # DDIM samples a subset of the training chain's steps
+            require(1 <= self.ddim_steps <= self.denoising_steps, "policy.ddim_steps",
+                    f"in [1, {self.denoising_steps}] (policy.denoising_steps, the chain DDIM samples from)",
+                    self.ddim_steps)
         sampled = self.ddim_steps if self.use_ddim else self.denoising_steps
         require(1 <= self.ft_denoising_steps <= sampled, "policy.ft_denoising_steps",
                  f"in [1, {sampled}] (the sampling steps)", self.ft_denoising_steps)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from genpol import collectives
 from genpol.envs import VectorEnv
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
@@ -59,6 +60,27 @@ def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
     return {"normalize_obs": False, "normalize_reward": False}
 
 
+def steps_trained(cfg: TrainConfig, env: VectorEnv, on_policy: bool) -> int:
+    """The env steps the run will take, with a warning where they are not ``total_steps``: an on-policy
+    run collects whole rollouts (``rollout_steps x num_envs``, summed over torchrun's ranks), so it rounds
+    ``total_steps`` up to a multiple of one. An off-policy run stops at ``total_steps`` exactly, but one
+    that ends inside its uniform warm-up (``learner.learning_starts``) takes no gradient step: warned too."""
+    if on_policy:
+        per_rollout = cfg.learner.rollout_steps * env.num_envs * collectives.world_size()
+        trained = -(-cfg.total_steps // per_rollout) * per_rollout
+        if trained != cfg.total_steps:
+            log.warning("total_steps=%d is not a whole number of rollouts of %d env steps (learner.rollout_steps=%d "
+                        "x env.num_envs=%d%s): training %d env steps", cfg.total_steps, per_rollout,
+                        cfg.learner.rollout_steps, env.num_envs,
+                        f" x {collectives.world_size()} ranks" if collectives.world_size() > 1 else "", trained)
+        return trained
+    starts = getattr(cfg.learner, "learning_starts", 0)
+    if starts >= cfg.total_steps:
+        log.warning("learner.learning_starts=%d >= total_steps=%d: the run acts at random throughout and takes "
+                    "no gradient step", starts, cfg.total_steps)
+    return cfg.total_steps
+
+
 def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead, stack: dict[str, Any],
                normalized_score: Callable[[float], float] | None = None,
                extra_summary: dict[str, Any] | None = None, offline: Any = None,
@@ -73,13 +95,14 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     policy_spec = make_policy_spec(algorithm.acting_head(), env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                                    (cfg.env.render_width, cfg.env.render_height))
     pipeline = cfg.pipeline
+    trained_steps = steps_trained(cfg, env, algorithm.on_policy)
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
     evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack),
                             pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score,
                             deterministic=pipeline.eval_deterministic)
     phase = Phase(
         directory=run_dir, tensorboard_dir=run_dir / "tb" if cfg.logger.tensorboard else None,
-        total=cfg.total_steps if cfg.logger.progress_bar else None, label=env.env_id,
+        total=trained_steps if cfg.logger.progress_bar else None, label=env.env_id,
         checkpoint_every=pipeline.checkpoint_every, keep_checkpoints=pipeline.keep_checkpoints,
         policy_spec=policy_spec, evaluation=evaluation,
         summary_extra={"env": cfg.env.full_id, "policy": cfg.policy.family, "learner": cfg.learner.name,

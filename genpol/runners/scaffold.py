@@ -22,7 +22,7 @@ from genpol import collectives, distributed
 from genpol.allocator import retain_freed_memory
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
-from genpol.checkpoint import load_latest, remove_temporary
+from genpol.checkpoint import PREFIX, load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
@@ -77,9 +77,24 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     """Write ``config.yaml`` on a first start; on a resume, refuse a config that changes the run."""
     path = run_dir / "config.yaml"
     current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    if not path.exists():
-        path.write_text(OmegaConf.to_yaml(current))
+    if path.exists() and not holds_progress(run_dir):
+        log.info("%s holds an earlier start that saved no checkpoint: starting afresh with this config", run_dir)
+    elif path.exists():
+        compare_saved_config(run_dir, path, cfg, current)
         return
+    path.write_text(OmegaConf.to_yaml(current))
+
+
+def holds_progress(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds something a resume would continue: a checkpoint of any phase, or a finished
+    run's summary. Without one, an earlier start failed before its first checkpoint (a bad dataset path, a
+    misspelt env id): the same run_dir may start again, with the config corrected."""
+    return (run_dir / "summary.json").exists() or any(run_dir.rglob(f"checkpoints/{PREFIX}*"))
+
+
+def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: dict[str, Any]) -> None:
+    """``ConfigError`` naming every key whose value differs from the saved ``config.yaml`` in a way that
+    changes what the run computes."""
     saved = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
     now = flatten_keys(current)
     changed = sorted(key for key in set(saved) | set(now)

@@ -1,0 +1,173 @@
+"""A new user's mistakes, found by trying them (2026-12-06): each is refused with a message that names the
+culprit, or warned about where it is legal, and nothing already on disk is lost. The config's own range
+checks are in test_config.py, the env ids' in test_envs.py, the datasets' in test_data.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from genpol.api import compose_config, load_policy, train
+from genpol.checkpoint import resolve_checkpoint
+from genpol.configure import validate
+from genpol.data import load_dataset, write_d4rl
+from genpol.data.dataset import DatasetError
+from genpol.envs import EnvError
+from genpol.errors import CheckpointError, ConfigError
+from genpol.evaluate import positional_run_dir
+from genpol.report import report
+
+PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    # Hydra's own advice for a misspelt key, "+learner.lrr", adds it: it used to be dropped without a word
+    (["+learner.lrr=1e-3"], r"^learner.lrr is not a key of PPOConfig, so it would be ignored \(did you mean learner.lr\?\)$"),
+    (["+total_step=100"], r"^total_step is not a key of TrainConfig, so it would be ignored \(did you mean total_steps\?\)$"),
+    (["+learner.zzz=1"], r"^learner.zzz is not a key of PPOConfig, so it would be ignored; its keys are \['adam_eps', "),
+    (["device=gpu0"], r"^device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'$"),
+    (["seed=-1"], r"^seed must be >= 0 \(gymnasium seeds with non-negative integers\), got -1$"),
+    (["run_dir="], r"^run_dir must be a directory path, got ''$"),
+    (["policy=diffusion_ddim", "policy.ddim_steps=50"],
+     r"^policy.ddim_steps must be in \[1, 20\] \(policy.denoising_steps, the chain DDIM samples from\), got 50$"),
+])
+def test_config_mistakes_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config([*PENDULUM, "run_dir=/tmp/x", *overrides]))
+
+
+def test_free_keys_and_a_real_device_pass(tmp_path):
+    """The key check leaves dict-typed fields free (an env's own constructor arguments), and a device this
+    machine has is accepted; one it lacks is named."""
+    cfg = validate(compose_config([*PENDULUM, f"run_dir={tmp_path}", "+env.kwargs.g=9.0"]))
+    assert cfg.env.kwargs == {"g": 9.0}
+    if torch.cuda.is_available():
+        missing = f"cuda:{torch.cuda.device_count()}"
+        with pytest.raises(ConfigError, match=rf"^device={missing}: this machine has \d+ CUDA device"):
+            validate(compose_config([*PENDULUM, f"run_dir={tmp_path}", f"device={missing}"]))
+    else:
+        with pytest.raises(ConfigError, match=r"^device=cuda: this torch has no CUDA device to use .*; use device=cpu$"):
+            validate(compose_config([*PENDULUM, f"run_dir={tmp_path}", "device=cuda"]))
+
+
+def test_the_api_raises_config_error_with_hydras_reason(tmp_path):
+    with pytest.raises(ConfigError, match=r"total_steps=200.7: Value '200.7' of type 'float' could not be converted "
+                                          r"to Integer"):
+        train(env="gym:Pendulum-v1", total_steps=200.7, run_dir=tmp_path / "a")
+    # a misspelt group: the choices, without the schemas' entries that Hydra lists among them
+    with pytest.raises(ConfigError, match=r"Could not find 'policy/gaussain' Available options in 'policy': ") as info:
+        train(env="gym:Pendulum-v1", policy="gaussain", run_dir=tmp_path / "b")
+    assert " gaussian " in str(info.value) and "schema_" not in str(info.value) and "\n" not in str(info.value)
+    # a lone string is one folder (or one override), not a sequence of one-letter ones
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "short.yaml").write_text("# @package _global_\ntotal_steps: 77\n")
+    cfg = compose_config(["+experiment=short", "run_dir=/tmp/x"], config_dirs=str(tmp_path / "mine"))
+    assert cfg.total_steps == 77
+    assert compose_config("seed=3").seed == 3
+    with pytest.raises(TypeError, match=r"^config_dirs must be a list, got int: 5$"):
+        compose_config([], config_dirs=5)
+
+
+def test_a_run_dir_that_is_a_file_is_refused_before_hydra_writes_there(tmp_path):
+    from conftest import run_cli
+
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={target}", check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"genpol: ConfigError: run_dir={target} is a file, not a directory: pick another run_dir"), result.stderr[-1500:]
+    assert target.read_text() == "mine"
+
+
+def test_a_failed_start_leaves_the_run_dir_reusable_and_a_started_run_protected(tmp_path, caplog):
+    """A first start that fails before its first checkpoint (here an env argument the env does not take)
+    used to leave config.yaml behind, and the corrected command was refused as "a run with a different
+    config". Now it starts afresh; once a checkpoint exists, a changed config is still refused. On the way:
+    the rounding of total_steps to whole rollouts is warned about and the progress bar's total is what runs,
+    and a loaded policy names what it takes."""
+    run_dir = tmp_path / "run"
+    tiny = ["learner.rollout_steps=32", "env.num_envs=2", "learner.epochs=1", "learner.minibatch_size=32",
+            "pipeline.video=false", "logger.progress_bar=false", "pipeline.eval_episodes=1"]
+    with pytest.raises(EnvError, match=r"^gym:Pendulum-v1 does not take the arguments env.kwargs=\{'gravity': 9.0\}: "):
+        train(env="gym:Pendulum-v1", total_steps=100, run_dir=run_dir, overrides=[*tiny, "+env.kwargs.gravity=9.0"])
+    assert (run_dir / "config.yaml").exists() and not (run_dir / "checkpoints").exists()
+    with caplog.at_level(logging.WARNING, logger="genpol.pipelines.online"):
+        summary = train(env="gym:Pendulum-v1", total_steps=100, run_dir=run_dir, overrides=[*tiny, "+env.kwargs.g=9.0"])
+    assert summary["env_steps"] == 128  # two rollouts of 32 x 2
+    assert ("total_steps=100 is not a whole number of rollouts of 64 env steps (learner.rollout_steps=32 x "
+            "env.num_envs=2): training 128 env steps") in caplog.text
+    assert [row["global_step"] for row in map(json.loads, (run_dir / "progress.jsonl").read_text().splitlines())] == [64, 128]
+    with pytest.raises(ConfigError, match=r"holds a run with a different config \(env.kwargs.g: 9.0 -> 10.0\)"):
+        train(env="gym:Pendulum-v1", total_steps=100, run_dir=run_dir, overrides=[*tiny, "+env.kwargs.g=10.0"])
+
+    policy = load_policy(run_dir)
+    assert policy.predict(np.zeros(3)).shape == (1,) and policy.predict(np.zeros((2, 4, 3))).shape == (2, 4, 1)
+    with pytest.raises(ValueError, match=r"^TrainedPolicy.predict: observations must be \[D\] or \[\.\.\., D\] with "
+                                         r"D = 3 \(gym:Pendulum-v1\), got shape \(5,\)$"):
+        policy.predict(np.zeros(5))
+    with pytest.raises(ValueError, match=r"got shape \(\)$"):
+        policy.predict(np.float32(1.0))
+    with pytest.raises(TypeError, match=r"^TrainedPolicy.act takes a torch tensor of normalized observations \[B, 3\]"):
+        policy.act(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match=r"with D = 3 \(gym:Pendulum-v1\), got shape \(2, 7\)$"):
+        policy.act(torch.zeros(2, 7))
+    assert torch.equal(policy.act(torch.zeros(2, 3, dtype=torch.float64)), policy.act(torch.zeros(2, 3)))
+
+
+def test_a_short_off_policy_run_inside_its_warm_up_is_warned_about(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="genpol.pipelines.online"):
+        summary = train(env="gym:Pendulum-v1", learner="sac", policy="tanh_gaussian", total_steps=64,
+                        run_dir=tmp_path / "sac", overrides=["learner.learning_starts=100", "pipeline.video=false",
+                                                             "logger.progress_bar=false", "pipeline.eval_episodes=1",
+                                                             "policy.hidden_sizes=[8,8]", "learner.critic_hidden_sizes=[8,8]"])
+    assert summary["env_steps"] == 64
+    assert ("learner.learning_starts=100 >= total_steps=64: the run acts at random throughout and takes no "
+            "gradient step") in caplog.text
+
+
+def test_evaluate_and_load_name_what_is_missing(tmp_path):
+    assert positional_run_dir([str(tmp_path), "episodes=2"]) == [f"run_dir={tmp_path}", "episodes=2"]
+    assert positional_run_dir(["run_dir=x", "episodes=2"]) == ["run_dir=x", "episodes=2"]
+    assert positional_run_dir([str(tmp_path / "absent")]) == [str(tmp_path / "absent")]  # Hydra names it
+    with pytest.raises(CheckpointError, match=r"absent does not exist: expected a run directory or one of its checkpoints$"):
+        resolve_checkpoint(tmp_path / "absent")
+    with pytest.raises(TypeError, match=r"^expected a run or checkpoint directory \(a str or Path\), got None$"):
+        load_policy(None)
+
+
+def test_datasets_that_hold_nothing_or_are_another_format_are_named(tmp_path):
+    empty = write_d4rl(tmp_path / "empty.hdf5", np.zeros((0, 3)), np.zeros((0, 1)), np.zeros(0), np.zeros(0, bool),
+                       np.zeros(0, bool))
+    with pytest.raises(DatasetError, match=r"empty.hdf5 holds no transitions \('observations' has shape \(0, 3\)\)$"):
+        load_dataset(str(empty))
+    table = tmp_path / "data.csv"
+    table.write_text("obs,act\n")
+    with pytest.raises(DatasetError, match=r"^dataset.path=.*data.csv is a file but not a D4RL file \(.hdf5 or .h5\)"):
+        load_dataset(str(table))
+
+
+def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_absent(tmp_path):
+    """Two finished runs in the report's real files (config.yaml, summary.json, progress.jsonl); a third
+    whose summary.json was cut short is named and listed, not a traceback."""
+    for seed in (0, 1):
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        (run / "config.yaml").write_text(f"seed: {seed}\nlearner:\n  lr: 0.001\n")
+        (run / "summary.json").write_text(json.dumps({"eval_return_mean": 10.0 + seed}))
+        (run / "progress.jsonl").write_text("".join(json.dumps({"global_step": step, "charts/episodic_return": step})
+                                                    + "\n" for step in (1, 2)))
+    shutil.copytree(tmp_path / "run1", tmp_path / "run2")
+    (tmp_path / "run2" / "summary.json").write_text('{"eval_return_mean": 1')
+    damaged = rf"^genpol.report: skipping {tmp_path / 'run2'}: its config.yaml or summary.json cannot be read \(JSONDecodeError"
+    with pytest.warns(RuntimeWarning, match=damaged):
+        result = report(tmp_path, curve_metric="charts/nope")
+    assert result["rows"][0]["values"] == [10.0, 11.0] and result["unfinished"] == [str(tmp_path / "run2")]
+    assert result["curve_missing"] == (f"no run under {tmp_path} logged 'charts/nope' in its progress.jsonl, so no "
+                                       "curves were drawn; its fields include ['charts/episodic_return']")
+    with pytest.warns(RuntimeWarning, match=damaged):
+        assert report(tmp_path)["curve_missing"] is None
