@@ -67,8 +67,12 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             distributed.shutdown(wait_for_others=finished)
 
 
+_composed = {"runs": 0}  # how many configs Hydra handed to train_from_config in this process
+
+
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
 def train_from_config(cfg: DictConfig) -> None:
+    _composed["runs"] += 1
     try:
         config = validate(cfg)
         summary = run_training(config, HydraConfig.get().runtime.output_dir)
@@ -98,7 +102,16 @@ def main() -> None:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
-    train_from_config()
+    try:
+        train_from_config()
+    except SystemExit as stop:
+        # Hydra reports a config it cannot compose (an unknown group option, a value of the wrong type, a
+        # misspelt key) itself, naming the key, and exits 1; a single run that never reached train_from_config
+        # had bad input, so its exit code is the other config errors' 2. (A sweep's jobs may run elsewhere.)
+        multirun = any(item in ("-m", "--multirun") for item in sys.argv[1:])
+        if stop.code == 1 and _composed["runs"] == 0 and not multirun:
+            sys.exit(EXIT_BAD_INPUT)
+        raise
 
 
 if __name__ == "__main__":

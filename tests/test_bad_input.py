@@ -73,9 +73,12 @@ def test_the_api_raises_config_error_with_hydras_reason(tmp_path):
         compose_config([], config_dirs=5)
 
 
-def test_a_run_dir_that_is_a_file_is_refused_before_hydra_writes_there(tmp_path):
+def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_dir_that_is_a_file(tmp_path):
+    """Exit 2 is bad input (README): Hydra reports a group option it cannot find itself, and exited 1."""
     from conftest import run_cli
 
+    result = run_cli("-m", "genpol.train", *PENDULUM, "learner=ppo2", f"run_dir={tmp_path / 'a'}", check=False)
+    assert result.returncode == 2 and "Could not find 'learner/ppo2'" in result.stderr, result.stderr[-1500:]
     target = tmp_path / "notes.txt"
     target.write_text("mine")
     result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={target}", check=False)
