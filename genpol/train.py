@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from genpol import collectives, distributed
@@ -35,6 +37,7 @@ from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, Checkp
                            DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
 
 register_configs()
+log = logging.getLogger(__name__)
 
 
 def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
@@ -73,6 +76,11 @@ _composed = {"runs": 0}  # how many configs Hydra handed to train_from_config in
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="config")
 def train_from_config(cfg: DictConfig) -> None:
     _composed["runs"] += 1
+    hydra_config = HydraConfig.get()
+    launcher = hydra_config.runtime.choices.get("hydra/launcher", "basic")
+    if hydra_config.mode == RunMode.RUN and launcher != "basic":  # Hydra launches only sweeps
+        log.warning("launcher=%s sends --multirun sweeps; without --multirun this run trains here, in this process",
+                    launcher)
     try:
         config = validate(cfg)
         summary = run_training(config, HydraConfig.get().runtime.output_dir)

@@ -79,6 +79,11 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
 
     result = run_cli("-m", "genpol.train", *PENDULUM, "learner=ppo2", f"run_dir={tmp_path / 'a'}", check=False)
     assert result.returncode == 2 and "Could not find 'learner/ppo2'" in result.stderr, result.stderr[-1500:]
+    # a cluster launcher without --multirun launches nothing: said, before the (here bad) config is checked
+    result = run_cli("-m", "genpol.train", *PENDULUM, "launcher=submitit_local", "seed=-1",
+                     f"run_dir={tmp_path / 'b'}", check=False)
+    assert result.returncode == 2 and ("launcher=submitit_local sends --multirun sweeps; without --multirun this run "
+                                       "trains here, in this process") in result.stdout + result.stderr
     target = tmp_path / "notes.txt"
     target.write_text("mine")
     result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={target}", check=False)
