@@ -14,7 +14,7 @@ import re
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
@@ -57,11 +57,11 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
 
 
 def _as_list(items: Any, name: str) -> list[Any]:
-    """A sequence argument as a list; a lone string or path is one item (iterating it would split it into
+    """A list argument as a list; a lone string or path is one item (iterating it would split it into
     characters, each taken for an override or a folder)."""
     if isinstance(items, (str, Path)):
         return [items]
-    if not isinstance(items, Sequence):
+    if not isinstance(items, Iterable):
         raise TypeError(f"{name} must be a list, got {type(items).__name__}: {items!r}")
     return list(items)
 
@@ -115,7 +115,7 @@ def train(
         learner = updater
     groups = [*(_env_overrides(env) if env is not None else []),
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *overrides]
+    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *_as_list(overrides, "overrides")]
     if total_steps is not None:
         items.append(f"total_steps={total_steps}")
     return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)

@@ -25,8 +25,8 @@ from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.heads import head_class
 from genpol.heads.base import Capability, check_capabilities
 
-__all__ = ["register_configs", "validate", "check_known_keys", "check_device", "type_own_head", "check_groups", "check_learner", "import_learner_modules",
-           "config_dirs_of"]
+__all__ = ["register_configs", "validate", "check_known_keys", "check_device", "type_own_head", "check_groups",
+           "check_learner", "import_learner_modules", "config_dirs_of"]
 
 
 def register_configs() -> None:

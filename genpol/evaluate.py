@@ -57,9 +57,9 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
 
 
 def positional_run_dir(argv: list[str]) -> list[str]:
-    """``argv`` with a bare first argument that names a directory (``genpol-evaluate runs/hopper``, as
-    ``genpol-report`` takes its folder) written as Hydra's ``run_dir=<it>``."""
-    if argv and "=" not in argv[0] and not argv[0].startswith("-") and Path(argv[0]).is_dir():
+    """``argv`` with a bare first argument (``genpol-evaluate runs/hopper``, as ``genpol-report`` takes its
+    folder) written as Hydra's ``run_dir=<it>``; one that does not exist is then named as such."""
+    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
         return [f"run_dir={argv[0]}", *argv[1:]]
     return argv
 

@@ -143,14 +143,17 @@ class TrainedPolicy:
         """Normalized ``obs [B, D]`` -> action in ``[-1, 1]``-space ``[B, A]``. A float tensor of another
         dtype or device is moved to the head's; anything else is refused, naming what ``act`` takes."""
         if not isinstance(obs, torch.Tensor):
-            raise TypeError(f"TrainedPolicy.act takes a torch tensor of normalized observations [B, {self.obs_dim}] "
-                            f"(from an env of make_env), got {type(obs).__name__}; predict takes raw numpy observations")
+            raise TypeError(f"TrainedPolicy.act takes a torch tensor of normalized observations "
+                            f"[B, {self.obs_dim}] (from an env of make_env), got {type(obs).__name__}; predict takes "
+                            "raw numpy observations")
         self._check_obs_shape(tuple(obs.shape), "act", "[B, D]")
         if obs.ndim != 2 or not obs.is_floating_point():
             raise ValueError(f"TrainedPolicy.act: observations must be a float tensor [B, {self.obs_dim}], got "
                              f"{obs.dtype} of shape {tuple(obs.shape)}")
-        parameter = next(self.head.parameters())
-        return self.head.act(obs.to(parameter.device, parameter.dtype), deterministic=deterministic)
+        parameter = next(self.head.parameters(), None)  # None: a head without weights (a scripted one)
+        if parameter is not None:
+            obs = obs.to(parameter.device, parameter.dtype)
+        return self.head.act(obs, deterministic=deterministic)
 
     @torch.no_grad()
     def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import yaml
 from omegaconf import OmegaConf
 
 from genpol.callbacks.logging import read_metrics
@@ -82,10 +83,11 @@ class Row:
     mean: float
 
 
-def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
-    """The finished runs under ``root`` (sorted by path), and the unfinished run directories."""
+def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
+    """The finished runs under ``root`` (sorted by path), the unfinished run directories, and the damaged
+    ones (a config.yaml or summary.json that cannot be parsed: named with a warning, not a traceback)."""
     root = Path(root)
-    runs, unfinished = [], []
+    runs, unfinished, damaged = [], [], []
     for config_path in sorted(root.rglob("config.yaml")):
         directory = config_path.parent
         if directory.name == ".hydra":  # Hydra's own copy of the composed config, not a run
@@ -97,13 +99,13 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path]]:
         try:
             config = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)))
             summary = json.loads(summary_path.read_text())
-        except Exception as error:  # yaml's and json's parse errors: a damaged run is named, not a traceback
+        except (OSError, ValueError, yaml.YAMLError) as error:  # json's decode error is a ValueError
             warnings.warn(f"genpol.report: skipping {directory}: its config.yaml or summary.json cannot be read "
                           f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
-            unfinished.append(directory)
+            damaged.append(directory)
             continue
         runs.append(Run(directory, config, summary))
-    return runs, unfinished
+    return runs, unfinished, damaged
 
 
 def configuration_keys(runs: Sequence[Run]) -> list[str]:
@@ -245,7 +247,7 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
     out_dir = Path(out_dir) if out_dir is not None else root / "report"
-    runs, unfinished = find_runs(root)
+    runs, unfinished, damaged = find_runs(root)
     runs = [run for run in runs if out_dir not in run.directory.parents]
     if not runs:
         raise FileNotFoundError(f"no finished run under {root} (a run directory holds config.yaml and summary.json)")
@@ -274,6 +276,9 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
             f"Curves: `{curve_metric}`, mean over seeds with a 95% Student-t band.\n\n{table}")
     if curve_missing:
         text += f"\n{curve_missing}\n"
+    if damaged:
+        text += "\nUnreadable (a config.yaml or summary.json that does not parse): " + ", ".join(
+            f"`{path}`" for path in damaged) + "\n"
     if unfinished:
         text += "\nUnfinished (no summary.json): " + ", ".join(f"`{path}`" for path in unfinished) + "\n"
     (out_dir / "report.md").write_text(text)
@@ -282,7 +287,8 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
                                           "median": row.median, "ci95": [row.ci_low, row.ci_high], "mean": row.mean,
                                           "runs": [str(run.directory) for run in row.runs],
                                           "curve": curve_files.get(row.label)} for row in rows],
-              "unfinished": [str(path) for path in unfinished], "curve_missing": curve_missing}
+              "unfinished": [str(path) for path in unfinished], "damaged": [str(path) for path in damaged],
+              "curve_missing": curve_missing}
     (out_dir / "report.json").write_text(json.dumps(result, indent=2))
     return result
 

@@ -77,13 +77,13 @@ _composed = {"runs": 0}  # how many configs Hydra handed to train_from_config in
 def train_from_config(cfg: DictConfig) -> None:
     _composed["runs"] += 1
     hydra_config = HydraConfig.get()
-    launcher = hydra_config.runtime.choices.get("hydra/launcher", "basic")
-    if hydra_config.mode == RunMode.RUN and launcher != "basic":  # Hydra launches only sweeps
+    launcher = hydra_config.runtime.choices.get("launcher") or "local"  # genpol's group, as the user wrote it
+    if hydra_config.mode == RunMode.RUN and launcher != "local":  # Hydra launches only sweeps
         log.warning("launcher=%s sends --multirun sweeps; without --multirun this run trains here, in this process",
                     launcher)
     try:
         config = validate(cfg)
-        summary = run_training(config, HydraConfig.get().runtime.output_dir)
+        summary = run_training(config, hydra_config.runtime.output_dir)
     except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
@@ -103,7 +103,7 @@ def main() -> None:
     sys.argv[1:] = rename_overrides(sys.argv[1:])
     try:  # a learner of the user's own registers its schema before Hydra composes
         for item in sys.argv[1:]:  # Hydra makes run_dir its output folder before genpol sees the config
-            if item.startswith("run_dir="):
+            if item.lstrip("+").startswith("run_dir="):
                 check_run_dir(item.split("=", 1)[1])
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
     except ConfigError as error:

@@ -29,7 +29,7 @@ PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
     # Hydra's own advice for a misspelt key, "+learner.lrr", adds it: it used to be dropped without a word
     (["+learner.lrr=1e-3"], r"^learner.lrr is not a key of PPOConfig, so it would be ignored \(did you mean learner.lr\?\)$"),
     (["+total_step=100"], r"^total_step is not a key of TrainConfig, so it would be ignored \(did you mean total_steps\?\)$"),
-    (["+learner.zzz=1"], r"^learner.zzz is not a key of PPOConfig, so it would be ignored; its keys are \['adam_eps', "),
+    (["+learner.zzz=1"], r"^learner.zzz is not a key of PPOConfig, so it would be ignored; its keys are \['"),
     (["device=gpu0"], r"^device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'$"),
     (["seed=-1"], r"^seed must be >= 0 \(gymnasium seeds with non-negative integers\), got -1$"),
     (["run_dir="], r"^run_dir must be a directory path, got ''$"),
@@ -79,17 +79,23 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
 
     result = run_cli("-m", "genpol.train", *PENDULUM, "learner=ppo2", f"run_dir={tmp_path / 'a'}", check=False)
     assert result.returncode == 2 and "Could not find 'learner/ppo2'" in result.stderr, result.stderr[-1500:]
-    # a cluster launcher without --multirun launches nothing: said, before the (here bad) config is checked
-    result = run_cli("-m", "genpol.train", *PENDULUM, "launcher=submitit_local", "seed=-1",
-                     f"run_dir={tmp_path / 'b'}", check=False)
-    assert result.returncode == 2 and ("launcher=submitit_local sends --multirun sweeps; without --multirun this run "
-                                       "trains here, in this process") in result.stdout + result.stderr
     target = tmp_path / "notes.txt"
     target.write_text("mine")
     result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={target}", check=False)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"genpol: ConfigError: run_dir={target} is a file, not a directory: pick another run_dir"), result.stderr[-1500:]
     assert target.read_text() == "mine"
+
+
+def test_a_cluster_launcher_without_multirun_is_said_to_launch_nothing(tmp_path):
+    """Hydra launches sweeps only: the run trains here, and says so before its (here bad) config is checked."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")  # the [cluster] extra
+    from conftest import run_cli
+
+    result = run_cli("-m", "genpol.train", *PENDULUM, "launcher=submitit_local", "seed=-1", f"run_dir={tmp_path}",
+                     check=False)
+    assert result.returncode == 2 and ("launcher=submitit_local sends --multirun sweeps; without --multirun this run "
+                                       "trains here, in this process") in result.stdout + result.stderr
 
 
 def test_a_failed_start_leaves_the_run_dir_reusable_and_a_started_run_protected(tmp_path, caplog):
@@ -104,6 +110,7 @@ def test_a_failed_start_leaves_the_run_dir_reusable_and_a_started_run_protected(
     with pytest.raises(EnvError, match=r"^gym:Pendulum-v1 does not take the arguments env.kwargs=\{'gravity': 9.0\}: "):
         train(env="gym:Pendulum-v1", total_steps=100, run_dir=run_dir, overrides=[*tiny, "+env.kwargs.gravity=9.0"])
     assert (run_dir / "config.yaml").exists() and not (run_dir / "checkpoints").exists()
+    (run_dir / "progress.jsonl").write_text('{"global_step": 64, "charts/SPS": 1.0}\n{"global_step": 12')  # killed mid-write
     with caplog.at_level(logging.WARNING, logger="genpol.pipelines.online"):
         summary = train(env="gym:Pendulum-v1", total_steps=100, run_dir=run_dir, overrides=[*tiny, "+env.kwargs.g=9.0"])
     assert summary["env_steps"] == 128  # two rollouts of 32 x 2
@@ -127,6 +134,24 @@ def test_a_failed_start_leaves_the_run_dir_reusable_and_a_started_run_protected(
     assert torch.equal(policy.act(torch.zeros(2, 3, dtype=torch.float64)), policy.act(torch.zeros(2, 3)))
 
 
+def test_the_rounding_of_total_steps_counts_action_chunks(tmp_path, caplog):
+    """A diffusion head acting in chunks of 4 env steps: a rollout of 8 agent steps on 2 envs is 64 env steps."""
+    from genpol.envs import make
+    from genpol.pipelines.online import steps_trained
+
+    cfg = validate(compose_config([*PENDULUM, f"run_dir={tmp_path}", "policy=diffusion", "policy.ft_denoising_steps=20",
+                                   "learner.rollout_steps=8",
+                                   "env.num_envs=2", "total_steps=40"]))
+    env = make("gym:Pendulum-v1", num_envs=2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="genpol.pipelines.online"):
+            assert steps_trained(cfg, env, on_policy=True, action_chunk=cfg.policy.act_steps) == 64
+    finally:
+        env.close()
+    assert ("total_steps=40 is not a whole number of rollouts of 64 env steps (learner.rollout_steps=8 x "
+            "policy.act_steps=4 x env.num_envs=2): training about 64 env steps") in caplog.text
+
+
 def test_a_short_off_policy_run_inside_its_warm_up_is_warned_about(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="genpol.pipelines.online"):
         summary = train(env="gym:Pendulum-v1", learner="sac", policy="tanh_gaussian", total_steps=64,
@@ -141,7 +166,7 @@ def test_a_short_off_policy_run_inside_its_warm_up_is_warned_about(tmp_path, cap
 def test_evaluate_and_load_name_what_is_missing(tmp_path):
     assert positional_run_dir([str(tmp_path), "episodes=2"]) == [f"run_dir={tmp_path}", "episodes=2"]
     assert positional_run_dir(["run_dir=x", "episodes=2"]) == ["run_dir=x", "episodes=2"]
-    assert positional_run_dir([str(tmp_path / "absent")]) == [str(tmp_path / "absent")]  # Hydra names it
+    assert positional_run_dir(["--help"]) == ["--help"]
     with pytest.raises(CheckpointError, match=r"absent does not exist: expected a run directory or one of its checkpoints$"):
         resolve_checkpoint(tmp_path / "absent")
     with pytest.raises(TypeError, match=r"^expected a run or checkpoint directory \(a str or Path\), got None$"):
@@ -174,7 +199,8 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
     damaged = rf"^genpol.report: skipping {tmp_path / 'run2'}: its config.yaml or summary.json cannot be read \(JSONDecodeError"
     with pytest.warns(RuntimeWarning, match=damaged):
         result = report(tmp_path, curve_metric="charts/nope")
-    assert result["rows"][0]["values"] == [10.0, 11.0] and result["unfinished"] == [str(tmp_path / "run2")]
+    assert result["rows"][0]["values"] == [10.0, 11.0] and result["damaged"] == [str(tmp_path / "run2")]
+    assert result["unfinished"] == []
     assert result["curve_missing"] == (f"no run under {tmp_path} logged 'charts/nope' in its progress.jsonl, so no "
                                        "curves were drawn; its fields include ['charts/episodic_return']")
     with pytest.warns(RuntimeWarning, match=damaged):

@@ -47,7 +47,9 @@ class MetricsFile(Callback):
         self.path = Path(path)
 
     def on_train_start(self, runner: Any) -> None:
-        if self.path.exists():  # a fresh start (step 0) drops the lines of an attempt that saved no checkpoint
+        if runner.global_step == 0 and self.path.exists():
+            self.path.unlink()  # an attempt that saved no checkpoint (its last line may be cut off mid-write)
+        elif self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line)["global_step"] <= runner.global_step]
             self.path.write_text("".join(line + "\n" for line in kept))

@@ -66,11 +66,11 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
         raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
     observations = np.asarray(data["observations"])
     actions = np.asarray(data["actions"])
-    if len(observations) == 0:
-        raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
     if observations.ndim != 2 or actions.ndim != 2:
         raise DatasetError(f"{path}: 'observations' and 'actions' must be 2-D, got shapes "
                            f"{observations.shape} and {actions.shape}")
+    if len(observations) == 0:
+        raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
     rewards = np.asarray(data["rewards"]).reshape(len(data["rewards"]), -1)
     if rewards.shape[1] != 1:
         raise DatasetError(f"{path}: 'rewards' must be [N] or [N, 1], got {np.asarray(data['rewards']).shape}")

@@ -60,22 +60,27 @@ def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
     return {"normalize_obs": False, "normalize_reward": False}
 
 
-def steps_trained(cfg: TrainConfig, env: VectorEnv, on_policy: bool) -> int:
+def steps_trained(cfg: TrainConfig, env: VectorEnv, on_policy: bool, action_chunk: int = 1) -> int:
     """The env steps the run will take, with a warning where they are not ``total_steps``: an on-policy
-    run collects whole rollouts (``rollout_steps x num_envs``, summed over torchrun's ranks), so it rounds
-    ``total_steps`` up to a multiple of one. An off-policy run stops at ``total_steps`` exactly, but one
-    that ends inside its uniform warm-up (``learner.learning_starts``) takes no gradient step: warned too."""
+    run collects whole rollouts (``rollout_steps`` agent steps of ``action_chunk`` env steps, times
+    ``num_envs``, summed over torchrun's ranks), so it rounds ``total_steps`` up to a multiple of one (a chunk
+    cut short by an episode's end makes a rollout shorter: then the count is approximate). An off-policy
+    run stops at ``total_steps`` exactly, but an online run that ends inside its uniform warm-up
+    (``learner.learning_starts``) takes no gradient step: warned too."""
     if on_policy:
-        per_rollout = cfg.learner.rollout_steps * env.num_envs * collectives.world_size()
+        ranks = collectives.world_size()
+        per_rollout = cfg.learner.rollout_steps * action_chunk * env.num_envs * ranks
         trained = -(-cfg.total_steps // per_rollout) * per_rollout
         if trained != cfg.total_steps:
-            log.warning("total_steps=%d is not a whole number of rollouts of %d env steps (learner.rollout_steps=%d "
-                        "x env.num_envs=%d%s): training %d env steps", cfg.total_steps, per_rollout,
-                        cfg.learner.rollout_steps, env.num_envs,
-                        f" x {collectives.world_size()} ranks" if collectives.world_size() > 1 else "", trained)
+            factors = [f"learner.rollout_steps={cfg.learner.rollout_steps}",
+                       *([f"policy.act_steps={action_chunk}"] if action_chunk > 1 else []),
+                       f"env.num_envs={env.num_envs}", *([f"{ranks} ranks"] if ranks > 1 else [])]
+            log.warning("total_steps=%d is not a whole number of rollouts of %d env steps (%s): training %s%d env "
+                        "steps", cfg.total_steps, per_rollout, " x ".join(factors),
+                        "about " if action_chunk > 1 else "", trained)
         return trained
     starts = getattr(cfg.learner, "learning_starts", 0)
-    if starts >= cfg.total_steps:
+    if cfg.pipeline.name == "online" and starts >= cfg.total_steps:
         log.warning("learner.learning_starts=%d >= total_steps=%d: the run acts at random throughout and takes "
                     "no gradient step", starts, cfg.total_steps)
     return cfg.total_steps
@@ -95,7 +100,7 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     policy_spec = make_policy_spec(algorithm.acting_head(), env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                                    (cfg.env.render_width, cfg.env.render_height))
     pipeline = cfg.pipeline
-    trained_steps = steps_trained(cfg, env, algorithm.on_policy)
+    trained_steps = steps_trained(cfg, env, algorithm.on_policy, stack.get("action_chunk", 1))
     video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
     evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack),
                             pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score,

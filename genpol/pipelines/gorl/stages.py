@@ -52,7 +52,7 @@ from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
 from genpol.pipelines.gorl.distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
 from genpol.runners.onpolicy import OnPolicyRunner
-from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_name, run_phase
+from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_name, run_phase
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
@@ -93,7 +93,7 @@ def check_budgets(run_dir: Path, budgets: list[int]) -> None:
     scaffold lets ``total_steps`` change on a resume, which extends an online run; here it would
     re-split the stages that already ran.)"""
     path = run_dir / "stage_budgets.json"
-    if not path.exists():
+    if not path.exists() or not holds_progress(run_dir):  # nothing ran yet: an earlier start failed early
         write_json_atomic({"encoder_env_steps": budgets}, path)
         return
     saved = json.loads(path.read_text())["encoder_env_steps"]
