@@ -71,13 +71,15 @@ def plot_against_sac(table: dict, sac_jobs: dict, path: Path) -> None:
     tasks = sorted({job.split("-")[0] for job in table})
     fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    learners = sorted({job.split("-", 1)[1] for job in table})  # one colour per learner on every task's panel
     for ax, task in zip(axes[0], tasks):
         rows = {job: row for job, row in table.items() if job.startswith(f"{task}-") and row.get("eval_curves")}
         sac = sac_jobs.get(f"{task}-sac")
         if sac is not None and sac.get("eval_curves"):
             rows[f"{task}-sac"] = sac
-        for index, (job, row) in enumerate(sorted(rows.items())):
-            color = "black" if job == f"{task}-sac" else colors[index % len(colors)]
+        for job, row in sorted(rows.items()):
+            learner = job.split("-", 1)[1]
+            color = "black" if learner == "sac" else colors[learners.index(learner) % len(colors)]
             for i, curve in enumerate(row["eval_curves"]):
                 if curve:
                     ax.plot(*zip(*curve), color=color, alpha=0.75, marker=".",
