@@ -173,7 +173,7 @@ class GymVectorEnv(VectorEnv):
                     except TypeError as error:  # an argument the env's constructor does not take
                         if not env_kwargs:
                             raise
-                        raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs or {})}: "
+                        raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs)}: "
                                        f"{error}") from None
                 remove_generated_model_file(env.unwrapped)
                 if is_goal_space(env.observation_space):

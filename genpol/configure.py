@@ -114,8 +114,8 @@ def check_device(device: str) -> None:
         raise ConfigError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from None
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device={device}: this torch has no CUDA device to use "
-                              f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); use device=cpu")
+            raise ConfigError(f"device={device}: this torch has no CUDA device to use (torch {torch.__version__}, "
+                              f"CUDA build: {torch.version.cuda is not None}); use device=cpu")
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
             raise ConfigError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                               f"numbered from 0")

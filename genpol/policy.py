@@ -159,7 +159,8 @@ class TrainedPolicy:
     def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
         """Raw simulator ``obs [..., D]`` (one ``[D]``, a batch ``[B, D]``, or any leading shape) ->
         actions in the env's bounds ``[..., A]``, the same leading shape."""
-        device = next(self.head.parameters()).device
+        parameter = next(self.head.parameters(), None)  # None: a head without weights (a scripted one)
+        device = parameter.device if parameter is not None else torch.device("cpu")
         obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
         self._check_obs_shape(tuple(obs.shape), "predict", "[D] or [..., D]")
         leading = obs.shape[:-1]
