@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .core import StepResult, VectorEnv, VectorEnvWrapper
+from .video import Mp4Stream
 
 
 class RunningMeanStd:
@@ -275,10 +276,12 @@ class RewardScaler(VectorEnvWrapper):
 
 
 class VideoRecorder(VectorEnvWrapper):
-    """Records env 0: one mp4 per episode of env 0, written with imageio-ffmpeg.
+    """Records env 0: one mp4 per episode of env 0, streamed to ffmpeg as it is rendered
+    (``genpol.envs.video.Mp4Stream``: memory of one frame, the file published when the episode ends).
 
-    imageio-ffmpeg rather than gymnasium's ``RecordVideo`` because the latter pulls moviepy, which
-    downgrades pillow. Frames come from ``render()``; the env must be made with rendering on.
+    Not gymnasium's ``RecordVideo``: it pulls moviepy, which downgrades pillow, and keeps every frame
+    of an episode in memory. Frames come from ``render()``; the env must be made with rendering on. An
+    episode cut short by ``reset`` or ``close``, or of fewer than two frames, leaves no file.
 
     Args:
         directory: where ``<prefix>-episode<k>.mp4`` files go (created if missing).
@@ -296,7 +299,7 @@ class VideoRecorder(VectorEnvWrapper):
         self.fps = fps
         self.max_episodes = max_episodes
         self.paths: list[Path] = []
-        self._frames: list[np.ndarray] = []
+        self._stream: Mp4Stream | None = None  # env 0's episode being written
 
     def _capture(self) -> None:
         if self.max_episodes is not None and len(self.paths) >= self.max_episodes:
@@ -304,11 +307,23 @@ class VideoRecorder(VectorEnvWrapper):
         frame = self.env.render()
         if frame is None:
             raise RuntimeError(f"{self.env_id}: VideoRecorder needs an env made with render=True")
-        self._frames.append(frame)
+        if self._stream is None:
+            path = self.directory / f"{self.prefix}-episode{len(self.paths)}.mp4"
+            self._stream = Mp4Stream(path, fps=self.fps)
+        try:
+            self._stream.append(frame)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
+            self._stream = None
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs = self.env.reset(seed)
-        self._frames = []
+        self._discard()
         self._capture()
         return obs
 
@@ -320,21 +335,16 @@ class VideoRecorder(VectorEnvWrapper):
         return obs, reward, terminated, truncated, info
 
     def flush(self) -> Path | None:
-        """Write the frames of env 0's current episode (if any) to a new mp4; return its path."""
-        if len(self._frames) < 2:
-            self._frames = []
+        """Publish the mp4 of env 0's current episode (if it has two frames or more); return its path."""
+        stream, self._stream = self._stream, None
+        if stream is None or stream.frames < 2:
+            if stream is not None:
+                stream.abort()
             return None
-        import imageio.v2 as imageio
-
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{self.prefix}-episode{len(self.paths)}.mp4"
-        with imageio.get_writer(path, fps=self.fps, codec="libx264", quality=7, macro_block_size=1) as writer:
-            for frame in self._frames:
-                writer.append_data(frame)
-        self._frames = []
+        path = stream.finish()
         self.paths.append(path)
         return path
 
     def close(self) -> None:
-        self._frames = []
+        self._discard()
         super().close()

@@ -8,6 +8,9 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+# The tests decode videos with imageio, which starts ffmpeg through a preexec_fn unless this is set: Python
+# run in a forked child, which JAX warns about in the worker that runs Playground (genpol writes without one).
+os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,0 +1,108 @@
+"""Videos: the mp4 stream (``genpol.envs.video``) and the recorder that writes one per episode of env 0."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from genpol import envs
+from genpol.envs.video import Mp4Stream
+
+
+def frames_of(path):
+    import imageio.v3 as iio
+
+    return iio.imread(path)
+
+
+def moving_square(count, height, width):
+    """``count`` frames ``[H, W, 3]`` uint8 of a white square moving right on a dark ground."""
+    frames = np.full((count, height, width, 3), 30, dtype=np.uint8)
+    for k in range(count):
+        frames[k, height // 4: height // 2, k: k + width // 4] = 255
+    return frames
+
+
+def test_the_stream_publishes_the_file_only_when_it_is_finished(tmp_path):
+    path = tmp_path / "clips" / "a.mp4"
+    stream = Mp4Stream(path, fps=20)
+    for frame in moving_square(12, 32, 48):
+        stream.append(frame)
+    assert not path.exists(), "a video being written is visible under its final name"
+    assert stream.finish() == path
+    assert not stream.partial.exists()
+    decoded = frames_of(path)
+    assert decoded.shape == (12, 32, 48, 3)
+    # the square moves: its column of greatest brightness walks right, one pixel a frame
+    columns = decoded[:, 8:16].astype(float).mean(axis=(1, 3)).argmax(axis=1)
+    assert (np.diff(columns) >= 0).all() and columns[-1] - columns[0] >= 8
+
+
+def test_an_aborted_stream_leaves_nothing(tmp_path):
+    path = tmp_path / "b.mp4"
+    stream = Mp4Stream(path)
+    for frame in moving_square(5, 16, 16):
+        stream.append(frame)
+    stream.abort()
+    assert stream._process.returncode is not None  # ffmpeg is gone, and so is what it wrote
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_odd_sides_are_padded_and_float_frames_read_as_zero_to_one(tmp_path):
+    path = tmp_path / "odd.mp4"
+    with Mp4Stream(path) as stream:
+        for frame in moving_square(4, 33, 47):
+            stream.append(frame.astype(np.float32) / 255.0)
+    decoded = frames_of(path)
+    assert decoded.shape == (4, 34, 48, 3)  # yuv420p needs even sides: one black row and column added
+    assert abs(float(decoded[0, :33, :47].mean()) - float(moving_square(1, 33, 47).mean())) < 4
+
+
+def test_a_frame_of_another_size_or_shape_is_named(tmp_path):
+    stream = Mp4Stream(tmp_path / "c.mp4")
+    stream.append(np.zeros((16, 16, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"c\.mp4: frame 1 is \(16, 8\), the video's frames are \(16, 16\)"):
+        stream.append(np.zeros((16, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"RGB \[H, W, 3\].*\(16, 16\)"):
+        stream.append(np.zeros((16, 16), np.uint8))
+    stream.abort()
+    with pytest.raises(ValueError, match="frames must be RGB"):
+        with Mp4Stream(tmp_path / "d.mp4") as bad:
+            bad.append(np.zeros((4,), np.uint8))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_episode_cut_short_by_reset_or_close_leaves_no_file(tmp_path):
+    with envs.make("genpol:MultiGoal", num_envs=1, seed=0, max_episode_steps=6, video_dir=tmp_path,
+                   video_prefix="t") as env:
+        env.reset()
+        env.step(torch.zeros(1, env.act_dim))
+        env.reset()  # the first episode is dropped, not written
+        for _ in range(6):
+            env.step(torch.zeros(1, env.act_dim))
+        env.step(torch.zeros(1, env.act_dim))  # the third episode is open when the env closes
+        recorder = env.find(envs.VideoRecorder)
+    assert [p.name for p in recorder.paths] == ["t-episode0.mp4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t-episode0.mp4"]
+    assert frames_of(recorder.paths[0]).shape[0] == 6
+
+
+def test_videos_of_a_process_running_playground_fork_no_python_code(tmp_path, monkeypatch):
+    """JAX warns at every fork of a process whose backends run: a forked child that runs Python next to
+    JAX's threads may deadlock. imageio-ffmpeg starts ffmpeg with a ``preexec_fn`` (every video of a
+    Playground run warned); the stream starts it without one."""
+    monkeypatch.delenv("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", raising=False)  # conftest's, for the tests' reads
+    jax = pytest.importorskip("jax")
+    jax.numpy.zeros(1).block_until_ready()  # JAX's backends run, as in a Playground run
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with envs.make("genpol:MultiGoal", num_envs=1, seed=0, max_episode_steps=4, video_dir=tmp_path,
+                       video_prefix="t") as env:
+            env.reset()
+            for _ in range(4):
+                env.step(torch.zeros(1, env.act_dim))
+            (path,) = env.find(envs.VideoRecorder).paths
+    assert not [str(w.message) for w in caught if "fork" in str(w.message)]
+    monkeypatch.setenv("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
+    assert frames_of(path).shape[0] == 4
