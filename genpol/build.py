@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,6 +13,9 @@ from genpol import envs
 from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.config import EnvConfig
 from genpol.heads import PolicyHead, build_head
+from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
+
+log = logging.getLogger(__name__)
 
 
 def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | torch.device = "cpu",
@@ -29,7 +33,7 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
     num_envs = num_envs or cfg.num_envs
     normalize_obs = stack.pop("normalize_obs", cfg.normalize_obs) and stack.get("obs_bounds") is None
     normalize_reward = stack.pop("normalize_reward", cfg.normalize_reward) and training
-    return envs.make(
+    env = envs.make(
         cfg.full_id, num_envs=num_envs, device=device, seed=seed,
         workers=min(cfg.workers, num_envs) if training else 1,
         normalize_obs=normalize_obs, normalize_reward=normalize_reward,
@@ -38,6 +42,11 @@ def make_env(cfg: EnvConfig, *, gamma: float, seed: int | None, device: str | to
         max_episode_steps=cfg.max_episode_steps, env_kwargs=dict(cfg.kwargs), imports=tuple(cfg.imports),
         step_groups=cfg.step_groups if training else 0, **stack,
     )
+    if training and getattr(env, "max_episode_steps", None) is None:
+        log.warning("%s declares no time limit (max_episode_steps is None): its episodes end only when it ends "
+                    "them, and evaluation cuts an episode at %d steps; set env.max_episode_steps to give it one",
+                    cfg.full_id, STEPS_WITHOUT_TIME_LIMIT)
+    return env
 
 
 def env_stack(policy_cfg: Any) -> dict[str, Any]:

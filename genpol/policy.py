@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -12,6 +13,8 @@ from genpol import envs
 from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
 from genpol.heads import PolicyHead, head_from_spec
+
+log = logging.getLogger(__name__)
 
 POLICY_FORMAT = 1
 
@@ -193,26 +196,47 @@ class EpisodeResults(NamedTuple):
     success: np.ndarray | None
 
 
+# Evaluation runs every env's first episode to its end. An env that declares no time limit
+# (``max_episode_steps`` None: a gymnasium env registered without one, a custom simulator) may never end
+# one, and evaluation looped forever (a SIGTERM, handled at iteration ends, did not stop it either).
+STEPS_WITHOUT_TIME_LIMIT = 10_000
+
+
 @torch.no_grad()
-def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int) -> EpisodeResults:
+def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int,
+                      max_steps: int | None = None) -> EpisodeResults:
     """One episode per env (env i reset with ``seed + i``); see ``EpisodeResults``.
 
     Every env runs exactly its first episode, so short episodes are not over-represented (the bias
     of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
+    Episodes still running after ``max_steps`` calls of ``env.step`` (default: ``STEPS_WITHOUT_TIME_LIMIT``,
+    or the env's own ``max_episode_steps`` where that is larger) are cut there, with a warning: their return
+    so far counts, as a time limit's would.
     """
+    declared = getattr(env, "max_episode_steps", None)
+    if max_steps is None:
+        max_steps = max(declared or 0, STEPS_WITHOUT_TIME_LIMIT)
     obs = env.reset(seed=seed)
     active = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
     returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)
     succeeded = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     reports_success = getattr(env, "reports_success", False)
-    while active.any():
+    for _ in range(max_steps):
         obs, reward, terminated, truncated, info = env.step(act(obs))
         returns += reward * active
         lengths += active.long()
         if reports_success:
             succeeded |= info["success"] & active
         active &= ~(terminated | truncated)
+        if not active.any():
+            break
+    else:
+        if active.any():
+            why = ("the env declares no time limit (max_episode_steps is None); set env.max_episode_steps "
+                   "to give it one" if declared is None else f"the env declares a time limit of {declared}")
+            log.warning("%s: %d of %d evaluation episodes had not ended after %d steps and were cut there: %s",
+                        getattr(env, "env_id", "the env"), int(active.sum()), env.num_envs, max_steps, why)
     return EpisodeResults(returns.cpu().numpy(), lengths.cpu().numpy(),
                           succeeded.cpu().numpy() if reports_success else None)
 

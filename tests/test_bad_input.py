@@ -205,3 +205,53 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
                                        "curves were drawn; its fields include ['charts/episodic_return']")
     with pytest.warns(RuntimeWarning, match=damaged):
         assert report(tmp_path)["curve_missing"] is None
+
+
+class EndlessDrift:
+    """A gymnasium env that never ends an episode, registered without a time limit (a user's first env)."""
+
+    def __new__(cls, **kwargs):
+        import gymnasium as gym
+
+        class Drift(gym.Env):
+            observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+            action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+            def reset(self, seed=None, options=None):
+                super().reset(seed=seed)
+                self.x = np.zeros(2, np.float32)
+                return self.x.copy(), {}
+
+            def step(self, action):
+                self.x[0] += 0.01 * float(action[0])
+                return self.x.copy(), -abs(float(self.x[0])), False, False, {}
+
+        return Drift()
+
+
+def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_ends(caplog):
+    """Evaluation runs each episode to its end: with an env that never ends one it looped forever (SIGTERM,
+    handled between iterations, did not stop it). The run now says so at the start, and evaluation cuts
+    the episodes at ``STEPS_WITHOUT_TIME_LIMIT`` steps, saying so again."""
+    import gymnasium as gym
+
+    from genpol.build import make_env
+    from genpol.policy import STEPS_WITHOUT_TIME_LIMIT, evaluate_episodes
+
+    gym.register("TestOnlyEndlessDrift-v0", entry_point=EndlessDrift)
+    cfg = validate(compose_config(["env=gym", "env.id=TestOnlyEndlessDrift-v0", "env.num_envs=2"]))
+    with caplog.at_level(logging.WARNING):
+        make_env(cfg.env, gamma=0.99, seed=0).close()  # the training env warns
+        with make_env(cfg.env, gamma=0.99, seed=0, training=False) as env:
+            results = evaluate_episodes(env, lambda obs: torch.ones(obs.shape[0], 1), seed=0)
+    assert (results.lengths == STEPS_WITHOUT_TIME_LIMIT).all()
+    # every step's reward counts: -0.01 (1 + 2 + ... + 10000)
+    np.testing.assert_allclose(results.returns, -0.01 * STEPS_WITHOUT_TIME_LIMIT * (STEPS_WITHOUT_TIME_LIMIT + 1) / 2,
+                               rtol=1e-4)
+    messages = [record.getMessage() for record in caplog.records]
+    assert ("gym:TestOnlyEndlessDrift-v0 declares no time limit (max_episode_steps is None): its episodes end only "
+            "when it ends them, and evaluation cuts an episode at 10000 steps; set env.max_episode_steps to give it "
+            "one") in messages
+    assert (f"gym:TestOnlyEndlessDrift-v0: 2 of 2 evaluation episodes had not ended after {STEPS_WITHOUT_TIME_LIMIT} "
+            "steps and were cut there: the env declares no time limit (max_episode_steps is None); set "
+            "env.max_episode_steps to give it one") in messages
