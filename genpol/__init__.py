@@ -9,8 +9,8 @@ Layers, lowest first; a module imports its own layer and those below, never one 
 (``tests/test_layers.py`` checks every import, and that every module imports on its own):
 
 ====  ==========================================================================================
-0     ``genpol.errors`` and ``genpol.allocator`` (malloc's thresholds; neither imports anything of
-      genpol); ``genpol.envs``, the simulators as batched
+0     ``genpol.errors``, ``genpol.files`` (files replaced whole) and ``genpol.allocator`` (malloc's
+      thresholds; none imports anything of genpol); ``genpol.envs``, the simulators as batched
       torch tensors (imports nothing of genpol but itself); ``genpol.configs``, the Hydra groups
 1     networks and kernels (``nets``, ``qensemble``, ``mish``, ``onednn``); ``collectives``, the
       torch-only averaging a learner needs under torchrun; ``memory``, what a device has left

@@ -148,11 +148,20 @@ def list_checkpoints(checkpoints_dir: str | Path) -> list[Path]:
 
 
 def remove_temporary(checkpoints_dir: str | Path) -> None:
-    """Delete leftovers of checkpoints that a crash interrupted before their rename."""
+    """Delete leftovers of checkpoints that a crash interrupted before their rename. A step saved again
+    moves its old copy aside (``.old-<name>-<pid>``) before renaming the new one in: killed between the
+    two renames, the old copy is the step's only complete checkpoint, and it is moved back."""
     checkpoints_dir = Path(checkpoints_dir)
-    if checkpoints_dir.is_dir():
-        for leftover in [*checkpoints_dir.glob(".tmp-*"), *checkpoints_dir.glob(".old-*")]:
-            shutil.rmtree(leftover, ignore_errors=True)
+    if not checkpoints_dir.is_dir():
+        return
+    for old in checkpoints_dir.glob(".old-*"):
+        name = old.name[len(".old-"):].rpartition("-")[0]
+        if name.startswith(PREFIX) and not (checkpoints_dir / name).exists():
+            os.rename(old, checkpoints_dir / name)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    for leftover in checkpoints_dir.glob(".tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def verify_checkpoint(checkpoint: str | Path, files: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ from genpol.config import EvaluateConfig
 from genpol.configure import register_configs, validate
 from genpol.envs import EnvError, VideoRecorder
 from genpol.errors import CheckpointError, ConfigError
+from genpol.files import write_text_atomic
 from genpol.policy import TrainedPolicy, evaluate_episodes
 from genpol.runners.scaffold import run_name
 
@@ -52,7 +53,7 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
         if success is not None:  # envs that define success (goal envs such as PointMaze)
             results[f"{mode}_success_rate"] = float(success.mean())
     if run_dir.is_dir():
-        (run_dir / "evaluation.json").write_text(json.dumps(results, indent=2))
+        write_text_atomic(run_dir / "evaluation.json", json.dumps(results, indent=2))
     return results
 
 

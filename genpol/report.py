@@ -46,6 +46,7 @@ from omegaconf import OmegaConf
 from genpol.callbacks.logging import read_metrics
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
+from genpol.files import write_text_atomic
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -281,7 +282,7 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
             f"`{path}`" for path in damaged) + "\n"
     if unfinished:
         text += "\nUnfinished (no summary.json): " + ", ".join(f"`{path}`" for path in unfinished) + "\n"
-    (out_dir / "report.md").write_text(text)
+    write_text_atomic(out_dir / "report.md", text)
     result = {"metric": metric, "rows": [{"configuration": row.label, "settings": row.settings,
                                           "seeds": [run.seed for run in row.runs], "values": row.values.tolist(),
                                           "median": row.median, "ci95": [row.ci_low, row.ci_high], "mean": row.mean,
@@ -289,7 +290,7 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
                                           "curve": curve_files.get(row.label)} for row in rows],
               "unfinished": [str(path) for path in unfinished], "damaged": [str(path) for path in damaged],
               "curve_missing": curve_missing}
-    (out_dir / "report.json").write_text(json.dumps(result, indent=2))
+    write_text_atomic(out_dir / "report.json", json.dumps(result, indent=2))
     return result
 
 

@@ -229,13 +229,15 @@ class EndlessDrift:
         return Drift()
 
 
-def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_ends(caplog):
+def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_and_collection_end(caplog):
     """Evaluation runs each episode to its end: with an env that never ends one it looped forever (SIGTERM,
     handled between iterations, did not stop it). The run now says so at the start, and evaluation cuts
-    the episodes at ``STEPS_WITHOUT_TIME_LIMIT`` steps, saying so again."""
+    the episodes at ``STEPS_WITHOUT_TIME_LIMIT`` steps, saying so again. Dataset collection, which counts
+    complete episodes, cuts them there too, flagged as truncations."""
     import gymnasium as gym
 
     from genpol.build import make_env
+    from genpol.data.collect import collect_episodes
     from genpol.policy import STEPS_WITHOUT_TIME_LIMIT, evaluate_episodes
 
     gym.register("TestOnlyEndlessDrift-v0", entry_point=EndlessDrift)
@@ -255,3 +257,13 @@ def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_ends(cap
     assert (f"gym:TestOnlyEndlessDrift-v0: 2 of 2 evaluation episodes had not ended after {STEPS_WITHOUT_TIME_LIMIT} "
             "steps and were cut there: the env declares no time limit (max_episode_steps is None); set "
             "env.max_episode_steps to give it one") in messages
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        episodes, unfinished, env = collect_episodes("gym:TestOnlyEndlessDrift-v0", "random", steps=1, num_envs=1)
+        env.close()
+    assert [len(episode["actions"]) for episode in episodes] == [STEPS_WITHOUT_TIME_LIMIT] and unfinished is None
+    assert episodes[0]["truncations"][-1] and not episodes[0]["truncations"][:-1].any()
+    assert not episodes[0]["terminations"].any() and len(episodes[0]["observations"]) == STEPS_WITHOUT_TIME_LIMIT + 1
+    assert [record.getMessage() for record in caplog.records] == [
+        "gym:TestOnlyEndlessDrift-v0 declares no time limit (max_episode_steps is None): episodes are cut every "
+        f"{STEPS_WITHOUT_TIME_LIMIT} steps and flagged as truncated"]

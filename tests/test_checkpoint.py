@@ -44,6 +44,21 @@ def test_keeps_the_newest_and_ignores_unfinished_temporaries(tmp_path):
     assert not leftover.exists()
 
 
+def test_a_resave_killed_between_its_renames_gets_its_old_copy_back(tmp_path):
+    """Saving a step again moves the old copy aside, then renames the new one in. Killed in between, the
+    step's directory is missing and both copies are leftovers: the old one (complete) is moved back, the
+    new one (maybe incomplete) removed; an old copy whose step exists again is only a leftover."""
+    checkpoints = tmp_path / "checkpoints"
+    path, weights, _ = make_checkpoint(tmp_path, 5)
+    make_checkpoint(tmp_path, 6)
+    path.rename(checkpoints / f".old-{path.name}-4242")
+    (checkpoints / f".tmp-{path.name}-4242").mkdir()
+    (checkpoints / ".old-step_000000000006-4242").mkdir()  # step 6 exists: this one is a leftover
+    remove_temporary(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000000000005", "step_000000000006"]
+    assert torch.equal(load_policy_files(path)[1]["head"]["w"], weights["head"]["w"])
+
+
 def test_truncated_file_is_named(tmp_path):
     path, _, _ = make_checkpoint(tmp_path)
     target = path / "policy" / "weights.pt"
@@ -204,3 +219,32 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
                        match=r"adjust_target_entropy: False \(saved before the field existed\) -> True"):
         check_resume_config(run_dir, validate(compose_config(expo)))
     check_resume_config(run_dir, validate(compose_config([*expo, "learner.adjust_target_entropy=false"])))
+
+
+def test_a_metrics_line_cut_off_mid_write_neither_stops_the_resume_nor_the_reader(tmp_path, caplog):
+    """A kill or a full disk can leave half a line at the end of ``progress.jsonl`` (and a reader can race
+    the writer): the resume drops it with a warning and replaces the file whole; ``read_metrics`` leaves a
+    cut last line out silently and warns about a damaged line elsewhere."""
+    from types import SimpleNamespace
+
+    from genpol.callbacks.logging import MetricsFile, read_metrics
+
+    path = tmp_path / "progress.jsonl"
+    rows = [{"global_step": 100 * k, "iteration": k, "wall_time": 0.5 * k, "charts/SPS": float("nan")}
+            for k in range(1, 5)]
+    whole = [json.dumps(row) for row in rows]
+    path.write_text("\n".join(whole) + "\n" + whole[0][:17])
+    with caplog.at_level("WARNING"):
+        assert [row["global_step"] for row in read_metrics(path)] == [100, 200, 300, 400]
+    assert not caplog.records  # a cut last line is a run being written: nothing to warn about
+    path.write_text(whole[0] + "\n{\"global_st\n" + "\n".join(whole[1:]) + "\n" + whole[0][:17])
+    with caplog.at_level("WARNING"):
+        assert [row["global_step"] for row in read_metrics(path)] == [100, 200, 300, 400]
+    assert [record.getMessage() for record in caplog.records] == [f"{path}: skipping line(s) 2, which do not parse"]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        MetricsFile(path).on_train_start(SimpleNamespace(global_step=300))
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{path}: dropping line(s) 2, 6, which do not parse (cut off mid-write)"]
+    assert path.read_text() == "\n".join(whole[:3]) + "\n"
+    assert not list(tmp_path.glob(".tmp-*"))

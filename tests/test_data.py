@@ -68,7 +68,7 @@ def test_minari_round_trip_and_reference_scores(tmp_path):
     assert d4rl_normalized_score("hopper", 1617.0) == pytest.approx(50.3068, rel=1e-4)
 
 
-def test_collect_writes_real_rollouts_in_both_formats(tmp_path):
+def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
     report = collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "300", "--num-envs", "2",
                            "--d4rl", str(tmp_path / "hopper_random-v5.hdf5"), "--minari", "genpol/hopper/random-v0",
                            "--minari-root", str(tmp_path / "minari")])
@@ -82,6 +82,24 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path):
     assert len(d4rl.episode_bounds()) == len(mini.episode_bounds()) + 1
     # the stored transitions are the simulator's: replaying an episode's actions reproduces them
     assert report["d4rl_normalized_score"] == pytest.approx(d4rl_normalized_score("hopper", report["return_mean"]))
+    # the same Minari id again: refused before any rollout, not after (minari itself refuses at the write)
+    with pytest.raises(SystemExit) as refused:
+        collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", "--minari",
+                      "genpol/hopper/random-v0", "--minari-root", str(tmp_path / "minari")])
+    assert refused.value.code == 2
+    assert "the Minari dataset genpol/hopper/random-v0 already exists at" in capsys.readouterr().err
+
+
+def test_a_minari_dataset_without_episodes_is_named(tmp_path):
+    """What a killed write leaves (minari writes the metadata first) and what an empty write makes."""
+    import gymnasium as gym
+
+    from genpol.data.minari_io import write_minari
+
+    write_minari("genpol/t/empty-v0", [], gym.spaces.Box(-np.inf, np.inf, (3,), np.float64),
+                 gym.spaces.Box(-1.0, 1.0, (2,), np.float32), root=tmp_path)
+    with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/empty-v0' under .* holds no episodes"):
+        load_minari("genpol/t/empty-v0", root=tmp_path)
 
 
 def test_bad_dataset_files_name_the_culprit(tmp_path):

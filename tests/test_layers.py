@@ -29,7 +29,7 @@ import textwrap
 from pathlib import Path
 
 LAYERS: dict[str, int] = {
-    "genpol": 0, "genpol.errors": 0, "genpol.allocator": 0, "genpol.envs": 0, "genpol.configs": 0,
+    "genpol": 0, "genpol.errors": 0, "genpol.files": 0, "genpol.allocator": 0, "genpol.envs": 0, "genpol.configs": 0,
     "genpol.onednn": 1, "genpol.mish": 1, "genpol.nets": 1, "genpol.qensemble": 1, "genpol.collectives": 1,
     "genpol.memory": 1,
     "genpol.heads": 2,

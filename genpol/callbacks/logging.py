@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from genpol.callbacks.base import Callback
+from genpol.files import write_text_atomic
+
+log = logging.getLogger(__name__)
 
 
 class TensorBoardLogger(Callback):
@@ -40,7 +44,8 @@ class MetricsFile(Callback):
 
     On a resume, lines written after the checkpoint are dropped, so the file matches what the
     uninterrupted run would have written (on a start from scratch, every line: an earlier attempt
-    stopped before its first checkpoint).
+    stopped before its first checkpoint). A line that does not parse (cut off by a kill or a full disk
+    mid-write) is dropped with a warning rather than stopping the resume; the file is replaced whole.
     """
 
     def __init__(self, path: str | Path):
@@ -50,9 +55,12 @@ class MetricsFile(Callback):
         if runner.global_step == 0 and self.path.exists():
             self.path.unlink()  # an attempt that saved no checkpoint (its last line may be cut off mid-write)
         elif self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["global_step"] <= runner.global_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            rows, damaged, _ = parse_metrics(self.path)
+            if damaged:
+                log.warning("%s: dropping line(s) %s, which do not parse (cut off mid-write)", self.path,
+                            ", ".join(map(str, damaged)))
+            kept = [row for row in rows if row.get("global_step", 0) <= runner.global_step]
+            write_text_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
 
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         row = {"global_step": runner.global_step, "iteration": runner.iteration,
@@ -61,12 +69,37 @@ class MetricsFile(Callback):
             handle.write(json.dumps(row) + "\n")
 
 
+def parse_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int], int]:
+    """``(rows, damaged, last)``: the JSON objects of a ``progress.jsonl`` file, the 1-based numbers of its
+    non-blank lines that are not one, and the number of its last non-blank line (0 if none)."""
+    rows, damaged, last = [], [], 0
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        last = number
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            damaged.append(number)
+    return rows, damaged, last
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``progress.jsonl`` file."""
+    """The rows of a ``progress.jsonl`` file. A run being written may end in half a line (a reader racing
+    the writer, or a killed run): it is left out, as is any other line that does not parse, with a
+    warning for those."""
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows, damaged, last = parse_metrics(path)
+    inner = [number for number in damaged if number != last]  # the last one may be mid-write
+    if inner:
+        log.warning("%s: skipping line(s) %s, which do not parse", path, ", ".join(map(str, inner)))
+    return rows
 
 
 class ProgressBar(Callback):

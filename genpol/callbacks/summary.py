@@ -13,6 +13,7 @@ from genpol.callbacks.base import Callback, failure_hint, log
 from genpol.callbacks.checkpointing import Checkpointer
 from genpol.callbacks.evaluation import Evaluation
 from genpol.callbacks.logging import read_metrics
+from genpol.files import write_text_atomic
 
 
 def plot_learning_curve(metrics_path: Path, output: Path, title: str) -> Path:
@@ -109,7 +110,7 @@ class Summary(Callback):
             "tensorboard": str(self.run_dir / "tb"),
             "missing": missing,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2))
+        write_text_atomic(self.run_dir / "summary.json", json.dumps(self.summary, indent=2))
 
     def state_dict(self) -> dict[str, Any]:
         return {"elapsed": self.elapsed()}

@@ -12,13 +12,16 @@ Your own env: the policy's checkpoint names the modules to import; with ``--poli
 
 Observations and actions are stored raw (env units). Actions are sampled from the policy
 (``--deterministic`` for its mean), as D4RL's datasets were. Only complete episodes go into the
-Minari dataset; the D4RL file ends with one cut episode (no flag), as D4RL's files do.
+Minari dataset; the D4RL file ends with one cut episode (no flag), as D4RL's files do. An env that
+declares no time limit may never end an episode, so collection would never end: its episodes are cut
+(flagged as truncations) every ``STEPS_WITHOUT_TIME_LIMIT`` steps, with a warning.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,8 +29,11 @@ import torch
 
 from genpol import envs
 from genpol.data.d4rl import write_d4rl
-from genpol.data.minari_io import write_minari
+from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
+from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
+
+log = logging.getLogger(__name__)
 
 
 def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 8, seed: int = 0,
@@ -69,6 +75,11 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
         def act(obs: torch.Tensor) -> torch.Tensor:
             return torch.as_tensor(policy.predict(obs, deterministic=deterministic), dtype=torch.float32)
 
+    cut_at = None
+    if getattr(env, "max_episode_steps", None) is None:
+        cut_at = STEPS_WITHOUT_TIME_LIMIT
+        log.warning("%s declares no time limit (max_episode_steps is None): episodes are cut every %d steps "
+                    "and flagged as truncated", env_id, cut_at)
     obs = env.reset()
     current = [{"observations": [obs[i].numpy()], "actions": [], "rewards": [], "terminations": [],
                 "truncations": []} for i in range(num_envs)]
@@ -80,12 +91,14 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
             obs, reward, terminated, truncated, info = env.step(action)
             for i in range(num_envs):
                 episode = current[i]
-                ended = bool(terminated[i] or truncated[i])
+                env_ended = bool(terminated[i] or truncated[i])
+                cut = not env_ended and cut_at is not None and len(episode["actions"]) + 1 >= cut_at
+                ended = env_ended or cut  # a cut episode's successor starts where it stopped (no reset)
                 episode["actions"].append(action[i].numpy())
                 episode["rewards"].append(float(reward[i]))
                 episode["terminations"].append(bool(terminated[i]))
-                episode["truncations"].append(bool(truncated[i]))
-                episode["observations"].append((info["final_obs"][i] if ended else obs[i]).numpy())
+                episode["truncations"].append(bool(truncated[i]) or cut)
+                episode["observations"].append((info["final_obs"][i] if env_ended else obs[i]).numpy())
                 if ended:
                     complete.append({key: np.asarray(value) for key, value in episode.items()})
                     stored += len(episode["actions"])
@@ -124,6 +137,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if not (args.d4rl or args.minari):
         parser.error("give --d4rl and/or --minari")
+    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():  # before collecting, not after
+        parser.exit(2, f"genpol: the Minari dataset {args.minari} already exists at "
+                       f"{minari_dataset_path(args.minari, args.minari_root)}; choose another id, or delete it first\n")
 
     try:
         episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,

@@ -66,6 +66,9 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
             if not (truncations[-1] or parts["term"][-1][-1]):
                 truncations[-1] = True  # an episode that stops without a flag was cut: truncated
             parts["trunc"].append(truncations)
+        if not parts["obs"]:  # minari writes a dataset's metadata first: a killed write leaves it empty
+            raise DatasetError(f"Minari dataset '{dataset_id}' under {where} holds no episodes (a write that was "
+                               "interrupted?); delete it and make it again with python -m genpol.data.collect")
         metadata = dict(dataset.storage.metadata)
     name = dataset_id.split("/")
     return OfflineDataset(
@@ -75,6 +78,14 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
         timeouts=np.concatenate(parts["trunc"]), source=f"minari:{dataset_id}",
         env_name=d4rl_env_name(name[-2]) if len(name) >= 2 else None, metadata=metadata,
     )
+
+
+def minari_dataset_path(dataset_id: str, root: str | Path | None = None) -> Path:
+    """Where the Minari dataset ``dataset_id`` lives (whether or not it exists)."""
+    import minari
+
+    with _datasets_root(root):
+        return Path(minari.storage.get_dataset_path(dataset_id))
 
 
 def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], observation_space: Any,

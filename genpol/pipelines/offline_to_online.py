@@ -50,6 +50,7 @@ from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
 from genpol.checkpoint import list_checkpoints
 from genpol.config import TrainConfig
+from genpol.files import write_text_atomic
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.chunking import imitation_horizon
@@ -172,7 +173,7 @@ def _write_summary(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], dat
             writer.add_scalar("pretrain/eval_return", summary["eval_return_mean"], gradient_steps)
             if "normalized_score" in summary:
                 writer.add_scalar("pretrain/normalized_score", summary["normalized_score"], gradient_steps)
-    (run_dir / "pretrain" / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(run_dir / "pretrain" / "summary.json", json.dumps(summary, indent=2))
     log.info("pretrained policy: %s", summary)
     return summary
 

@@ -26,6 +26,7 @@ from genpol.checkpoint import PREFIX, load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
+from genpol.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     elif path.exists():
         compare_saved_config(run_dir, path, cfg, current)
         return
-    path.write_text(OmegaConf.to_yaml(current))
+    write_text_atomic(path, OmegaConf.to_yaml(current))
 
 
 def holds_progress(run_dir: Path) -> bool:

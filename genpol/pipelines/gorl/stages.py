@@ -47,6 +47,7 @@ from genpol.callbacks import Evaluation
 from genpol.callbacks.base import failure_hint
 from genpol.checkpoint import CheckpointError, list_checkpoints, load_latest, load_policy_files, save_checkpoint
 from genpol.config import ConfigError, TrainConfig
+from genpol.files import write_text_atomic
 from genpol.heads.latent import LatentDecoderHead
 from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
@@ -103,9 +104,7 @@ def check_budgets(run_dir: Path, budgets: list[int]) -> None:
 
 
 def write_json_atomic(payload: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=2))
 
 
 def freeze_observations(env: VectorEnv, state: dict[str, Any] | None) -> None:
