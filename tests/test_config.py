@@ -168,8 +168,9 @@ def test_cli_rejects_bad_input_before_training(tmp_path):
     result = run_cli("-m", "genpol.train", "+experiment=sac", "env=hopper", "learner.buffer_size=100000000000",
                      f"run_dir={tmp_path}/e", check=False)
     assert result.returncode == 2 and re.search(
-        r"learner.buffer_size=100000000000 needs 10.5 TB for the replay buffer, but cpu has [0-9.]+ [kMGT]?B "
-        r"available: lower learner.buffer_size", result.stderr), result.stderr[-2000:]
+        r"learner.buffer_size=100000000000 needs 21.0 TB for the replay buffer and its copy in each checkpoint "
+        r"\(or learner.save_replay=false\), but cpu has [0-9.]+ [kMGT]?B available: lower learner.buffer_size",
+        result.stderr), result.stderr[-2000:]
     for name in "bde":
         assert not (tmp_path / name / "checkpoints").exists()
 
@@ -191,6 +192,29 @@ def test_memory_is_checked_against_what_the_device_has(monkeypatch):
         memory.require_memory("learner.buffer_size", 1_000_000, 105_000_000, "cpu", "the replay buffer")
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)
     memory.require_memory("learner.buffer_size", 10**11, 10**13, "cpu", "the replay buffer")
+
+
+def test_the_replay_check_counts_the_checkpoints_host_copy_only_when_the_replay_is_saved(monkeypatch):
+    """A checkpoint copies the replay's rows to host memory beside the buffer (a resume loads them there):
+    with save_replay a CPU run needs twice the buffer, 210 bytes per Hopper transition; without, once."""
+    from types import SimpleNamespace
+
+    from genpol import memory
+    from genpol.algorithms.sac import SAC
+    from genpol.build import make_head
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 15_000_000)
+    hopper = SimpleNamespace(obs_dim=11, act_dim=3, num_envs=1)
+    saved = validate(compose_config(["+experiment=sac", "env=hopper", "learner.buffer_size=100000",
+                                     "learner.compile=false"]))
+    with pytest.raises(ConfigError, match=r"^learner.buffer_size=100000 needs 21.0 MB for the replay buffer and "
+                                          r"its copy in each checkpoint \(or learner.save_replay=false\), but cpu "
+                                          r"has 15.0 MB available"):
+        SAC.build(saved, None, hopper)
+    unsaved = validate(compose_config(["+experiment=sac", "env=hopper", "learner.buffer_size=100000",
+                                       "learner.save_replay=false", "learner.compile=false"]))
+    learner = SAC.build(unsaved, make_head(unsaved.policy, 11, 3), hopper)  # 10.5 MB fit (allocated, not touched)
+    assert learner.replay.capacity == 100_000
 
 
 def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():

@@ -101,10 +101,17 @@ class OffPolicyAlgorithm(Algorithm):
         if cfg.learner.offline_ratio > 0 and offline is None:
             raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
                               "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-        # refused here, before the replay is allocated: once full it must fit in memory
-        require_memory("learner.buffer_size", cfg.learner.buffer_size,
-                       ReplayBuffer.bytes_for(cfg.learner.buffer_size, env.obs_dim, env.act_dim), cfg.device,
-                       "the replay buffer")
+        # refused here, before the replay is allocated: once full it must fit in memory, and with save_replay
+        # so must the host copy of its rows that each checkpoint writes (and a resume loads) beside it
+        replay_bytes = ReplayBuffer.bytes_for(cfg.learner.buffer_size, env.obs_dim, env.act_dim)
+        key, value = "learner.buffer_size", cfg.learner.buffer_size
+        copy = "its copy in each checkpoint (or learner.save_replay=false)"
+        if cfg.learner.save_replay and torch.device(cfg.device).type == "cpu":
+            require_memory(key, value, 2 * replay_bytes, cfg.device, f"the replay buffer and {copy}")
+        else:
+            require_memory(key, value, replay_bytes, cfg.device, "the replay buffer")
+            if cfg.learner.save_replay:
+                require_memory(key, value, replay_bytes, "cpu", f"the replay buffer's host copy, {copy}")
         return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
                    capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
                    **kwargs)
