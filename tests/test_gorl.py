@@ -91,6 +91,21 @@ def test_pipeline_gorl_refuses_another_head():
         validate(compose_config(["env=multigoal", "policy=gaussian", "pipeline=gorl"]))
 
 
+def test_a_collection_that_cannot_fit_is_refused_before_stage_zero_trains(tmp_path, monkeypatch):
+    """MultiGoal's 2 + 2 floats a pair, 16 bytes: 10^6 collected pairs (and the 16 envs' extra row) need
+    32.0 MB while collected (twice), more than later with the decoder's subset of 10^5 twice (19.2 MB);
+    refused at 30 MB before stage 0 writes a checkpoint."""
+    from genpol import memory
+    from genpol.api import train
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 30_000_000)
+    with pytest.raises(ConfigError, match=r"^pipeline.collect_steps=1000000 needs 32.0 MB for GoRL's collected "
+                                          r"\(state, action\) pairs through a distillation, but cpu has 30.0 MB"):
+        train(overrides=[*ARGS, "pipeline.collect_steps=1000000", "pipeline.decoder_max_samples=100000"],
+              run_dir=tmp_path / "a")
+    assert not (tmp_path / "a" / "stage_0" / "checkpoints").exists()
+
+
 # --------------------------------------------------------------------------- the pipeline, end to end
 # MultiGoal, 16 envs x 32 steps per iteration; stages of 512 and 1536 encoder steps (1 and 3 iterations)
 ARGS = ["env=multigoal", "env.normalize_obs=true", "policy=gorl", "pipeline=gorl", "total_steps=2048",

@@ -48,6 +48,7 @@ from genpol.callbacks.base import failure_hint
 from genpol.checkpoint import CheckpointError, list_checkpoints, load_latest, load_policy_files, save_checkpoint
 from genpol.config import ConfigError, TrainConfig
 from genpol.files import write_text_atomic
+from genpol.memory import require_memory
 from genpol.heads.latent import LatentDecoderHead
 from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
@@ -124,6 +125,8 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     check_budgets(run_dir, budgets)
     stack = env_stack(cfg.policy)
     env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=device, stack=stack)
+    if len(budgets) > 1:
+        check_collection_memory(cfg, env.obs_dim, env.act_dim)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(device)
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
@@ -153,6 +156,22 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     finally:
         env.close()
     return finish(cfg, run_dir, spec, head, best_weights, stages, time.perf_counter() - start)
+
+
+def check_collection_memory(cfg: TrainConfig, obs_dim: int, act_dim: int) -> None:
+    """Refuse, before stage 0's hours of training, a ``pipeline.collect_steps`` whose (state, pre-tanh action)
+    pairs the machine cannot hold through a distillation: ``R`` float32 rows of ``obs_dim + act_dim``, twice
+    while they are collected (the per-step tensors and their concatenation), and later once beside twice the
+    decoder's ``decoder_max_samples`` subset (the subset and its train/validation split). On a GPU the
+    concatenation happens there too."""
+    pipeline = cfg.pipeline
+    rows = pipeline.collect_steps + cfg.env.num_envs  # whole batches of num_envs: at most this many
+    row_bytes = 4 * (obs_dim + act_dim)
+    needed = row_bytes * max(2 * rows, rows + 2 * min(rows, pipeline.decoder_max_samples))
+    what = "GoRL's collected (state, action) pairs through a distillation"
+    require_memory("pipeline.collect_steps", pipeline.collect_steps, needed, "cpu", what)
+    if torch.device(cfg.device).type != "cpu":
+        require_memory("pipeline.collect_steps", pipeline.collect_steps, 2 * row_bytes * rows, cfg.device, what)
 
 
 def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, budget: int, offset: int,
@@ -213,6 +232,7 @@ def distill(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, env: V
         finally:
             collect_env.close()
         save_atomic(data, collection_path)
+        del data  # freed before the file is read back: one copy at a time
     data = torch.load(collection_path, weights_only=True)
     if not decoder_path.exists():
         training = DecoderTraining(epochs=pipeline.decoder_epochs, batch_size=pipeline.decoder_batch_size,
