@@ -65,8 +65,12 @@ def positional_run_dir(argv: list[str]) -> list[str]:
     return argv
 
 
+_reached = {"config": False}  # whether Hydra composed a config and handed it over
+
+
 @hydra.main(version_base="1.3", config_path="pkg://genpol.configs", config_name="evaluate")
 def evaluate_from_config(cfg: DictConfig) -> None:
+    _reached["config"] = True
     try:
         results = evaluate_run(validate(cfg))
     except (ConfigError, CheckpointError, EnvError) as error:
@@ -78,7 +82,14 @@ def evaluate_from_config(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line (``python -m genpol.evaluate``, ``genpol-evaluate``)."""
     sys.argv[1:] = positional_run_dir(sys.argv[1:])
-    evaluate_from_config()
+    try:
+        evaluate_from_config()
+    except SystemExit as stop:
+        # Hydra reports a config it cannot compose (a misspelt key, a value of the wrong type) itself and exits
+        # 1; that is bad input, exit 2 as genpol's own config errors (and genpol-train's)
+        if stop.code == 1 and not _reached["config"]:
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"genpol: ConfigError: run_dir={target} is a file, not a directory: pick another run_dir"), result.stderr[-1500:]
     assert target.read_text() == "mine"
+    result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path}", "episodez=3", check=False)  # genpol-evaluate too
+    assert result.returncode == 2 and "episodez" in result.stderr, result.stderr[-1500:]
 
 
 def test_a_cluster_launcher_without_multirun_is_said_to_launch_nothing(tmp_path):
