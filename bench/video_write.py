@@ -63,7 +63,7 @@ def write_after(path: Path, source: list[np.ndarray], count: int) -> None:
 
 
 def measure(method, path: Path, source: list[np.ndarray], count: int) -> tuple[float, float]:
-    """(seconds, peak MB of Python-side allocations)."""
+    """(seconds, peak MiB of Python-side allocations)."""
     tracemalloc.start()
     start = time.perf_counter()
     method(path, source, count)
@@ -94,12 +94,12 @@ def main() -> None:
                 peaks[name].append(peak)
                 sizes[name] = path.stat().st_size
     rows = {name: {"seconds": times[name], "median_seconds": statistics.median(times[name]),
-                   "peak_mb": statistics.median(peaks[name]), "file_bytes": sizes[name]} for name in methods}
-    frame_mb = args.size * args.size * 3 / 2**20
-    print(f"{args.frames} frames of {args.size} x {args.size} RGB ({frame_mb:.3f} MB each), {args.rounds} rounds")
-    print(f"{'method':32} {'median s':>9} {'peak MB':>9} {'file kB':>9}")
+                   "peak_mib": statistics.median(peaks[name]), "file_bytes": sizes[name]} for name in methods}
+    frame_mib = args.size * args.size * 3 / 2**20
+    print(f"{args.frames} frames of {args.size} x {args.size} RGB ({frame_mib:.3f} MiB each), {args.rounds} rounds")
+    print(f"{'method':32} {'median s':>9} {'peak MiB':>9} {'file kB':>9}")
     for name, row in rows.items():
-        print(f"{name:32} {row['median_seconds']:9.2f} {row['peak_mb']:9.1f} {row['file_bytes'] / 1e3:9.1f}")
+        print(f"{name:32} {row['median_seconds']:9.2f} {row['peak_mib']:9.1f} {row['file_bytes'] / 1e3:9.1f}")
     before, after = rows["before: list + imageio writer"], rows["after: Mp4Stream"]
     ratio = after["median_seconds"] / before["median_seconds"]
     print(f"time after / before: {ratio:.2f}")

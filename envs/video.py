@@ -4,7 +4,7 @@ imageio-ffmpeg finds (or ships) the ffmpeg binary; the pipe is genpol's own, for
 ``imageio.get_writer`` / ``imageio_ffmpeg.write_frames`` cannot meet:
 
 * **Memory bounded by the frame size.** Frames go to the encoder as they are rendered; nothing holds a
-  whole episode (1000 frames of 256 x 256 RGB are 197 MB, of 1920 x 1080 6.2 GB; a custom env without a
+  whole episode (1000 frames of 256 x 256 RGB are 197 MB, 188 MiB; of 1920 x 1080, 6.2 GB; a custom env without a
   time limit has no bound at all).
 * **No Python code between fork and exec.** imageio-ffmpeg starts ffmpeg with ``preexec_fn=os.setpgrp`` so
   that Ctrl-C does not reach it; a ``preexec_fn`` runs Python in the forked child of a multithreaded
@@ -78,21 +78,30 @@ class Mp4Stream:
                              f"are {self.size} (height, width)")
         try:
             self._process.stdin.write(np.ascontiguousarray(frame).tobytes())
-        except BrokenPipeError:
-            self._process.wait()
-            raise RuntimeError(f"ffmpeg stopped writing {self.path}: {self._stderr()}") from None
+        except OSError:  # BrokenPipeError (EINVAL on Windows): ffmpeg has exited
+            code = self._process.wait()
+            message = self._stderr()
+            self.abort()
+            raise RuntimeError(f"ffmpeg stopped writing {self.path} (exit status {code}): {message}") from None
         self.frames += 1
 
     def finish(self) -> Path:
-        """Wait for ffmpeg to write the file, then move it to ``path``."""
+        """Wait for ffmpeg to write the file, then move it to ``path``; on any failure (ffmpeg's, or an
+        interrupt while waiting) the stream is aborted before the error propagates."""
         if self._process is None:
             raise RuntimeError(f"{self.path}: no frames were appended")
-        self._process.stdin.close()
-        code = self._process.wait()
-        if code != 0:
+        try:
+            try:
+                self._process.stdin.close()  # flushes the last frame's tail
+            except OSError:
+                pass  # ffmpeg has exited: its status and message below say why
+            code = self._process.wait()
+            if code != 0:
+                raise RuntimeError(f"ffmpeg failed writing {self.path} (exit status {code}): {self._stderr()}")
+            os.replace(self.partial, self.path)
+        except BaseException:
             self.abort()
-            raise RuntimeError(f"ffmpeg failed writing {self.path} (exit status {code}): {self._stderr()}")
-        os.replace(self.partial, self.path)
+            raise
         self._errors.close()
         return self.path
 
@@ -105,7 +114,7 @@ class Mp4Stream:
             if self._process.stdin is not None:
                 try:
                     self._process.stdin.close()
-                except BrokenPipeError:
+                except OSError:
                     pass
         self.partial.unlink(missing_ok=True)
         self._errors.close()

@@ -157,7 +157,10 @@ def remove_temporary(checkpoints_dir: str | Path) -> None:
     for old in checkpoints_dir.glob(".old-*"):
         name = old.name[len(".old-"):].rpartition("-")[0]
         if name.startswith(PREFIX) and not (checkpoints_dir / name).exists():
-            os.rename(old, checkpoints_dir / name)
+            try:
+                os.rename(old, checkpoints_dir / name)
+            except FileNotFoundError:  # another torchrun rank moved it back first
+                pass
         else:
             shutil.rmtree(old, ignore_errors=True)
     for leftover in checkpoints_dir.glob(".tmp-*"):

@@ -82,12 +82,14 @@ def evaluate_from_config(cfg: DictConfig) -> None:
 def main() -> None:
     """The command line (``python -m genpol.evaluate``, ``genpol-evaluate``)."""
     sys.argv[1:] = positional_run_dir(sys.argv[1:])
+    _reached["config"] = False
     try:
         evaluate_from_config()
     except SystemExit as stop:
         # Hydra reports a config it cannot compose (a misspelt key, a value of the wrong type) itself and exits
-        # 1; that is bad input, exit 2 as genpol's own config errors (and genpol-train's)
-        if stop.code == 1 and not _reached["config"]:
+        # 1; that is bad input, exit 2 as genpol's own config errors (and genpol-train's), for a single run
+        multirun = any(item in ("-m", "--multirun") for item in sys.argv[1:])
+        if stop.code == 1 and not _reached["config"] and not multirun:
             sys.exit(2)
         raise
 

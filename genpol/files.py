@@ -10,8 +10,8 @@ from pathlib import Path
 
 def write_text_atomic(path: str | Path, text: str) -> None:
     """``text`` to a temporary file next to ``path``, flushed to disk, then renamed over ``path``
-    (``os.replace`` is atomic within a filesystem; the fsync makes the rename safe against a power cut,
-    not only against a killed process)."""
+    (``os.replace`` is atomic within a filesystem; the fsyncs of the file and then of its directory make
+    the new content survive a power cut too, not only a killed process)."""
     path = Path(path)
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     try:
@@ -23,3 +23,9 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if hasattr(os, "O_DIRECTORY"):  # POSIX: the rename itself is durable once the directory is synced
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

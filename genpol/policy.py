@@ -211,7 +211,7 @@ def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor
     of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
     Episodes still running after ``max_steps`` calls of ``env.step`` (default: ``STEPS_WITHOUT_TIME_LIMIT``,
     or the env's own ``max_episode_steps`` where that is larger) are cut there, with a warning: their return
-    so far counts, as a time limit's would.
+    so far counts, as a time limit's would, and env 0's video (if recorded) ends there.
     """
     declared = getattr(env, "max_episode_steps", None)
     if max_steps is None:
@@ -233,6 +233,9 @@ def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor
             break
     else:
         if active.any():
+            recorder = env.find(envs.VideoRecorder) if hasattr(env, "find") else None  # duck-typed envs lack it
+            if recorder is not None and bool(active[0]):  # env 0's video: published up to the cut, not dropped
+                recorder.flush()
             why = ("the env declares no time limit (max_episode_steps is None); set env.max_episode_steps "
                    "to give it one" if declared is None else f"the env declares a time limit of {declared}")
             log.warning("%s: %d of %d evaluation episodes had not ended after %d steps and were cut there: %s",

@@ -12,6 +12,7 @@ from genpol.checkpoint import (CheckpointError, list_checkpoints, load_policy_fi
                                remove_temporary, save_checkpoint)
 from genpol.config import ConfigError
 from genpol.policy import TrainedPolicy
+from genpol.runners.scaffold import holds_progress
 
 from conftest import assert_trees_equal, final_checkpoint, start_training
 
@@ -54,6 +55,10 @@ def test_a_resave_killed_between_its_renames_gets_its_old_copy_back(tmp_path):
     path.rename(checkpoints / f".old-{path.name}-4242")
     (checkpoints / f".tmp-{path.name}-4242").mkdir()
     (checkpoints / ".old-step_000000000006-4242").mkdir()  # step 6 exists: this one is a leftover
+    only_old = tmp_path / "alone"
+    (only_old / "checkpoints").mkdir(parents=True)
+    (only_old / "checkpoints" / ".old-step_000000000005-4242").mkdir()
+    assert holds_progress(only_old)  # such a run_dir is a run to resume (its config is checked), not a failed start
     remove_temporary(checkpoints)
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000000000005", "step_000000000006"]
     assert torch.equal(load_policy_files(path)[1]["head"]["w"], weights["head"]["w"])

@@ -106,3 +106,47 @@ def test_videos_of_a_process_running_playground_fork_no_python_code(tmp_path, mo
     assert not [str(w.message) for w in caught if "fork" in str(w.message)]
     monkeypatch.setenv("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
     assert frames_of(path).shape[0] == 4
+
+
+@pytest.fixture
+def failing_ffmpeg(tmp_path, monkeypatch):
+    """An ``ffmpeg`` that fails as a real one does on a full disk or a bad codec: it writes a message to
+    stderr and exits 3, after reading ``bytes_read`` bytes of its input (all of it: -1)."""
+    import imageio_ffmpeg
+
+    def install(bytes_read: int):
+        script = tmp_path / "ffmpeg"
+        reading = "cat > /dev/null" if bytes_read < 0 else f"head -c {bytes_read} > /dev/null"
+        script.write_text(f"#!/bin/sh\n{reading}\necho 'x264: No space left on device' >&2\nexit 3\n")
+        script.chmod(0o755)
+        monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", lambda: str(script))
+
+    return install
+
+
+@pytest.mark.parametrize("bytes_read", [-1, 100], ids=["at-the-end", "mid-episode"])
+def test_an_ffmpeg_failure_is_named_with_its_message_and_leaves_nothing(tmp_path, failing_ffmpeg, bytes_read):
+    """ffmpeg exits 3 after the last frame (the stream's finish) or while frames still come (an append):
+    the error carries its exit status and stderr, and no process, partial file or published video is left."""
+    failing_ffmpeg(bytes_read)
+    videos = tmp_path / "videos"
+    stream = Mp4Stream(videos / "e.mp4")
+    with pytest.raises(RuntimeError, match=r"ffmpeg (failed|stopped) writing .*e\.mp4 \(exit status 3\): "
+                                           r"x264: No space left on device"):
+        for frame in moving_square(60, 256, 256):  # 196 kB a frame: more than a pipe holds
+            stream.append(frame)
+        stream.finish()
+    assert stream._process.returncode == 3 and stream._errors.closed
+    assert list(videos.iterdir()) == []
+
+
+def test_an_evaluation_cut_short_publishes_env_0s_video_up_to_the_cut(tmp_path, caplog):
+    """``evaluate_episodes`` cuts episodes that outlast its step bound (an env without a time limit):
+    env 0's video ends there instead of vanishing with the env."""
+    from genpol.policy import evaluate_episodes
+
+    with envs.make("genpol:MultiGoal", num_envs=2, seed=0, video_dir=tmp_path, video_prefix="cut") as env:
+        results = evaluate_episodes(env, lambda obs: torch.zeros(obs.shape[0], env.act_dim), seed=0, max_steps=5)
+        (path,) = env.find(envs.VideoRecorder).paths
+    assert list(results.lengths) == [5, 5] and "2 of 2 evaluation episodes had not ended after 5 steps" in caplog.text
+    assert path.name == "cut-episode0.mp4" and frames_of(path).shape[0] == 6  # the reset frame and 5 steps

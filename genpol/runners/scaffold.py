@@ -89,8 +89,10 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
 def holds_progress(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds something a resume would continue: a checkpoint of any phase, or a finished
     run's summary. Without one, an earlier start failed before its first checkpoint (a bad dataset path, a
-    misspelt env id): the same run_dir may start again, with the config corrected."""
-    return (run_dir / "summary.json").exists() or any(run_dir.rglob(f"checkpoints/{PREFIX}*"))
+    misspelt env id): the same run_dir may start again, with the config corrected. A checkpoint moved aside
+    by a re-save that was killed (``.old-step_*``, which the resume moves back) counts."""
+    return (run_dir / "summary.json").exists() or any(run_dir.rglob(f"checkpoints/{PREFIX}*")) or any(
+        run_dir.rglob(f"checkpoints/.old-{PREFIX}*"))
 
 
 def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: dict[str, Any]) -> None:
