@@ -194,8 +194,8 @@ def summarize(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def print_table(summary: dict[str, Any]) -> None:
-    print(f"| claim | metric | method: median (95 % CI), seeds | baseline: median (95 % CI), seeds | "
-          f"difference, 95 % CI | verdict |")
+    print("| claim | metric | method: median (95 % CI), seeds | baseline: median (95 % CI), seeds | "
+          "difference, 95 % CI | verdict |")
     print("|---|---|---|---|---|---|")
     for row in summary.values():
         (m_low, m_high), (b_low, b_high) = row["method_ci95"], row["baseline_ci95"]

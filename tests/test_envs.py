@@ -68,7 +68,7 @@ def test_reset_is_deterministic_under_a_seed(env_id, num_envs):
 def test_time_limit_truncates_with_true_final_obs_and_episode_stats(env_id, num_envs):
     limit = 40  # test_smoke.py's: Playground's jitted step, which holds the limit, compiles once for both
     with envs.make(env_id, num_envs=num_envs, seed=1, max_episode_steps=limit) as env:
-        obs = env.reset()
+        env.reset()
         total = torch.zeros(num_envs, dtype=torch.float64)
         length = torch.zeros(num_envs, dtype=torch.int64)
         saw_end = False
@@ -90,7 +90,6 @@ def test_time_limit_truncates_with_true_final_obs_and_episode_stats(env_id, num_
                 total[ended] = 0
                 length[ended] = 0
             assert torch.equal(info["final_obs"][~ended], next_obs[~ended])
-            obs = next_obs
         assert saw_end
 
 

@@ -2,7 +2,7 @@
 
 The order (DESIGN.md "Layers"), lowest first. A module may import its own layer and those below it:
 
-    0  errors, envs (genpol.envs imports nothing of genpol but itself), configs
+    0  errors, files, allocator, envs (genpol.envs imports nothing of genpol but itself), configs
     1  networks and kernels, torch-only collectives, the config schema
     2  heads
     3  storage, losses (genpol.updaters), dataset formats, checkpoint files
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from conftest import REPO, needs
 
 LAYERS: dict[str, int] = {
     "genpol": 0, "genpol.errors": 0, "genpol.files": 0, "genpol.allocator": 0, "genpol.envs": 0, "genpol.configs": 0,
@@ -159,3 +161,13 @@ def test_every_module_imports_on_its_own():
     result = subprocess.run([sys.executable, "-c", IMPORT_EACH, *modules], capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, f"modules that fail to import alone:\n{result.stdout}\n{result.stderr[-3000:]}"
+
+
+@needs("ruff", "the test extra's ruff is not installed")
+def test_no_undefined_names_unused_imports_or_unused_variables():
+    """pyflakes' rules (ruff's F) over the package, the envs, the tests and bench/: an undefined name is a
+    crash waiting in a branch no test takes; an unused import often a layer edge nobody meant to keep."""
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F", "--no-cache",
+                             "--output-format", "concise", "genpol", "envs", "tests", "bench"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]

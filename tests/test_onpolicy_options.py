@@ -24,7 +24,7 @@ from genpol.nets import ValueNetwork
 from genpol.storage import RolloutStorage
 from genpol.updaters.losses import PPOClipLoss, normalize_advantages
 from genpol.updaters.minibatch import MinibatchUpdater, clip_gradient_norm
-from genpol.updaters.schedules import AdaptiveLR, adaptive_lr
+from genpol.updaters.schedules import adaptive_lr
 
 # ---------------------------------------------------------------- advantage normalization
 

@@ -177,7 +177,7 @@ def jax_update(inputs_path: Path, output_path: Path, ref: Path) -> None:
 
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
-    import jax_dataclasses as jdc
+    import jax_dataclasses as jdc  # noqa: F401 - their FPO code needs it: a missing package fails here, named
     import optax
 
     fpo = import_theirs(ref)
