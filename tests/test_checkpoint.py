@@ -253,3 +253,31 @@ def test_a_metrics_line_cut_off_mid_write_neither_stops_the_resume_nor_the_reade
         f"{path}: dropping line(s) 2, 6, which do not parse (cut off mid-write)"]
     assert path.read_text() == "\n".join(whole[:3]) + "\n"
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_the_metrics_file_reaches_the_disk_before_the_checkpoint_that_covers_it(tmp_path, monkeypatch):
+    """A power cut can lose what the page cache held: the rows a resume keeps (those up to the checkpoint's
+    step) are fsynced before the checkpoint is written, and the checkpoint's own files after them."""
+    import os
+    from types import SimpleNamespace
+
+    from genpol.callbacks import checkpointing
+    from genpol.callbacks.checkpointing import Checkpointer
+
+    metrics = tmp_path / "progress.jsonl"
+    metrics.write_text('{"global_step": 8}\n')
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(descriptor):
+        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(checkpointing.os, "fsync", recording_fsync)
+    monkeypatch.setattr("genpol.checkpoint.os.fsync", recording_fsync)
+    runner = SimpleNamespace(global_step=8, policy_weights=lambda: {"head": {"w": torch.zeros(2)}},
+                             training_state=lambda: {"global_step": 8})
+    path = Checkpointer(tmp_path / "checkpoints", SPEC, every=1, keep=2, synced_first=[metrics]).save(runner)
+    # then the checkpoint's files (under their temporary name, before the rename that publishes them)
+    assert synced[0] == str(metrics) and path.exists(), synced
+    assert len(synced) > 1 and all(entry.startswith(str(tmp_path / "checkpoints")) for entry in synced[1:]), synced

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -35,16 +36,20 @@ class Checkpointer(Callback):
 
     Put it after the callbacks whose state it must capture (evaluation history, metrics file).
     At the end of training it saves before every other callback (``end_first``): the final
-    evaluation and its video come after the weights are safe.
+    evaluation and its video come after the weights are safe. ``synced_first`` are files a resume from
+    the checkpoint reads back (the metrics file): they are flushed to disk before it is written, so that
+    after a power cut no row the checkpoint's step covers is missing.
     """
 
     end_first = True
 
-    def __init__(self, checkpoints_dir: str | Path, policy_spec: dict[str, Any], every: int, keep: int):
+    def __init__(self, checkpoints_dir: str | Path, policy_spec: dict[str, Any], every: int, keep: int,
+                 synced_first: Sequence[str | Path] = ()):
         self.checkpoints_dir = Path(checkpoints_dir)
         self.policy_spec = policy_spec
         self.every = every
         self.keep = keep
+        self.synced_first = [Path(path) for path in synced_first]
         self.last_path: Path | None = None
         self._last_step = -1
 
@@ -61,6 +66,13 @@ class Checkpointer(Callback):
         if bad is not None:
             raise CheckpointError(f"refusing to write a checkpoint at step {runner.global_step}: {bad} holds NaN "
                                   f"or inf; the last good checkpoint is {self.latest()}")
+        for path in self.synced_first:
+            if path.exists():
+                descriptor = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
         self.last_path = save_checkpoint(self.checkpoints_dir, runner.global_step, self.policy_spec, weights, state,
                                          keep=self.keep)
         self._last_step = runner.global_step

@@ -205,7 +205,7 @@ def phase_callbacks(phase: Phase) -> PhaseCallbacks:
         callbacks.append(ProgressBar(phase.total, phase.label, phase.unit))
     callbacks += phase.extra_callbacks
     checkpointer = Checkpointer(phase.checkpoints_dir, phase.policy_spec, phase.checkpoint_every,
-                                phase.keep_checkpoints)
+                                phase.keep_checkpoints, synced_first=[phase.metrics_path])
     callbacks.append(checkpointer)
     summary = None
     if phase.summary_extra is not None:
