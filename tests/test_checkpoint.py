@@ -281,3 +281,25 @@ def test_the_metrics_file_reaches_the_disk_before_the_checkpoint_that_covers_it(
     # then the checkpoint's files (under their temporary name, before the rename that publishes them)
     assert synced[0] == str(metrics) and path.exists(), synced
     assert len(synced) > 1 and all(entry.startswith(str(tmp_path / "checkpoints")) for entry in synced[1:]), synced
+
+
+def test_a_run_with_nothing_left_to_train_does_not_write_its_last_checkpoint_again(tmp_path):
+    """A finished run run again resumes at its last step and trains nothing: its end used to save that step
+    once more (the replay with it, moved aside and replaced); the loaded checkpoint is the run's last."""
+    from types import SimpleNamespace
+
+    from genpol.callbacks.checkpointing import Checkpointer
+
+    path, _, _ = make_checkpoint(tmp_path, 8)
+    written = (path / "training_state" / "state.pt").stat().st_mtime_ns
+    runner = SimpleNamespace(global_step=8, policy_weights=lambda: {"head": {"w": torch.ones(2)}},
+                             training_state=lambda: {"global_step": 8})
+    checkpointer = Checkpointer(tmp_path / "checkpoints", SPEC, every=1, keep=2)
+    checkpointer.on_train_start(runner)
+    checkpointer.on_train_end(runner)
+    assert checkpointer.last_path == path and (path / "training_state" / "state.pt").stat().st_mtime_ns == written
+    fresh = SimpleNamespace(global_step=0, policy_weights=runner.policy_weights, training_state=runner.training_state)
+    checkpointer = Checkpointer(tmp_path / "fresh", SPEC, every=1, keep=2)
+    checkpointer.on_train_start(fresh)
+    checkpointer.on_train_end(fresh)  # a run of 0 steps still ends with its checkpoint
+    assert checkpointer.last_path == tmp_path / "fresh" / "step_000000000000"

@@ -78,6 +78,14 @@ class Checkpointer(Callback):
         self._last_step = runner.global_step
         return self.last_path
 
+    def on_train_start(self, runner: Any) -> None:
+        # a runner starts past step 0 only when it resumed from a checkpoint at that step: the end of a run
+        # that has nothing left to train (a finished run run again) need not write it again (with its replay).
+        # Decided from the runner alone, so every torchrun rank decides alike (their saves are collective)
+        if runner.global_step > 0:
+            self._last_step = runner.global_step
+            self.last_path = self.latest()
+
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         if self.every and runner.iteration % self.every == 0:
             self.save(runner)
