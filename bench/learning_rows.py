@@ -5,6 +5,7 @@ where each run stands (``print_status``), and issue 30's verdict against SAC wit
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,10 @@ def against_sac(table: dict, sac_jobs: dict) -> None:
         task = job.split("-")[0]
         sac = table.get(f"{task}-sac") or sac_jobs.get(f"{task}-sac")
         if job == f"{task}-sac" or sac is None or sac["steps"] != row["steps"]:
+            continue
+        if not all(math.isfinite(value) for value in [*sac["final_returns"], *row["final_returns"]]):
+            # statistics.median's answer with a NaN depends on the order of the values: no verdict on one
+            row["against_sac"] = {"verdict": "not judged: a non-finite final return", "met": False}
             continue
         sac_median, (low, high) = statistics.median(sac["final_returns"]), bootstrap_median_ci(sac["final_returns"])
         median = row["median_final_return"]

@@ -159,11 +159,12 @@ def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
         groups.setdefault(label, []).append(run)
     rows = []
     for label, members in groups.items():
-        values = np.array([run.summary[metric] for run in members if run.summary.get(metric) is not None], float)
-        if len(values) == 0:
+        measured = [run for run in members if run.summary.get(metric) is not None]  # runs and values stay paired
+        if not measured:
             continue
+        values = np.array([run.summary[metric] for run in measured], float)
         low, high = bootstrap_median_ci(values)
-        rows.append(Row(label, {key: members[0].config.get(key) for key in keys}, members, values,
+        rows.append(Row(label, {key: members[0].config.get(key) for key in keys}, measured, values,
                         float(np.median(values)), low, high, float(values.mean())))
     return rows
 

@@ -207,6 +207,14 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
                                        "curves were drawn; its fields include ['charts/episodic_return']")
     with pytest.warns(RuntimeWarning, match=damaged):
         assert report(tmp_path)["curve_missing"] is None
+    # a finished run without the metric is left out of its row, and the row's seeds stay paired with its values
+    run = tmp_path / "run3"
+    shutil.copytree(tmp_path / "run0", run)
+    (run / "config.yaml").write_text("seed: 3\nlearner:\n  lr: 0.001\n")
+    (run / "summary.json").write_text(json.dumps({"eval_return_mean": None}))
+    with pytest.warns(RuntimeWarning, match=damaged):
+        row = report(tmp_path)["rows"][0]
+    assert row["seeds"] == [0, 1] and row["values"] == [10.0, 11.0], row
 
 
 class EndlessDrift:

@@ -3,6 +3,7 @@
 gymnasium 0.29 vector contract the authors' scripts are run under, the episode log, the metric and the
 verdict's bootstrap interval, on hand cases. The harness's runs themselves are benchmarks, not CI."""
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -95,6 +96,18 @@ def test_median_difference_interval_by_hand():
     7 of them (two or three 1s), 3 in 7, so the 2.5 % and 97.5 % points are 1 and 3, and 0 is outside."""
     assert learning_parity.median_difference_ci([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == (1.0, 3.0)
     assert learning_parity.median_difference_ci([-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == (-1.0, 1.0)
+    # counted, not listed: the same type-1 quantiles as numpy's over the full table of every pair of resamples
+    # (4^4 x 5^5 here), ties included; and 6 seeds a side (46656^2 pairs, 16 GiB as a table) in memory
+    ours, theirs = np.array([2.0, 2.0, 5.0, 1.0]), np.array([0.0, 3.0, 3.0, 1.5, 0.0])
+
+    def every_median(values):
+        n = len(values)
+        return np.median(values[np.array(list(itertools.product(range(n), repeat=n)))], axis=1)
+
+    table = (every_median(ours)[:, None] - every_median(theirs)[None, :]).ravel()
+    expected = tuple(float(q) for q in np.quantile(table, [0.025, 0.975], method="inverted_cdf"))
+    assert learning_parity.median_difference_ci(ours, theirs) == expected
+    assert learning_parity.median_difference_ci(range(6), range(6)) == (-2.5, 2.5)
 
 
 def test_the_rlpd_reference_loop_samples_whole_transitions():
