@@ -101,7 +101,7 @@ class DMCVectorEnv(VectorEnv):
         self.check_actions(actions)
         actions_np = actions.detach().to("cpu", torch.float64).numpy()
         obs = np.empty((self.num_envs, self.obs_dim))
-        final_obs = None
+        ended_obs: dict[int, np.ndarray] = {}  # the true last observation of the envs whose episode ended
         reward = np.empty(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
@@ -121,13 +121,16 @@ class DMCVectorEnv(VectorEnv):
             if timestep.last() or at_limit:
                 terminated[i] = timestep.last() and timestep.discount == 0.0
                 truncated[i] = not terminated[i]
-                if final_obs is None:
-                    final_obs = obs.copy()
-                final_obs[i] = obs[i]
+                ended_obs[i] = obs[i].copy()
                 obs[i] = self._flatten(env.reset().observation)
                 self._steps[i] = 0
+        # built after the loop: a copy taken when the first env ended held the earlier step's rows of the envs
+        # after it (and uninitialized ones), which off-policy learners store as their next observation
+        final_obs = obs.copy()
+        for i, last in ended_obs.items():
+            final_obs[i] = last
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        final_t = obs_t if final_obs is None else torch.as_tensor(final_obs, dtype=torch.float32, device=self.device)
+        final_t = obs_t if not ended_obs else torch.as_tensor(final_obs, dtype=torch.float32, device=self.device)
         info = {"final_obs": final_t}
         if self.action_chunk > 1:
             info["env_steps"] = torch.as_tensor(executed, device=self.device)

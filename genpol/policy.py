@@ -225,7 +225,8 @@ def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor
     for _ in range(max_steps):
         obs, reward, terminated, truncated, info = env.step(act(obs))
         returns += reward * active
-        lengths += active.long()
+        executed = info.get("env_steps")  # action chunks: the env steps each env took in this call
+        lengths += active.long() * (1 if executed is None else executed.to(lengths.device))
         if reports_success:
             succeeded |= info["success"] & active
         active &= ~(terminated | truncated)

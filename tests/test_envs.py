@@ -64,6 +64,21 @@ def test_reset_is_deterministic_under_a_seed(env_id, num_envs):
         assert not torch.equal(a[0], c[0])
 
 
+def test_dm_controls_final_obs_is_the_new_obs_for_envs_whose_episode_goes_on():
+    """Episodes that end at different steps (the protocol test's all end together): only the env that ended
+    gets its last observation in final_obs; the others' rows are this step's observation, which the
+    off-policy learners store as s'. dm_control's backend copied the rows of the envs after the first one
+    that ended from the step before."""
+    with envs.make_backend("dmc:cartpole-balance", num_envs=3, seed=0, max_episode_steps=5) as env:
+        env.reset()
+        env.step(torch.zeros(3, 1))
+        env._steps[1] = 4  # env 1 alone reaches its limit at the next step
+        obs, _, terminated, truncated, info = env.step(torch.full((3, 1), 0.5))
+    assert truncated.tolist() == [False, True, False] and not terminated.any()
+    assert torch.equal(info["final_obs"][[0, 2]], obs[[0, 2]])
+    assert not torch.equal(info["final_obs"][1], obs[1])
+
+
 @pytest.mark.parametrize("env_id,num_envs", BACKENDS)
 def test_time_limit_truncates_with_true_final_obs_and_episode_stats(env_id, num_envs):
     limit = 40  # test_smoke.py's: Playground's jitted step, which holds the limit, compiles once for both
@@ -313,6 +328,11 @@ def test_action_chunks_sum_rewards_and_stop_at_the_episode_end(env_id):
     assert torch.allclose(info2["final_obs"], final)
     assert info2["episode_length"].tolist() == [6]  # episode statistics count env steps
     assert info2["episode_return"].item() == pytest.approx(sum(rewards), rel=1e-5)
+    # and so do evaluation's lengths (they counted the 2 agent steps)
+    from genpol.policy import evaluate_episodes
+
+    results = evaluate_episodes(chunked, lambda obs: torch.zeros(1, chunked.act_dim), seed=3)
+    assert results.lengths.tolist() == [6]
     plain.close(), chunked.close()
 
 

@@ -37,6 +37,12 @@ def test_sequence_gae_by_hand():
     targets, advantages = sequence_gae(rewards, values, torch.full((3,), BOOTSTRAP), terminated, truncated, 0.5, 0.5)
     torch.testing.assert_close(targets, torch.tensor([[2.1875, 1.75, 1.5], [3.75, 2.0, 1.0], [5.0, 5.0, 5.0]]))
     torch.testing.assert_close(advantages, torch.tensor([[2.375, 1.5, 1.0], [3.5, 1.0, 0.0], [3.0, 3.0, 3.0]]))
+    # both flags at t = 1 (gymnasium's TimeLimit on the step the episode terminated): column 1's numbers, the
+    # terminal reward learned from, not masked as a truncation's
+    truncated[1, 1] = True
+    both = sequence_gae(rewards, values, torch.full((3,), BOOTSTRAP), terminated, truncated, 0.5, 0.5)
+    torch.testing.assert_close(both[0][:, 1], targets[:, 1])
+    torch.testing.assert_close(both[1][:, 1], advantages[:, 1])
 
 
 def test_sequence_minibatches_cut_each_env_into_whole_subsequences_with_their_bootstrap():

@@ -36,7 +36,9 @@ def sequence_gae(rewards: torch.Tensor, values: torch.Tensor, bootstrap_value: t
         rewards, values: ``[L, B]`` (values: V(s_t) of the critic being trained, without gradient).
         bootstrap_value: ``[B]``, V of the observation after each sub-sequence's last step.
         terminated, truncated: ``[L, B]`` bool; a terminal step zeroes the discount, a truncated one is
-            masked (its discount is irrelevant: FPO's rollouts keep it at 1).
+            masked (its discount is irrelevant: FPO's rollouts keep it at 1). A step with both flags (a time
+            limit reached on the step the episode terminated, which gymnasium flags so) is a termination, as
+            Brax defines truncation ("at the limit and not done"): its reward is learned from.
         gamma, gae_lambda: discount and GAE's lambda.
 
     Returns:
@@ -47,7 +49,7 @@ def sequence_gae(rewards: torch.Tensor, values: torch.Tensor, bootstrap_value: t
         A_t     = (r_t + gamma (1 - term_t) vs_{t+1} - V(s_t)) (1 - trunc_t),   vs_L = V(bootstrap)
     """
     discount = gamma * (~terminated).to(rewards.dtype)
-    keep = (~truncated).to(rewards.dtype)
+    keep = (~(truncated & ~terminated)).to(rewards.dtype)
     next_values = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = (rewards + discount * next_values - values) * keep
     carry_scale = discount * gae_lambda * keep

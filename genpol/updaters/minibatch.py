@@ -185,7 +185,8 @@ class MinibatchUpdater:
             value_targets, advantages = sequence_gae(
                 rewards * settings.reward_scale, values.detach().reshape(length, batch), self.critic(bootstrap_obs),
                 terminated, truncated, settings.gamma, settings.gae_lambda)
-            returns = torch.where(truncated, values.detach().reshape(length, batch), value_targets)
+            cut = truncated & ~terminated  # a step with both flags is a termination (sequence_gae)
+            returns = torch.where(cut, values.detach().reshape(length, batch), value_targets)
         flat_record = {key: tensor.reshape(length * batch, *tensor.shape[2:]) for key, tensor in record.items()}
         return self._loss(flat_obs, flat_record, advantages.reshape(-1), values, returns.reshape(-1),
                           old_values.reshape(-1))
