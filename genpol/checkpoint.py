@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from genpol.errors import CheckpointError
+from genpol.files import fsync_path
 from genpol.memory import human_bytes
 
 PREFIX = "step_"
@@ -42,14 +43,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[str, Any],
                  training_state: dict[str, Any]) -> None:
     """The checkpoint's files and manifest under the temporary name ``tmp``, fsynced."""
@@ -63,9 +56,9 @@ def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[st
     manifest = {name: {"bytes": (tmp / name).stat().st_size, "sha256": file_sha256(tmp / name)} for name in files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
     for name in [*files, MANIFEST]:
-        _fsync(tmp / name)
+        fsync_path(tmp / name)
     for directory in (tmp / "policy", tmp / "training_state", tmp):
-        _fsync(directory)
+        fsync_path(directory)
 
 
 def tensor_bytes(tree: Any) -> int:
@@ -131,7 +124,7 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, final)
-    _fsync(checkpoints_dir)
+    fsync_path(checkpoints_dir)
     if keep is not None:
         for old in list_checkpoints(checkpoints_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)

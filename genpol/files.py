@@ -8,6 +8,16 @@ import os
 from pathlib import Path
 
 
+def fsync_path(path: str | Path) -> None:
+    """Flush a file's, or a directory's, data and entries to disk (a directory's fsync makes the renames and
+    creations inside it durable)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """``text`` to a temporary file next to ``path``, flushed to disk, then renamed over ``path``
     (``os.replace`` is atomic within a filesystem; the fsyncs of the file and then of its directory make
@@ -23,9 +33,5 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if hasattr(os, "O_DIRECTORY"):  # POSIX: the rename itself is durable once the directory is synced
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    if os.name == "posix":  # the rename itself is durable once the directory is synced (Windows cannot open one)
+        fsync_path(path.parent)

@@ -261,7 +261,7 @@ def test_the_metrics_file_reaches_the_disk_before_the_checkpoint_that_covers_it(
     import os
     from types import SimpleNamespace
 
-    from genpol.callbacks import checkpointing
+    from genpol import files
     from genpol.callbacks.checkpointing import Checkpointer
 
     metrics = tmp_path / "progress.jsonl"
@@ -273,8 +273,7 @@ def test_the_metrics_file_reaches_the_disk_before_the_checkpoint_that_covers_it(
         synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
         real_fsync(descriptor)
 
-    monkeypatch.setattr(checkpointing.os, "fsync", recording_fsync)
-    monkeypatch.setattr("genpol.checkpoint.os.fsync", recording_fsync)
+    monkeypatch.setattr(files.os, "fsync", recording_fsync)  # genpol.files.fsync_path serves every fsync
     runner = SimpleNamespace(global_step=8, policy_weights=lambda: {"head": {"w": torch.zeros(2)}},
                              training_state=lambda: {"global_step": 8})
     path = Checkpointer(tmp_path / "checkpoints", SPEC, every=1, keep=2, synced_first=[metrics]).save(runner)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -10,6 +9,7 @@ import torch
 
 from genpol.callbacks.base import Callback
 from genpol.checkpoint import CheckpointError, list_checkpoints, save_checkpoint
+from genpol.files import fsync_path
 
 
 def _non_finite_tensor(tree: Any, where: str = "") -> str | None:
@@ -68,11 +68,7 @@ class Checkpointer(Callback):
                                   f"or inf; the last good checkpoint is {self.latest()}")
         for path in self.synced_first:
             if path.exists():
-                descriptor = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(descriptor)
-                finally:
-                    os.close(descriptor)
+                fsync_path(path)
         self.last_path = save_checkpoint(self.checkpoints_dir, runner.global_step, self.policy_spec, weights, state,
                                          keep=self.keep)
         self._last_step = runner.global_step

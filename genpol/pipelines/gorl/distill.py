@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from genpol.envs import VectorEnv
+from genpol.files import fsync_path
 from genpol.heads.latent import LatentDecoderHead
 
 
@@ -26,8 +27,7 @@ def save_atomic(payload: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary name in the same directory, fsync, then rename over ``path``."""
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
     torch.save(payload, tmp)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
+    fsync_path(tmp)
     os.replace(tmp, path)
 
 
