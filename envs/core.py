@@ -213,15 +213,30 @@ class VectorEnvWrapper(VectorEnv):
     def load_own_state(self, state: dict[str, Any]) -> None:
         pass
 
+    def episodes_restarted(self) -> None:
+        """Called after a restore that reset every env instead of continuing its episode (``state_is_exact``
+        false): per-episode accumulators start again, as at ``reset``."""
+
     def state_dict(self) -> dict[str, Any]:
         return {"own": self.own_state(), "inner": self.env.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_own_state(state["own"])
         self.env.load_state_dict(state["inner"])
+        if not state_is_exact(state["inner"]):
+            self.episodes_restarted()
 
     def close(self) -> None:
         self.env.close()
+
+
+def state_is_exact(state: Any) -> bool:
+    """Whether restoring a ``state_dict`` continues the episodes in progress. Backends that expose no simulator
+    state (EnvPool, a custom env without ``state_dict``) save ``{"exact": False, ...}`` and reset every env
+    on load; wrappers nest their backend's state under ``"inner"``."""
+    while isinstance(state, dict) and "own" in state and "inner" in state:
+        state = state["inner"]
+    return not (isinstance(state, dict) and state.get("exact") is False)
 
 
 def concat_steps(parts: list[StepResult]) -> StepResult:

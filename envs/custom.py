@@ -22,7 +22,8 @@ The factory is called as ``factory(num_envs=N, device=torch.device, seed=int | N
 run uses them, and a factory that does not take one fails naming the parameter and the setting.
 
 Without ``state_dict`` a run still checkpoints and resumes, inexactly: the resumed env resets
-every env (the seed derived from the saved step count, so a re-run resumes the same way), and
+every env (the seed derived from the saved step count, so a re-run resumes the same way), the
+episode statistics and the reward scaler's running return start again with the new episodes, and
 the first transition after the resume joins the saved observation to the new episode. A warning
 says so at the resume. ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
 Env workers (``env.workers``) do not apply: a batched backend steps its envs itself.

@@ -154,6 +154,12 @@ class EpisodeStats(VectorEnvWrapper):
         if "succeeded" in state:  # checkpoints from before success tracking have none
             self._succeeded.copy_(state["succeeded"])
 
+    def episodes_restarted(self) -> None:
+        """The backend reset every env on an inexact restore: the saved episodes' sums do not carry over."""
+        self._returns.zero_()
+        self._lengths.zero_()
+        self._succeeded.zero_()
+
 
 class ObservationNormalizer(VectorEnvWrapper):
     """``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with running statistics.
@@ -272,6 +278,9 @@ class RewardScaler(VectorEnvWrapper):
     def load_own_state(self, state: dict[str, Any]) -> None:
         self.stats.load_state_dict(state["stats"])
         self._discounted.copy_(state["discounted"])
+
+    def episodes_restarted(self) -> None:
+        self._discounted.zero_()  # the running return starts with the new episodes, as at reset
 
 
 class VideoRecorder(VectorEnvWrapper):

@@ -260,6 +260,12 @@ def test_without_state_dict_resume_is_inexact_and_says_so(factory):
             return fresh.step(torch.zeros(2, 2))[0]
 
     assert torch.equal(resumed_obs(), resumed_obs())
+    # the episodes restart, and so do their statistics: the first episode after the resume is the new one's
+    # 8 steps, not the saved 5 plus 8 (EpisodeStats kept its sums when the backend reset)
+    with envs.make(env_id, num_envs=2, max_episode_steps=8) as fresh, pytest.warns(RuntimeWarning, match="reset"):
+        fresh.load_state_dict(state)
+        lengths = [fresh.step(torch.zeros(2, 2))[4]["episode_length"] for _ in range(8)]
+    assert torch.cat(lengths).tolist() == [8, 8]
 
 
 def test_old_policy_specs_without_imports_still_build_their_env():
