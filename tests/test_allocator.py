@@ -43,7 +43,9 @@ def churn(mode: str) -> dict:
 
 @glibc_only
 def test_retained_memory_is_reused_without_faulting_pages_in_again():
-    default, retained = churn("default"), churn("retain")
+    # the fewer faults of two retaining interpreters: faults only add up under noise (the other xdist worker's
+    # memory pressure once raised one run's count to 7.2k a step in CI), so the quieter run measures the setting
+    default, retained = churn("default"), min(churn("retain"), churn("retain"), key=lambda run: run["faults"])
     assert retained["retained"] and not default["retained"]
     # default: each 40 MB tensor is a fresh mapping, faulted in page by page (10k faults of 4 kB each,
     # 30.7k a step on 2026-12-05's Zen 5); retained: the heap's freed blocks are reused (1.0k a step)
