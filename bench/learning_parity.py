@@ -473,10 +473,17 @@ def run_sb3_trpo(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
             "wall_time_s": wall, "ms_per_env_step": 1000 * wall / settings["steps"]}
 
 
+def dataset_overrides(name: str, dataset: str) -> list[str]:
+    """genpol's dataset options for pair ``name``: none for a pair without data. Their loaders are
+    ``d4rl.qlearning_dataset``'s, which drops a timed-out episode's last row (``truncated_rows=drop``)."""
+    if name not in DATASET_PAIRS:
+        return []
+    return [f"dataset.path={Path(dataset).resolve()}", "dataset.truncated_rows=drop"]
+
+
 def run_genpol(name: str, seed: int, settings: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RUN_ROOT / f"{name}-genpol-s{seed}"
-    dataset = ([f"dataset.path={Path(args.dataset).resolve()}"]
-               if name in DATASET_PAIRS else [])
+    dataset = dataset_overrides(name, args.dataset)
     if settings.get("offline"):
         summary = train_once(run_dir, [*GENPOL_COMMON, *settings["genpol"], *dataset, f"seed={seed}"],
                              marker="pretrain/summary.json")

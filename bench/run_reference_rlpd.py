@@ -35,12 +35,15 @@ from authors_cost import harness  # bench/parity/rlpd.py under a name that is no
 
 
 def load_d4rl(path: Path) -> dict[str, np.ndarray]:
-    """A D4RL HDF5 file as their ``D4RLDataset`` leaves it (``d4rl.qlearning_dataset``'s keys)."""
+    """A D4RL HDF5 file as their ``D4RLDataset`` leaves it: ``d4rl.qlearning_dataset``'s transitions (rows
+    0 .. N - 2 not flagged ``timeouts``, s' from the file's ``next_observations``), actions clipped."""
     import h5py
 
     with h5py.File(path, "r") as file:
         data = {key: np.asarray(file[key]) for key in ("observations", "actions", "rewards", "terminals",
-                                                       "next_observations")}
+                                                       "next_observations", "timeouts")}
+    keep = ~data.pop("timeouts")[:-1].astype(bool)
+    data = {key: value[:-1][keep] for key, value in data.items()}
     data["actions"] = np.clip(data["actions"], -(1 - 1e-5), 1 - 1e-5)
     data["masks"] = 1.0 - data.pop("terminals")
     return {key: value.astype(np.float32) for key, value in data.items()}

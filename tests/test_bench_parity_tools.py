@@ -212,6 +212,37 @@ def test_the_offline_consistency_reference_trains_on_genpols_transitions(tmp_pat
     np.testing.assert_array_equal(batch.next_obs.numpy()[bootstrapped], theirs["next_observations"][bootstrapped])
 
 
+def test_the_rlpd_and_expo_references_read_the_dataset_as_qlearning_dataset_and_genpols_drop_does_too(tmp_path):
+    """Their ``D4RLDataset`` calls ``d4rl.qlearning_dataset``: rows 0 .. N - 2 without a timeout, s' from the file's
+    ``next_observations``. ``bench/run_reference_rlpd.load_d4rl`` (RLPD's and EXPO's reference runs) reads them
+    so, and genpol's side of those pairs (``dataset.truncated_rows=drop``) trains on the same transitions."""
+    import run_reference_rlpd
+
+    from genpol.data.d4rl import load_d4rl, write_d4rl
+    from genpol.storage.replay import offline_transitions
+
+    rng = np.random.default_rng(1)
+    rows = 3 + 4 + 3  # episodes of 3 (terminal), 4 (time limit), 3 (cut by the file's end)
+    terminals, timeouts = np.zeros(rows, bool), np.zeros(rows, bool)
+    terminals[2], timeouts[6] = True, True
+    observations = rng.normal(size=(rows + 1, 11))
+    path = write_d4rl(tmp_path / "hopper_medium-v5.hdf5", observations=observations[:-1],
+                      actions=rng.uniform(-0.9, 0.9, (rows, 3)), rewards=rng.normal(size=rows), terminals=terminals,
+                      timeouts=timeouts, next_observations=observations[1:])
+    theirs = run_reference_rlpd.load_d4rl(path)
+    ours = offline_transitions(load_d4rl(path), truncated_rows="drop")
+    assert len(ours) == len(theirs["rewards"]) == 8  # row 6 timed out, row 9 ends the file
+    batch = ours.batch_at(torch.arange(len(ours)))
+    for key, value in (("observations", batch.obs), ("actions", batch.actions), ("rewards", batch.rewards),
+                       ("masks", 1 - batch.dones)):
+        np.testing.assert_allclose(value.numpy(), theirs[key], rtol=0, atol=1e-6)
+    bootstrapped = theirs["masks"] == 1
+    np.testing.assert_array_equal(batch.next_obs.numpy()[bootstrapped], theirs["next_observations"][bootstrapped])
+    for pair in ("rlpd", "expo", "consistency_ac_offline", "consistency_ac_o2o"):
+        assert "dataset.truncated_rows=drop" in learning_parity.dataset_overrides(pair, str(path))
+    assert learning_parity.dataset_overrides("ppo", str(path)) == []
+
+
 def test_the_o2o_consistency_pair_runs_their_offline_options_and_their_online_loop():
     """The consistency_ac_o2o pair's genpol run, composed and validated as ``genpol.train`` does it: every
     option of their offline phase wins over the experiment; where their online phase differs (eta, BC, actor

@@ -226,6 +226,35 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
     check_resume_config(run_dir, validate(compose_config([*expo, "learner.adjust_target_entropy=false"])))
 
 
+def test_dataset_truncated_rows_legacy_value_binds_runs_with_a_dataset_only(tmp_path):
+    """Runs saved before ``dataset.truncated_rows`` dropped truncated episode ends (``drop``): one with a dataset
+    resumes with drop and is refused with today's keep, naming the old value; one without a dataset reads
+    none of dataset.* and resumes unchanged."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    runs = {"rlpd": ["+experiment=rlpd", "dataset.path=hopper_medium-v5.hdf5"],
+            "sac": ["learner=sac", "policy=tanh_gaussian"]}
+    for name, overrides in runs.items():
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        command = [f"run_dir={run_dir}", *overrides]
+        check_resume_config(run_dir, validate(compose_config(command)))
+        make_checkpoint(run_dir)
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        del saved["dataset"]["truncated_rows"]
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+        if name == "rlpd":
+            with pytest.raises(ConfigError,
+                               match=r"dataset.truncated_rows: 'drop' \(saved before the field existed\) -> 'keep'"):
+                check_resume_config(run_dir, validate(compose_config(command)))
+            command.append("dataset.truncated_rows=drop")
+        check_resume_config(run_dir, validate(compose_config(command)))
+
+
 def test_a_metrics_line_cut_off_mid_write_neither_stops_the_resume_nor_the_reader(tmp_path, caplog):
     """A kill or a full disk can leave half a line at the end of ``progress.jsonl`` (and a reader can race
     the writer): the resume drops it with a warning and replaces the file whole; ``read_metrics`` leaves a

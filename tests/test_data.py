@@ -121,6 +121,11 @@ def test_bad_dataset_files_name_the_culprit(tmp_path):
         handle["actions"] = data
     with pytest.raises(DatasetError, match=r"'actions' holds NaN or inf values \(first at row 9\)"):
         load_d4rl(tmp_path / "nan.hdf5")
+    tiny_d4rl(tmp_path / "next.hdf5")
+    with h5py.File(tmp_path / "next.hdf5", "r+") as handle:
+        handle["next_observations"] = np.zeros((len(handle["observations"]) - 1, 11), np.float32)
+    with pytest.raises(DatasetError, match=r"next.hdf5: 'next_observations' has shape \(\d+, 11\), 'observations'"):
+        load_d4rl(tmp_path / "next.hdf5")
     tiny_d4rl(tmp_path / "good.hdf5")
     with pytest.raises(DatasetError, match=r"observations/actions have 11/3 dims, but gym:HalfCheetah-v5 has 17/6"):
         load_d4rl(tmp_path / "good.hdf5").check_dims(17, 6, "gym:HalfCheetah-v5")

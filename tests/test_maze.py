@@ -15,6 +15,7 @@ from genpol.data.maze_dataset import MAZE_REFERENCE, collect_segments, eval_maze
 from genpol.data.maze_dataset import main as maze_main
 from genpol.data.maze_planner import GOAL, BatchController, MazeGrid, maze_map_of
 from genpol.policy import evaluate_episodes
+from genpol.storage.replay import offline_transitions
 from tests.conftest import needs, run_cli
 
 pytestmark = needs("gymnasium_robotics")
@@ -163,8 +164,21 @@ def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys, monk
         assert len(dataset.episode_bounds()) == report["segments"]
         assert not dataset.terminals.any()  # segment ends are truncations: the point mass goes on
         assert reference_returns(dataset.metadata, "gym:PointMaze_UMaze-v3") == MAZE_REFERENCE[("UMaze", "sparse")]
-    for name in ("observations", "actions", "rewards", "timeouts"):
+    for name in ("observations", "actions", "rewards", "timeouts", "end_rows", "end_next_observations"):
         np.testing.assert_array_equal(getattr(d4rl, name), getattr(minari, name))
+    # the sparse reward is paid at the success step, which ends its segment as a truncation: kept, every
+    # segment's reward is in the transitions, each bootstrapped from the point mass at its goal; dropped
+    # (D4RL's qlearning_dataset), the data hold no reward at all
+    for dataset in (d4rl, minari):
+        kept = offline_transitions(dataset)
+        batch = kept.batch_at(torch.arange(len(kept)))
+        assert len(kept) == report["transitions"] and batch.rewards.sum() == report["segments"]
+        paid = batch.rewards == 1
+        goals = batch.next_obs[paid][:, GOAL]
+        assert not batch.dones.any() and (torch.linalg.norm(batch.next_obs[paid][:, :2] - goals, dim=1) <= 0.45).all()
+        dropped = offline_transitions(dataset, truncated_rows="drop")
+        assert len(dropped) == report["transitions"] - report["segments"]
+        assert dropped.batch_at(torch.arange(len(dropped))).rewards.sum() == 0
 
 
 def test_pointmaze_training_reports_success_in_summary_and_video(tmp_path):

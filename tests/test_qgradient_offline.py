@@ -236,8 +236,10 @@ def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dat
         train(env="hopper", policy="consistency", learner="consistency_ac", total_steps=20,
               run_dir=tmp_path / f"q-{observations}", overrides=[*common, *q_learner,
                                                                  f"dataset.observations={observations}"])
-    raw, scaled = (replay.observations.numpy() for replay in replays)
+    rows = len(dataset.rewards)  # then the next observations of truncated ends (dataset.truncated_rows=keep)
+    raw, scaled = (replay.observations.numpy()[:rows] for replay in replays)
     np.testing.assert_array_equal(raw, dataset.observations.astype(np.float32))
+    np.testing.assert_array_equal(replays[0].observations.numpy()[rows:], dataset.end_next_observations)
     assert scaled.min() >= -1 and scaled.max() <= 1 and np.abs(raw - scaled).max() > 1.0
 
     train(env="hopper", policy="gaussian", learner="ppo", total_steps=64, run_dir=tmp_path / "bc",

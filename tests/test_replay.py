@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from genpol.data import OfflineDataset, load_dataset, write_d4rl
+from genpol.data import DatasetError, OfflineDataset, load_dataset, write_d4rl
 from genpol.storage.replay import (TANH_SAFE_BOUND, MixedSampler, ReplayBuffer, offline_row_positions,
                                    offline_transitions)
 
@@ -185,18 +185,56 @@ def test_offline_transitions_from_a_d4rl_file_of_real_hopper_rollouts(tmp_path):
     terminals, timeouts = data["terminals"], data["timeouts"]
     assert terminals.sum() > 0 and timeouts.sum() > 0 and not (terminals[-1] or timeouts[-1])
     path = write_d4rl(tmp_path / "hopper_random-v5.hdf5", data["observations"], data["actions"], data["rewards"],
-                      terminals, timeouts)
+                      terminals, timeouts, next_observations=data["next"])
     with h5py.File(path) as handle:
-        assert {"observations", "actions", "rewards", "terminals", "timeouts"} <= set(handle)
-    store = offline_transitions(load_dataset(str(path)))
-    # every row has a transition except timeout rows and the last row (its episode was cut by the file);
-    # a row both terminal and timed out (seed 0: row 125, a fall at the 50th step) is a terminal, kept
-    assert len(store) == 300 - (timeouts & ~terminals).sum() - 1
-    everything = store.batch_at(torch.arange(len(store)))
-    rows = store.rows.numpy()
-    inside = ~terminals[rows]
-    np.testing.assert_array_equal(everything.next_obs[inside].numpy(), data["next"][rows[inside]].astype(np.float32))
-    np.testing.assert_array_equal(everything.obs.numpy(), data["observations"][rows].astype(np.float32))
-    assert everything.dones.sum() == terminals.sum() and (everything.dones.numpy() == terminals[rows]).all()
-    np.testing.assert_array_equal(everything.next_obs[~inside].numpy(), everything.obs[~inside].numpy())
-    assert not np.isin(np.flatnonzero(timeouts & ~terminals), rows).any() and rows[-1] < 299
+        assert {"observations", "actions", "rewards", "terminals", "timeouts", "next_observations"} <= set(handle)
+    dataset = load_dataset(str(path))
+    truncated_ends = np.flatnonzero((timeouts | (np.arange(300) == 299)) & ~terminals)
+    np.testing.assert_array_equal(dataset.end_rows, truncated_ends)
+    # drop (D4RL's qlearning_dataset): every row has a transition except timeout rows and the last row (its
+    # episode was cut by the file); a row both terminal and timed out (seed 0: row 125, a fall at the 50th
+    # step) is a terminal, kept
+    dropped = offline_transitions(dataset, truncated_rows="drop")
+    assert len(dropped) == 300 - len(truncated_ends)
+    # keep (the default): those rows too, bootstrapped from the next observation the file holds for them
+    kept = offline_transitions(dataset)
+    assert len(kept) == 300 and kept.fingerprint()["dataset_rows"] == 300 + len(truncated_ends)
+    for store in (dropped, kept):
+        everything = store.batch_at(torch.arange(len(store)))
+        rows = store.rows.numpy()
+        inside = ~terminals[rows]
+        np.testing.assert_array_equal(everything.next_obs[inside].numpy(), data["next"][rows[inside]].astype(np.float32))
+        np.testing.assert_array_equal(everything.obs.numpy(), data["observations"][rows].astype(np.float32))
+        assert everything.dones.sum() == terminals.sum() and (everything.dones.numpy() == terminals[rows]).all()
+    shifted = offline_transitions(dataset, obs_transform=lambda obs: obs + 100)  # s' of the ends transformed too
+    at_ends = np.isin(shifted.rows.numpy(), truncated_ends)
+    np.testing.assert_allclose(shifted.batch_at(torch.arange(len(shifted))).next_obs[at_ends].numpy(),
+                               (data["next"][truncated_ends] + 100).astype(np.float32))
+    # a file without next_observations (as written before, or by other tools) keeps what drop keeps, with
+    # the same fingerprint: runs saved before truncated_rows existed resume on it
+    bare = write_d4rl(tmp_path / "bare" / "hopper_random-v5.hdf5", data["observations"], data["actions"],
+                      data["rewards"], terminals, timeouts)
+    assert load_dataset(str(bare)).end_rows is None
+    assert offline_transitions(load_dataset(str(bare))).fingerprint() == dropped.fingerprint()
+    with pytest.raises(ValueError, match="truncated_rows must be keep or drop, got 'all'"):
+        offline_transitions(dataset, truncated_rows="all")
+
+
+def test_end_rows_must_name_truncated_episode_ends():
+    """``OfflineDataset.end_rows`` holds next observations for truncated ends only: a row inside an episode or
+    a terminal one would give a transition two different s'."""
+    rows = 6
+    timeouts, terminals = np.zeros(rows, bool), np.zeros(rows, bool)
+    timeouts[2], terminals[4] = True, True
+    base = dict(observations=np.zeros((rows, 3), np.float32), actions=np.zeros((rows, 2), np.float32),
+                rewards=np.zeros(rows, np.float32), terminals=terminals, timeouts=timeouts, source="made.hdf5")
+    OfflineDataset(**base, end_rows=np.array([2, 5]), end_next_observations=np.ones((2, 3), np.float32))
+    for bad_rows in ([1], [4], [5, 2]):
+        with pytest.raises(DatasetError, match="made.hdf5: end_rows must be increasing rows that end a truncated"):
+            OfflineDataset(**base, end_rows=np.array(bad_rows),
+                           end_next_observations=np.ones((len(bad_rows), 3), np.float32))
+    with pytest.raises(DatasetError, match=r"made.hdf5: end_next_observations has shape \(1, 2\), expected \(1, 3\)"):
+        OfflineDataset(**base, end_rows=np.array([2]), end_next_observations=np.ones((1, 2), np.float32))
+    with pytest.raises(DatasetError, match="the next observation of row 5 holds NaN"):
+        OfflineDataset(**base, end_rows=np.array([2, 5]),
+                       end_next_observations=np.array([[0, 0, 0], [0, np.nan, 0]], np.float32))

@@ -94,8 +94,15 @@ class DatasetConfig:
     the dataset stores them and the env returns them (Diffusion-QL's and Ding & Jin's Consistency-AC). Running
     observation normalization is off in that pipeline either way. ``pipeline=online`` with a dataset (RLPD)
     always uses raw observations."""
+    truncated_rows: str = "keep"
+    """The last row of an episode that a time limit (or the file's end) cut, in the off-policy learners'
+    offline transitions: ``keep``, a transition bootstrapped from the next observation the dataset holds for
+    it (Minari always, D4RL files with ``next_observations``; dropped where there is none), or ``drop``, as D4RL's
+    ``qlearning_dataset`` (CORL, RLPD) does. Matters for sparse rewards paid at that step: PointMaze datasets
+    end an episode at the goal. Runs saved before the field existed dropped them."""
 
     def __post_init__(self) -> None:
         require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)
         require(self.observations in ("min_max", "raw"), "dataset.observations", "min_max or raw", self.observations)
+        require(self.truncated_rows in ("keep", "drop"), "dataset.truncated_rows", "keep or drop", self.truncated_rows)
         require(self.max_transitions >= 1, "dataset.max_transitions", ">= 1", self.max_transitions)

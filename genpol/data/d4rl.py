@@ -4,7 +4,7 @@ Flat datasets at the root (``observations [N, D]``, ``actions [N, A]``, ``reward
 ``terminals [N]``, ``timeouts [N]``, optional ``next_observations``) plus nested groups
 (``infos/qpos``, ``metadata/...``). float32, or float64 in the replay datasets. Episodes end at
 ``terminals | timeouts``; a last episode without a flag was cut by the end of the file and counts
-as truncated.
+as truncated. ``next_observations`` is read at the truncated ends only (``OfflineDataset.end_rows``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from genpol.data.scores import d4rl_env_name
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 
 
-# what genpol reads: the flat arrays it trains on and the metadata; D4RL's ``infos/*`` (qpos, qvel,
-# the behaviour policy's log-probs) and ``next_observations`` would only take memory
+# what genpol reads whole: the flat arrays it trains on and the metadata; D4RL's ``infos/*`` (qpos, qvel,
+# the behaviour policy's log-probs) would only take memory, and of ``next_observations`` only the rows
+# that end a truncated episode are read (``_end_next_observations``): elsewhere s' is the next row
 READ_KEYS = (*REQUIRED_KEYS, "timeouts")
 
 
@@ -53,6 +54,24 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     return data
 
 
+def _end_next_observations(handle: h5py.File, path: Path, terminals: np.ndarray, timeouts: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """``(end_rows [K], next_observations [K, D])`` of the rows that end a truncated episode (a timeout, or
+    the file's last row, that is not terminal), from the file's ``next_observations``; (None, None) without it."""
+    node = handle.get("next_observations")
+    if not isinstance(node, h5py.Dataset):
+        return None, None
+    if node.shape != handle["observations"].shape:
+        raise DatasetError(f"{path}: 'next_observations' has shape {node.shape}, 'observations' "
+                           f"{handle['observations'].shape}")
+    truncated_end = timeouts.copy()
+    truncated_end[-1] = True
+    end_rows = np.flatnonzero(truncated_end & ~terminals)
+    # h5py reads a sorted index list row by row through its chunk cache: K rows, not the whole array
+    next_observations = node[end_rows] if len(end_rows) else np.zeros((0, node.shape[1]), node.dtype)
+    return end_rows.astype(np.int64), np.asarray(next_observations, dtype=np.float32)
+
+
 def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDataset:
     """Read a D4RL HDF5 file into an ``OfflineDataset``; errors name the file and the key. A file of more
     than ``max_transitions`` transitions is refused before its arrays are read (None: no limit)."""
@@ -62,26 +81,31 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
     try:
         with h5py.File(path, "r") as handle:
             data = _read(handle, path, max_transitions)
+            observations = np.asarray(data["observations"])
+            actions = np.asarray(data["actions"])
+            if observations.ndim != 2 or actions.ndim != 2:
+                raise DatasetError(f"{path}: 'observations' and 'actions' must be 2-D, got shapes "
+                                   f"{observations.shape} and {actions.shape}")
+            if len(observations) == 0:
+                raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
+            n = len(observations)
+            terminals = np.asarray(data["terminals"]).reshape(-1).astype(bool)
+            timeouts = np.asarray(data.get("timeouts", np.zeros(n, dtype=bool))).reshape(-1).astype(bool)
+            if len(terminals) == n and len(timeouts) == n:  # else OfflineDataset names the culprit
+                end_rows, end_next_observations = _end_next_observations(handle, path, terminals, timeouts)
+            else:
+                end_rows = end_next_observations = None
     except OSError as error:
         raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
-    observations = np.asarray(data["observations"])
-    actions = np.asarray(data["actions"])
-    if observations.ndim != 2 or actions.ndim != 2:
-        raise DatasetError(f"{path}: 'observations' and 'actions' must be 2-D, got shapes "
-                           f"{observations.shape} and {actions.shape}")
-    if len(observations) == 0:
-        raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
     rewards = np.asarray(data["rewards"]).reshape(len(data["rewards"]), -1)
     if rewards.shape[1] != 1:
         raise DatasetError(f"{path}: 'rewards' must be [N] or [N, 1], got {np.asarray(data['rewards']).shape}")
-    n = len(observations)
-    timeouts = np.asarray(data.get("timeouts", np.zeros(n, dtype=bool))).reshape(-1).astype(bool)
     metadata = {key: value for key, value in data.items() if key.startswith("metadata/")}
     return OfflineDataset(
         observations=observations.astype(np.float32), actions=actions.astype(np.float32),
-        rewards=rewards[:, 0].astype(np.float32),
-        terminals=np.asarray(data["terminals"]).reshape(-1).astype(bool), timeouts=timeouts,
+        rewards=rewards[:, 0].astype(np.float32), terminals=terminals, timeouts=timeouts,
         source=str(path), env_name=d4rl_env_name(re.split(r"[_/]", path.stem)[0]), metadata=metadata,
+        end_rows=end_rows, end_next_observations=end_next_observations,
     )
 
 

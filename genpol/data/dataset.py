@@ -52,7 +52,11 @@ class OfflineDataset:
         terminals ``[N]`` (bool): the episode reached a terminal state at this step,
         timeouts ``[N]`` (bool): a time limit, or the end of the file, cut the episode here,
         source: where it was read from; env_name: e.g. ``hopper`` (for D4RL scores), if known;
-        metadata: format-specific extras (Minari reference scores, D4RL metadata).
+        metadata: format-specific extras (Minari reference scores, D4RL metadata),
+        end_rows ``[K]`` (int64, increasing) and end_next_observations ``[K, D]``: the rows that end a
+            truncated episode (not terminal) whose next observation the source holds, and those
+            observations (Minari keeps every episode's last one, D4RL files their ``next_observations``);
+            None where it holds none. An episode's last row has no next row to take s' from.
     """
 
     observations: np.ndarray
@@ -63,6 +67,8 @@ class OfflineDataset:
     source: str = ""
     env_name: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    end_rows: np.ndarray | None = None
+    end_next_observations: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.observations)
@@ -77,6 +83,24 @@ class OfflineDataset:
                 raise DatasetError(f"{self.source}: '{name}' holds NaN or inf values (first at row {bad})")
         if n == 0:
             raise DatasetError(f"{self.source}: the dataset is empty")
+        if (self.end_rows is None) != (self.end_next_observations is None):
+            raise DatasetError(f"{self.source}: end_rows and end_next_observations come together")
+        if self.end_rows is not None:
+            self._check_end_rows()
+
+    def _check_end_rows(self) -> None:
+        rows, next_obs = self.end_rows, self.end_next_observations
+        if rows.ndim != 1 or next_obs.shape != (len(rows), self.obs_dim):
+            raise DatasetError(f"{self.source}: end_next_observations has shape {next_obs.shape}, expected "
+                               f"{(len(rows), self.obs_dim)} for {len(rows)} end_rows")
+        if len(rows) == 0:
+            return
+        truncated_end = (self.timeouts | (np.arange(len(self.rewards)) == len(self.rewards) - 1)) & ~self.terminals
+        if (np.diff(rows) <= 0).any() or rows[0] < 0 or rows[-1] >= len(self.rewards) or not truncated_end[rows].all():
+            raise DatasetError(f"{self.source}: end_rows must be increasing rows that end a truncated episode")
+        if not np.isfinite(next_obs).all():
+            bad = int(rows[(~np.isfinite(next_obs)).any(axis=1).argmax()])
+            raise DatasetError(f"{self.source}: the next observation of row {bad} holds NaN or inf values")
 
     @property
     def obs_dim(self) -> int:

@@ -2,8 +2,9 @@
 
 Datasets are found under ``$MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``), or under the
 ``root`` given here, which is set as that variable for the call. Nothing is downloaded.
-Minari keeps each episode's true final observation (``observations [T + 1]``); terminations and
-truncations map to ``terminals`` and ``timeouts``.
+Minari keeps each episode's true final observation (``observations [T + 1]``): a truncated episode's is
+kept as its last row's next observation (``end_rows``); terminations and truncations map to ``terminals``
+and ``timeouts``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
             raise DatasetError(f"Minari dataset '{dataset_id}' under {where} could not be read: {error}") from None
         check_size(f"Minari dataset '{dataset_id}'", int(dataset.total_steps), max_transitions)
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
+        end_rows, end_next_observations, rows = [], [], 0
         for episode in dataset.iterate_episodes():
             observations = np.asarray(episode.observations)
             if observations.ndim != 2:
@@ -66,17 +68,23 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
             if not (truncations[-1] or parts["term"][-1][-1]):
                 truncations[-1] = True  # an episode that stops without a flag was cut: truncated
             parts["trunc"].append(truncations)
+            rows += len(truncations)
+            if not parts["term"][-1][-1]:  # a truncated end: its true next observation is the episode's last
+                end_rows.append(rows - 1)
+                end_next_observations.append(observations[-1])
         if not parts["obs"]:  # minari writes a dataset's metadata first: a killed write leaves it empty
             raise DatasetError(f"Minari dataset '{dataset_id}' under {where} holds no episodes (a write that was "
                                "interrupted?); delete it and make it again with python -m genpol.data.collect")
         metadata = dict(dataset.storage.metadata)
-    name = dataset_id.split("/")
+    name, obs_dim = dataset_id.split("/"), parts["obs"][0].shape[1]
     return OfflineDataset(
         observations=np.concatenate(parts["obs"]).astype(np.float32),
         actions=np.concatenate(parts["act"]).astype(np.float32),
         rewards=np.concatenate(parts["rew"]).astype(np.float32), terminals=np.concatenate(parts["term"]),
         timeouts=np.concatenate(parts["trunc"]), source=f"minari:{dataset_id}",
         env_name=d4rl_env_name(name[-2]) if len(name) >= 2 else None, metadata=metadata,
+        end_rows=np.asarray(end_rows, dtype=np.int64),
+        end_next_observations=np.asarray(end_next_observations, np.float32).reshape(len(end_rows), obs_dim),
     )
 
 

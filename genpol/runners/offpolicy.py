@@ -80,7 +80,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
                            cfg.dataset.max_transitions)
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
-                                  device=cfg.device, seed=cfg.seed + 4)
+                                  truncated_rows=cfg.dataset.truncated_rows, device=cfg.device, seed=cfg.seed + 4)
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
     return offline, {"dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
@@ -94,4 +94,4 @@ def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tu
     return offline_transitions(
         dataset, obs_transform=None if obs_scale is None else (lambda obs: Normalization.scale(obs, *obs_scale)),
         action_transform=lambda actions: Normalization.scale(actions, *action_scale),
-        device=cfg.device, seed=cfg.seed + 4)
+        truncated_rows=cfg.dataset.truncated_rows, device=cfg.device, seed=cfg.seed + 4)

@@ -210,13 +210,20 @@ class OfflineReplay:
 
 def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform | None = None,
                         action_transform: ArrayTransform | None = None, *,
-                        action_clip: float | None = TANH_SAFE_BOUND, device: str | torch.device = "cpu",
-                        seed: int = 0) -> OfflineReplay:
-    """(s, a, r, s', terminal) transitions of ``dataset`` (D4RL's qlearning_dataset convention).
+                        action_clip: float | None = TANH_SAFE_BOUND, truncated_rows: str = "keep",
+                        device: str | torch.device = "cpu", seed: int = 0) -> OfflineReplay:
+    """(s, a, r, s', terminal) transitions of ``dataset``.
 
     Inside an episode s' is the next row. An episode's last row is kept when it is terminal (its s' is
-    never bootstrapped from, so it is the row's own observation) and dropped when a time limit or
-    the end of the file cut the episode, since its next observation is not in the data.
+    never bootstrapped from, so it is the row's own observation). When a time limit or the end of the
+    file cut the episode, ``truncated_rows`` says what happens to its last row:
+
+    * ``keep``: a transition like any other (not terminal), with the next observation the dataset holds
+      for it (``dataset.end_rows``: Minari always, D4RL files with ``next_observations``); dropped
+      where it holds none. Such a row can carry the episode's only reward (a sparse goal reached at
+      the last step).
+    * ``drop``: always dropped, as D4RL's ``qlearning_dataset`` does (CORL, RLPD, IQL and most
+      offline RL code), for comparisons with that code.
 
     Args:
         obs_transform: ``[R, D] -> [R, D']`` numpy map applied to all observations (so to s and s'),
@@ -226,16 +233,18 @@ def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform |
             A warning says when the clip moves actions by more than 1e-3 (a forgotten transform).
         seed: the store's own generator seed; use a different one from the online buffer's.
 
-    On CPU, observations that need no transform or cast are shared with ``dataset``, not copied.
+    On CPU, observations that need no transform, cast or appended next observation are shared with
+    ``dataset``, not copied.
     """
-    observations = np.asarray(dataset.observations if obs_transform is None else obs_transform(dataset.observations),
-                              dtype=np.float32)
+    if truncated_rows not in ("keep", "drop"):
+        raise ValueError(f"offline_transitions: truncated_rows must be keep or drop, got {truncated_rows!r}")
+    observations = _transformed_observations(dataset, obs_transform, truncated_rows == "keep")
     actions = np.asarray(dataset.actions if action_transform is None else action_transform(dataset.actions),
                          dtype=np.float32)
     num_rows = len(dataset.rewards)
-    if observations.shape[0] != num_rows or actions.shape != (num_rows, dataset.act_dim):
-        raise ValueError(f"offline_transitions: the transforms returned observations {observations.shape} and "
-                         f"actions {actions.shape} for {num_rows} rows of {dataset.act_dim}-dim actions")
+    if actions.shape != (num_rows, dataset.act_dim):
+        raise ValueError(f"offline_transitions: the transform returned actions {actions.shape} for {num_rows} "
+                         f"rows of {dataset.act_dim}-dim actions")
     if action_clip is not None:
         excess = float(np.abs(actions).max()) - action_clip
         if excess > 1e-3:
@@ -247,18 +256,39 @@ def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform |
     episode_end = terminals | np.asarray(dataset.timeouts, dtype=bool)
     episode_end[-1] = True
     all_rows = np.arange(num_rows)
+    next_rows = np.where(episode_end, all_rows, all_rows + 1)
     keep = ~episode_end | terminals  # a row both terminal and timed out is a terminal: kept
-    rows = all_rows[keep]
-    next_rows = np.where(episode_end, all_rows, all_rows + 1)[keep]
+    if len(observations) > num_rows:  # the known next observations of truncated ends, appended after the rows
+        keep[dataset.end_rows] = True
+        next_rows[dataset.end_rows] = num_rows + np.arange(len(dataset.end_rows))
+    rows, next_rows = all_rows[keep], next_rows[keep]
     if len(rows) == 0:
         raise ValueError(f"offline_transitions: {dataset.source} has no transition with a next observation")
     checksum = 0
-    for array in (observations, actions, dataset.rewards.astype(np.float32), terminals, rows):
+    # next_rows follow from the others unless truncated ends were kept (the checksum of runs saved before is kept)
+    hashed = (observations, actions, dataset.rewards.astype(np.float32), terminals, rows)
+    for array in (*hashed, next_rows) if len(observations) > num_rows else hashed:
         checksum = zlib.crc32(np.ascontiguousarray(array).view(np.uint8), checksum)
     tensors = [torch.as_tensor(array, dtype=dtype).to(device) for array, dtype in (
         (observations, torch.float32), (actions, torch.float32), (dataset.rewards, torch.float32),
         (terminals, torch.bool), (rows, torch.int64), (next_rows, torch.int64))]
     return OfflineReplay(*tensors, checksum=checksum, seed=seed)
+
+
+def _transformed_observations(dataset: OfflineDataset, obs_transform: ArrayTransform | None,
+                              with_end_next: bool) -> np.ndarray:
+    """``[R (+ K), D']`` float32: the dataset's R observations through ``obs_transform``, followed (with
+    ``with_end_next`` and K > 0) by its K known next observations of truncated ends, transformed alike."""
+    def transformed(array: np.ndarray) -> np.ndarray:
+        return np.asarray(array if obs_transform is None else obs_transform(array), dtype=np.float32)
+
+    observations = transformed(dataset.observations)
+    if observations.shape[0] != len(dataset.rewards):
+        raise ValueError(f"offline_transitions: the transform returned observations {observations.shape} for "
+                         f"{len(dataset.rewards)} rows")
+    if not with_end_next or dataset.end_rows is None or len(dataset.end_rows) == 0:
+        return observations
+    return np.concatenate([observations, transformed(dataset.end_next_observations)])
 
 
 def offline_row_positions(batch_size: int, offline_ratio: float) -> torch.Tensor:
