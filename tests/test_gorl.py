@@ -92,15 +92,15 @@ def test_pipeline_gorl_refuses_another_head():
 
 
 def test_a_collection_that_cannot_fit_is_refused_before_stage_zero_trains(tmp_path, monkeypatch):
-    """MultiGoal's 2 + 2 floats a pair, 16 bytes: 10^6 collected pairs (and the 16 envs' extra row) need
-    32.0 MB while collected (twice), more than later with the decoder's subset of 10^5 twice (19.2 MB);
-    refused at 30 MB before stage 0 writes a checkpoint."""
+    """MultiGoal's 2 + 2 floats a pair, 16 bytes: 10^6 collected pairs (and the 16 envs' extra row), held
+    once (collected in place), beside the decoder's subset of 10^5 and its split, need 19.2 MB; refused at
+    15 MB before stage 0 writes a checkpoint."""
     from genpol import memory
     from genpol.api import train
 
-    monkeypatch.setattr(memory, "available_bytes", lambda device: 30_000_000)
-    with pytest.raises(ConfigError, match=r"^pipeline.collect_steps=1000000 needs 32.0 MB for GoRL's collected "
-                                          r"\(state, action\) pairs through a distillation, but cpu has 30.0 MB"):
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 15_000_000)
+    with pytest.raises(ConfigError, match=r"^pipeline.collect_steps=1000000 needs 19.2 MB for GoRL's collected "
+                                          r"\(state, action\) pairs through a distillation, but cpu has 15.0 MB"):
         train(overrides=[*ARGS, "pipeline.collect_steps=1000000", "pipeline.decoder_max_samples=100000"],
               run_dir=tmp_path / "a")
     assert not (tmp_path / "a" / "stage_0" / "checkpoints").exists()
@@ -136,6 +136,8 @@ def test_stage_transitions_and_budget_accounting(reference_run):
     # budgets under their own names: collection after stage 0 only, at least collect_steps
     collection = torch.load(run_dir / "stage_0" / "collection.pt", weights_only=True)
     assert collection["env_steps"] >= 1024 and collection["actions"].shape == (collection["env_steps"], 2)
+    for pairs in (collection["obs"], collection["actions"]):  # written in place: no spare rows saved
+        assert pairs.untyped_storage().nbytes() == pairs.numel() * pairs.element_size()
     assert not (run_dir / "stage_1" / "collection.pt").exists()
     assert summary["encoder_env_steps"] == 2048 and summary["collection_env_steps"] == collection["env_steps"]
     assert summary["total_env_steps"] == 2048 + collection["env_steps"]

@@ -159,18 +159,18 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
 
 def check_collection_memory(cfg: TrainConfig, obs_dim: int, act_dim: int) -> None:
     """Refuse, before stage 0's hours of training, a ``pipeline.collect_steps`` whose (state, pre-tanh action)
-    pairs the machine cannot hold through a distillation: ``R`` float32 rows of ``obs_dim + act_dim``, twice
-    while they are collected (the per-step tensors and their concatenation), and later once beside twice the
-    decoder's ``decoder_max_samples`` subset (the subset and its train/validation split). On a GPU the
-    concatenation happens there too."""
+    pairs the machine cannot hold through a distillation: ``R`` float32 rows of ``obs_dim + act_dim``, once
+    while they are collected (in place, on the CPU) and later beside twice the decoder's
+    ``decoder_max_samples`` subset (the subset and its train/validation split); the split alone moves to the
+    device."""
     pipeline = cfg.pipeline
     rows = pipeline.collect_steps + cfg.env.num_envs  # whole batches of num_envs: at most this many
     row_bytes = 4 * (obs_dim + act_dim)
-    needed = row_bytes * max(2 * rows, rows + 2 * min(rows, pipeline.decoder_max_samples))
+    subset = min(rows, pipeline.decoder_max_samples)
     what = "GoRL's collected (state, action) pairs through a distillation"
-    require_memory("pipeline.collect_steps", pipeline.collect_steps, needed, "cpu", what)
+    require_memory("pipeline.collect_steps", pipeline.collect_steps, row_bytes * (rows + 2 * subset), "cpu", what)
     if torch.device(cfg.device).type != "cpu":
-        require_memory("pipeline.collect_steps", pipeline.collect_steps, 2 * row_bytes * rows, cfg.device, what)
+        require_memory("pipeline.collect_steps", pipeline.collect_steps, row_bytes * subset, cfg.device, what)
 
 
 def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, budget: int, offset: int,
