@@ -239,6 +239,15 @@ def state_is_exact(state: Any) -> bool:
     return not (isinstance(state, dict) and state.get("exact") is False)
 
 
+def inexact_reset_seed(state: Any, fallback: int) -> int:
+    """The seed an inexactly restored env resets with: the backend's own ``reset_seed`` (EnvPool, a custom env
+    without ``state_dict``), else ``fallback`` (a gymnasium env whose state cannot be captured)."""
+    while isinstance(state, dict) and "own" in state and "inner" in state:
+        state = state["inner"]
+    seed = state.get("reset_seed") if isinstance(state, dict) else None
+    return int(fallback if seed is None else seed)
+
+
 def concat_steps(parts: list[StepResult]) -> StepResult:
     """The step tuples of consecutive env groups -> one tuple for all of them (tensors and every
     ``info`` entry concatenated along the env axis, so ``[K]`` episode statistics stay in env order)."""

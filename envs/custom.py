@@ -12,7 +12,10 @@ of ``genpol.envs.core`` (subclassing ``genpol.envs.VectorEnv`` is the easy way, 
   info)``, episodes auto-resetting inside ``step``, with ``info["final_obs"] [N, D]`` holding the true
   last observation where an episode ended (the returned one elsewhere). ``EpisodeStats`` adds the
   episode statistics, unless the env sets ``provides_episode_stats = True`` and fills
-  ``info["episode_return"]`` / ``["episode_length"]`` (``[K]``, the K envs that ended) itself;
+  ``info["episode_return"]`` / ``["episode_length"]`` (``[K]``, the K envs that ended, at every step) itself;
+  an env that defines success sets ``reports_success = True`` and fills ``info["success"] [N]`` bool;
+  an env built with ``action_chunk`` executes that many steps per action and reports them in
+  ``info["env_steps"] [N]``;
 * optionally ``state_dict()`` / ``load_state_dict(state)`` (tensors, numbers, strings, lists and
   dicts only: checkpoints load with ``torch.load(weights_only=True)``) for an exact resume;
   ``render() -> [H, W, 3] uint8`` of env 0 for videos; ``close()``.
@@ -24,8 +27,7 @@ run uses them, and a factory that does not take one fails naming the parameter a
 Without ``state_dict`` a run still checkpoints and resumes, inexactly: the resumed env resets
 every env (the seed derived from the saved step count, so a re-run resumes the same way), the
 episode statistics and the reward scaler's running return start again with the new episodes, and
-the first transition after the resume joins the saved observation to the new episode. A warning
-says so at the resume. ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
+the first action is chosen from the new episodes' first observations. A warning says so at the resume. ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
 Env workers (``env.workers``) do not apply: a batched backend steps its envs itself.
 """
 
@@ -105,11 +107,13 @@ def make_custom(name: str, num_envs: int = 1, device: str | torch.device = "cpu"
                            f"parameter to {getattr(factory, '__name__', 'the factory')}, or leave the setting off")
         arguments[parameter] = value
     env = factory(**arguments)
-    return CustomVectorEnv(env, env_id, num_envs, torch.device(device), seed)
+    return CustomVectorEnv(env, env_id, num_envs, torch.device(device), seed, action_chunk)
 
 
-def step_problems(result: Any, num_envs: int, obs_dim: int, device: torch.device) -> list[str]:
-    """What is wrong with one ``step`` result's structure (types, shapes, dtypes, devices), in words.
+def step_problems(result: Any, num_envs: int, obs_dim: int, device: torch.device,
+                  episode_stats: bool = False) -> list[str]:
+    """What is wrong with one ``step`` result's structure (types, shapes, dtypes, devices), in words;
+    ``episode_stats``: the env provides ``info["episode_return"]`` / ``["episode_length"]`` at every step.
 
     Metadata only (no values are read), so a GPU simulator is not synchronized by the check.
     """
@@ -127,6 +131,10 @@ def step_problems(result: Any, num_envs: int, obs_dim: int, device: torch.device
                         f"its keys: {sorted(info)}")
     else:
         expected["info['final_obs']"] = (info["final_obs"], (num_envs, obs_dim), torch.float32)
+        missing = [key for key in ("episode_return", "episode_length") if key not in info]
+        if episode_stats and missing:
+            problems.append(f"provides_episode_stats is set, but info has no {' / '.join(missing)} (at every step: "
+                            f"[K] for the K envs whose episode ended, [0] when none did); its keys: {sorted(info)}")
     for name, (value, shape, dtype) in expected.items():
         if not isinstance(value, torch.Tensor):
             problems.append(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -147,7 +155,8 @@ class CustomVectorEnv(VectorEnv):
     ``self.env`` is the user's object, so ``env.find(MySim)`` still reaches it.
     """
 
-    def __init__(self, env: Any, env_id: str, num_envs: int, device: torch.device, seed: int | None = None):
+    def __init__(self, env: Any, env_id: str, num_envs: int, device: torch.device, seed: int | None = None,
+                 action_chunk: int = 1):
         missing = [name for name in REQUIRED_ATTRIBUTES if not hasattr(env, name)]
         if missing:
             hint = ("; a single gymnasium env goes through env=gym env.id=<module>:<id> instead"
@@ -161,7 +170,9 @@ class CustomVectorEnv(VectorEnv):
         self.obs_dim, self.act_dim = env.obs_dim, env.act_dim
         self.max_episode_steps = getattr(env, "max_episode_steps", None)
         self.provides_episode_stats = bool(getattr(env, "provides_episode_stats", False))
-        self.action_chunk = getattr(env, "action_chunk", 1)
+        self.reports_success = bool(getattr(env, "reports_success", False))
+        # the chunk the factory was asked for: what the saved policy's spec records and its env is built with
+        self.action_chunk = getattr(env, "action_chunk", action_chunk)
         problems = []
         if env.num_envs != num_envs:
             problems.append(f"num_envs is {env.num_envs}, {num_envs} were asked for")
@@ -200,7 +211,7 @@ class CustomVectorEnv(VectorEnv):
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
         result = self.env.step(actions)
-        problems = step_problems(result, self.num_envs, self.obs_dim, self.device)
+        problems = step_problems(result, self.num_envs, self.obs_dim, self.device, self.provides_episode_stats)
         if problems:
             raise EnvError(f"{self.env_id}: {'; '.join(problems)}")
         self._steps_since_reset += 1
@@ -227,7 +238,6 @@ class CustomVectorEnv(VectorEnv):
             self.env.load_state_dict(state["state"])
             return
         warnings.warn(f"{self.env_id}: the env has no state_dict(), so the resumed run cannot continue its episodes: "
-                      f"every env is reset (seed {state['reset_seed']}) and the first transition after the resume "
-                      "joins the saved observation to a new episode. Implement state_dict()/load_state_dict() "
-                      "for an exact resume.", RuntimeWarning, stacklevel=2)
+                      f"every env is reset to a new episode (seed {state['reset_seed']}). Implement "
+                      "state_dict()/load_state_dict() for an exact resume.", RuntimeWarning, stacklevel=2)
         self.reset(state["reset_seed"])

@@ -314,7 +314,11 @@ class GymVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ exact resume
     def state_dict(self) -> dict[str, Any]:
-        return {"envs": [_capture_env_state(env) for env in self._envs.envs], "seed": self._seed}
+        envs = [_capture_env_state(env) for env in self._envs.envs]
+        state: dict[str, Any] = {"envs": envs, "seed": self._seed}
+        if any(env.get("inexact") for env in envs):  # a resume resets every env (envs.core.state_is_exact)
+            state["exact"] = False
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state["envs"]) != self.num_envs:
@@ -376,7 +380,7 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
     MuJoCo envs save ``mjSTATE_INTEGRATION`` (positions, velocities, activations, warm-start, time,
     controls), which continues bit-identically. Envs with a ``state`` attribute (gymnasium's classic
     control) save their numeric attributes. Others (Box2D) cannot be captured: their state is marked
-    inexact, and restoring it warns and leaves the env where it is.
+    inexact, restoring it warns, and the resumed run resets every env (seeded, so a resume repeats).
     """
     unwrapped = env.unwrapped
     state: dict[str, Any] = {}
@@ -421,8 +425,8 @@ def _restore_env_state(env: gym.Env, state: dict[str, Any]) -> None:
         if "goal_env" in state:
             restore_goal_env_state(unwrapped, state["goal_env"])
     elif state.get("inexact"):
-        warnings.warn(f"{env.spec.id if env.spec else unwrapped}: this env's state cannot be saved; the resumed "
-                      "run continues its episodes from wherever the new env is", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{env.spec.id if env.spec else unwrapped}: this env's state cannot be saved, so the resumed "
+                      "run cannot continue its episodes: every env starts a new one", RuntimeWarning, stacklevel=2)
     else:
         for name, value in state["attributes"].items():
             setattr(unwrapped, name, value.numpy().copy() if isinstance(value, torch.Tensor) else value)

@@ -29,7 +29,6 @@ RULES = (
     "reset returns obs",           # reset(seed) -> obs [N, D] float32 on the device, finite
     "step returns the 5-tuple",    # (obs, reward, terminated, truncated, info) shapes, dtypes, devices
     "returned tensors are fresh",  # a later step does not overwrite tensors handed out before
-    "terminated xor truncated",    # never both for one env at one step
     "final observation",           # info["final_obs"]: the true last obs where an episode ended, obs elsewhere
     "time limit",                  # episodes end exactly at max_episode_steps, none truncated before
     "episode statistics",          # provides_episode_stats: returns and lengths of the ended episodes
@@ -258,9 +257,6 @@ def _check_episode_ends(make: Callable[[], Any], env_id: str, actions: torch.Ten
             lengths += 1
             returns += reward.double()
             ended = terminated | truncated
-            with _Rule("terminated xor truncated", env_id) as rule:
-                if bool((terminated & truncated).any()):
-                    rule.fail(f"env(s) {_indices(terminated & truncated)} both terminated and truncated at step {t}")
             with _Rule("final observation", env_id) as rule:
                 if not torch.equal(final_obs[~ended], obs[~ended]):
                     rule.fail(f"at step {t} info['final_obs'] differs from obs for env(s) "
@@ -298,7 +294,7 @@ def _check_episode_ends(make: Callable[[], Any], env_id: str, actions: torch.Ten
     if not ended_any:
         raise ProtocolViolation(f"rule 'final observation' could not be checked on {env_id}: no episode ended in "
                                 f"{len(actions)} steps; give the env a short time limit (max_episode_steps)")
-    return (["terminated xor truncated", "final observation"] + (["time limit"] if limit is not None else [])
+    return (["final observation"] + (["time limit"] if limit is not None else [])
             + (["episode statistics"] if provides_stats else []))
 
 

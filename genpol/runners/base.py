@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from genpol.envs import VectorEnv
+from genpol.envs.core import inexact_reset_seed, state_is_exact
 from genpol import collectives, distributed
 from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList
@@ -157,6 +158,11 @@ class EnvRunner(abc.ABC):
         self.callbacks.load_state_dict(training_state["callbacks"])
         if collectives.world_size() > 1 or "distributed" in training_state:
             distributed.load_rank_state(self, training_state)
+        if not state_is_exact(training_state["env"]):
+            # the backend could not continue its episodes: every env starts a new one, and the first action
+            # is chosen from that episode's first observation (through the wrappers), not from the saved one
+            seed = inexact_reset_seed(self.env.state_dict(), self.seed + self.global_step)
+            self.obs = self.env.reset(seed=seed).to(self.algorithm_device())
 
     def algorithm_device(self) -> torch.device:
         return next(self.algorithm.head.parameters()).device

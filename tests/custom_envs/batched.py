@@ -99,6 +99,38 @@ def make_env(num_envs: int, device: torch.device, seed: int | None = None, max_e
     return BatchedReach(num_envs, device, seed, max_episode_steps or 50, render, render_size, **task)
 
 
+class GoalReach(BatchedReach):
+    """``BatchedReach`` that defines success (``reports_success``: the target reached within ``tolerance``) and
+    flags a success at the time limit as gymnasium's TimeLimit does, terminated and truncated both. It sets
+    no ``action_chunk`` attribute, as a factory that only takes the argument."""
+
+    reports_success = True
+
+    def __init__(self, *args: Any, tolerance: float = 0.05, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tolerance = tolerance
+
+    def step(self, actions: torch.Tensor) -> envs.StepResult:
+        self.check_actions(actions)
+        move = self.speed * actions.to(self.device).clamp(self.action_low, self.action_high)
+        self.state[:, :2] = (self.state[:, :2] + move).clamp(-1.0, 1.0)
+        distance = (self.state[:, :2] - self.state[:, 2:]).norm(dim=1)
+        self.steps += 1
+        terminated = distance < self.tolerance
+        truncated = self.steps >= self.max_episode_steps  # terminated too where both: gymnasium's TimeLimit
+        final_obs = self.state.clone()
+        ended = terminated | truncated
+        self.state = torch.where(ended[:, None], self._draw(self.num_envs), self.state)
+        self.steps.masked_fill_(ended, 0)
+        return self.state.clone(), -distance, terminated, truncated, {"final_obs": final_obs,
+                                                                        "success": terminated.clone()}
+
+
+def make_goal_env(num_envs: int, device: torch.device, seed: int | None = None, max_episode_steps: int | None = None,
+                  action_chunk: int = 1, **task: Any) -> GoalReach:
+    return GoalReach(num_envs, device, seed, max_episode_steps or 50, **task)
+
+
 class StatelessReach(envs.VectorEnv):
     """The same task as a ``VectorEnv`` that cannot save its state (no ``state_dict``)."""
 

@@ -49,4 +49,25 @@ class MyReach(gym.Env):
         return frame
 
 
+class MyReachPrivate(gym.Env):
+    """``MyReach``'s task with its state in attributes of its own, not ``self.state`` (as a Box2D env keeps
+    it): genpol's gym backend cannot save it, so checkpoints are inexact and a resume starts new episodes."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self._position, self._target = np.zeros(2), np.zeros(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._position, self._target = self.np_random.uniform(-1.0, 1.0, size=(2, 2))
+        return np.concatenate([self._position, self._target]).astype(np.float32), {}
+
+    def step(self, action: np.ndarray):
+        self._position = np.clip(self._position + 0.1 * np.clip(action, -1.0, 1.0), -1.0, 1.0)
+        distance = float(np.linalg.norm(self._position - self._target))
+        return np.concatenate([self._position, self._target]).astype(np.float32), -distance, distance < 0.05, False, {}
+
+
 gym.register("MyReach-v0", entry_point="custom_envs.reach:MyReach", max_episode_steps=50)
+gym.register("MyReachPrivate-v0", entry_point="custom_envs.reach:MyReachPrivate", max_episode_steps=50)
