@@ -222,7 +222,8 @@ SUITES["stability"].update({
 })
 SUITE_COMMON["stability"] = STABILITY_COMMON
 SUITES["rlpd"] = {"hopper-rlpd-cpu": RLPD_CPU,
-                  "hopper-rlpd-cpu-nodata": [*RLPD_CPU, "learner.offline_ratio=0"]}
+                  "hopper-rlpd-cpu-nodata": [*(item for item in RLPD_CPU if not item.startswith("dataset.path")),
+                                             "learner.offline_ratio=0"]}
 
 
 def job_dir(job: str, steps: int, seed: int) -> Path:

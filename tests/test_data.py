@@ -236,3 +236,25 @@ def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
     assert np.isfinite(summary["eval_normalized_score"]) and summary["env_steps"] >= 512
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
     assert list((tmp_path / "run" / "tb" / "pretrain").glob("events.*"))
+
+
+def test_a_d4rl_file_without_timeouts_is_split_where_next_observations_break(tmp_path):
+    """Two 3-step episodes, the first cut by a time limit, in a file without ``timeouts``: its
+    ``next_observations`` say where (row 2's s' is not row 3's observation), so the episodes stay apart and row
+    2 is bootstrapped from its own next observation. Without either key nothing can tell: a warning."""
+    from genpol.storage.replay import offline_transitions
+
+    observations = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]])
+    next_observations = np.array([[1.0], [2.0], [3.0], [11.0], [12.0], [13.0]])
+    for name, next_obs in (("with_next", next_observations), ("bare", None)):
+        path = write_d4rl(tmp_path / f"{name}.hdf5", observations, np.zeros((6, 1)), np.arange(6.0),
+                          np.zeros(6, bool), np.zeros(6, bool), next_observations=next_obs)
+        with h5py.File(path, "r+") as handle:
+            del handle["timeouts"]
+    dataset = load_d4rl(tmp_path / "with_next.hdf5")
+    assert dataset.episode_bounds() == [(0, 3), (3, 6)] and dataset.timeouts.tolist() == [0, 0, 1, 0, 0, 0]
+    store = offline_transitions(dataset)
+    batch = store.batch_at(torch.arange(len(store)))
+    assert batch.next_obs[:, 0].tolist() == next_observations[:, 0].tolist() and not batch.dones.any()
+    with pytest.warns(UserWarning, match=r"bare.hdf5 has neither 'timeouts' nor 'next_observations'"):
+        assert load_d4rl(tmp_path / "bare.hdf5").episode_bounds() == [(0, 6)]

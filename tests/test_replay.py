@@ -206,6 +206,10 @@ def test_offline_transitions_from_a_d4rl_file_of_real_hopper_rollouts(tmp_path):
         np.testing.assert_array_equal(everything.next_obs[inside].numpy(), data["next"][rows[inside]].astype(np.float32))
         np.testing.assert_array_equal(everything.obs.numpy(), data["observations"][rows].astype(np.float32))
         assert everything.dones.sum() == terminals.sum() and (everything.dones.numpy() == terminals[rows]).all()
+    # learner.bootstrap_truncation=false stores an online truncation as done: the kept rows are done too
+    as_terminal = offline_transitions(dataset, truncation_is_terminal=True)
+    dones = as_terminal.batch_at(torch.arange(len(as_terminal))).dones.numpy()
+    np.testing.assert_array_equal(dones, (terminals | np.isin(np.arange(300), truncated_ends))[as_terminal.rows.numpy()])
     shifted = offline_transitions(dataset, obs_transform=lambda obs: obs + 100)  # s' of the ends transformed too
     at_ends = np.isin(shifted.rows.numpy(), truncated_ends)
     np.testing.assert_allclose(shifted.batch_at(torch.arange(len(shifted))).next_obs[at_ends].numpy(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,26 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     return data
 
 
+def _unflagged_ends(handle: h5py.File, path: Path, observations: np.ndarray, terminals: np.ndarray) -> np.ndarray:
+    """``timeouts [N]`` for a file without them: the rows whose ``next_observations`` is not the next row's
+    observation (an episode cut there; RLPD's D4RLDataset finds its episode ends so), read in blocks of rows.
+    Without ``next_observations`` nothing tells where a time limit cut an episode: a warning, and none."""
+    timeouts = np.zeros(len(observations), dtype=bool)
+    node = handle.get("next_observations")
+    if not isinstance(node, h5py.Dataset) or node.shape != observations.shape:
+        warnings.warn(f"{path} has neither 'timeouts' nor 'next_observations': episodes end at its terminals only, so "
+                      "an episode cut by a time limit runs on into the next one (its last row gets the next "
+                      "episode's first observation as s'); write timeouts into the file", stacklevel=3)
+        return timeouts
+    block = 1 << 16
+    for start in range(0, len(observations) - 1, block):
+        stop = min(start + block, len(observations) - 1)
+        # D4RL stores float32 or float64: compare in float32, what genpol trains on
+        following = np.asarray(node[start:stop], dtype=np.float32)
+        timeouts[start:stop] = (following != observations[start + 1:stop + 1].astype(np.float32)).any(axis=1)
+    return timeouts & ~terminals
+
+
 def _end_next_observations(handle: h5py.File, path: Path, terminals: np.ndarray, timeouts: np.ndarray
                            ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     """``(end_rows [K], next_observations [K, D])`` of the rows that end a truncated episode (a timeout, or
@@ -90,7 +111,10 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
                 raise DatasetError(f"{path} holds no transitions ('observations' has shape {observations.shape})")
             n = len(observations)
             terminals = np.asarray(data["terminals"]).reshape(-1).astype(bool)
-            timeouts = np.asarray(data.get("timeouts", np.zeros(n, dtype=bool))).reshape(-1).astype(bool)
+            if "timeouts" in data:
+                timeouts = np.asarray(data["timeouts"]).reshape(-1).astype(bool)
+            else:
+                timeouts = _unflagged_ends(handle, path, observations, terminals)
             if len(terminals) == n and len(timeouts) == n:  # else OfflineDataset names the culprit
                 end_rows, end_next_observations = _end_next_observations(handle, path, terminals, timeouts)
             else:

@@ -37,6 +37,10 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             raise ConfigError(f"dataset.path is set, but learner={cfg.learner.name} learns on-policy and "
                               "cannot use offline data online; use pipeline=offline_to_online to pretrain on it, "
                               "or an off-policy updater (learner=sac) to mix it into every batch")
+        if getattr(cfg.learner, "offline_ratio", 0) == 0:  # read and held, then never sampled: refuse, not waste
+            raise ConfigError(f"dataset.path is set, but learner.offline_ratio=0 mixes none of it into the batches "
+                              f"of learner={cfg.learner.name}: set learner.offline_ratio (RLPD: 0.5), or drop "
+                              "dataset.path")
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)

@@ -80,7 +80,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
                            cfg.dataset.max_transitions)
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
-                                  truncated_rows=cfg.dataset.truncated_rows, device=cfg.device, seed=cfg.seed + 4)
+                                  **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
     return offline, {"dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
@@ -94,4 +94,11 @@ def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tu
     return offline_transitions(
         dataset, obs_transform=None if obs_scale is None else (lambda obs: Normalization.scale(obs, *obs_scale)),
         action_transform=lambda actions: Normalization.scale(actions, *action_scale),
-        truncated_rows=cfg.dataset.truncated_rows, device=cfg.device, seed=cfg.seed + 4)
+        **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
+
+
+def _truncation_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """How offline transitions treat a time limit: ``dataset.truncated_rows``, and as terminal when the online
+    buffer stores truncations as done (``learner.bootstrap_truncation=false``)."""
+    return {"truncated_rows": cfg.dataset.truncated_rows,
+            "truncation_is_terminal": not getattr(cfg.learner, "bootstrap_truncation", True)}

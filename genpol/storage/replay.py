@@ -211,7 +211,8 @@ class OfflineReplay:
 def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform | None = None,
                         action_transform: ArrayTransform | None = None, *,
                         action_clip: float | None = TANH_SAFE_BOUND, truncated_rows: str = "keep",
-                        device: str | torch.device = "cpu", seed: int = 0) -> OfflineReplay:
+                        truncation_is_terminal: bool = False, device: str | torch.device = "cpu",
+                        seed: int = 0) -> OfflineReplay:
     """(s, a, r, s', terminal) transitions of ``dataset``.
 
     Inside an episode s' is the next row. An episode's last row is kept when it is terminal (its s' is
@@ -224,6 +225,9 @@ def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform |
       the last step).
     * ``drop``: always dropped, as D4RL's ``qlearning_dataset`` does (CORL, RLPD, IQL and most
       offline RL code), for comparisons with that code.
+
+    ``truncation_is_terminal``: a kept truncated row is done, as the online buffer stores a truncation
+    under ``learner.bootstrap_truncation=false`` (both halves of a mixed batch then treat time limits alike).
 
     Args:
         obs_transform: ``[R, D] -> [R, D']`` numpy map applied to all observations (so to s and s'),
@@ -261,6 +265,9 @@ def offline_transitions(dataset: OfflineDataset, obs_transform: ArrayTransform |
     if len(observations) > num_rows:  # the known next observations of truncated ends, appended after the rows
         keep[dataset.end_rows] = True
         next_rows[dataset.end_rows] = num_rows + np.arange(len(dataset.end_rows))
+        if truncation_is_terminal:
+            terminals = terminals.copy()
+            terminals[dataset.end_rows] = True
     rows, next_rows = all_rows[keep], next_rows[keep]
     if len(rows) == 0:
         raise ValueError(f"offline_transitions: {dataset.source} has no transition with a next observation")
