@@ -222,20 +222,32 @@ def test_a_dataset_over_max_transitions_is_refused_before_its_arrays_are_read(tm
 
 
 def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
-    collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "400", "--num-envs", "2",
-                  "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])
-    run_cli("-m", "genpol.train", "env=hopper", "policy=diffusion", "pipeline=offline_to_online",
-            f"dataset.path={tmp_path / 'hopper_random-v5.hdf5'}", "policy.denoising_steps=4",
-            "policy.ft_denoising_steps=2", "policy.hidden_sizes=[32,32,32]", "pipeline.pretrain_steps=200",
-            "pipeline.pretrain_log_every=100", "pipeline.ema_start=50", "total_steps=512", "env.num_envs=2",
-            "learner.rollout_steps=32", "learner.epochs=1", "pipeline.eval_episodes=2", "pipeline.video=false",
-            "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}")
+    """Pretraining, then fine-tuning, through the command line; a resume onto data made again at the same
+    path (another seed) is refused, naming dataset.path: the run's bounds and order belong to the old data."""
+    def make_data(seed):
+        collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "400", "--num-envs", "2",
+                      "--seed", str(seed), "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])
+
+    def train(total_steps, check=True):
+        return run_cli("-m", "genpol.train", "env=hopper", "policy=diffusion", "pipeline=offline_to_online",
+                       f"dataset.path={tmp_path / 'hopper_random-v5.hdf5'}", "policy.denoising_steps=4",
+                       "policy.ft_denoising_steps=2", "policy.hidden_sizes=[32,32,32]", "pipeline.pretrain_steps=200",
+                       "pipeline.pretrain_log_every=100", "pipeline.ema_start=50", f"total_steps={total_steps}",
+                       "env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=1", "pipeline.eval_episodes=2",
+                       "pipeline.video=false", "logger.progress_bar=false", f"run_dir={tmp_path / 'run'}", check=check)
+
+    make_data(0)
+    train(512)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     pretrained = summary["pretrained"]
     assert pretrained["gradient_steps"] == 200 and np.isfinite(pretrained["normalized_score"])
     assert np.isfinite(summary["eval_normalized_score"]) and summary["env_steps"] >= 512
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
     assert list((tmp_path / "run" / "tb" / "pretrain").glob("events.*"))
+    make_data(1)
+    refused = train(576, check=False)
+    assert refused.returncode == 2
+    assert "DatasetError: dataset.path: " in refused.stderr and "is not the data" in refused.stderr
 
 
 def test_a_d4rl_file_without_timeouts_is_split_where_next_observations_break(tmp_path):
@@ -258,3 +270,22 @@ def test_a_d4rl_file_without_timeouts_is_split_where_next_observations_break(tmp
     assert batch.next_obs[:, 0].tolist() == next_observations[:, 0].tolist() and not batch.dones.any()
     with pytest.warns(UserWarning, match=r"bare.hdf5 has neither 'timeouts' nor 'next_observations'"):
         assert load_d4rl(tmp_path / "bare.hdf5").episode_bounds() == [(0, 6)]
+
+
+def test_the_dataset_score_counts_complete_task_episodes_only():
+    """The offline phase's ``dataset_normalized_score`` scores the dataset's episodes with the task's reference
+    returns: only episodes a flag ends count (not the file's unflagged last one), and a dataset of segments
+    truncated at different lengths (goal-to-goal maze data) is not scored."""
+    from genpol.data import OfflineDataset
+    from genpol.pipelines.offline_to_online import _complete_episode_returns
+
+    def dataset(terminals, timeouts):
+        n = len(terminals)
+        return OfflineDataset(np.zeros((n, 1), np.float32), np.zeros((n, 1), np.float32), np.ones(n, np.float32),
+                              np.array(terminals, bool), np.array(timeouts, bool))
+
+    # a fall after 2 steps, a time limit at 3, the same limit again, then 2 rows the file's end cut
+    returns, task = _complete_episode_returns(dataset([0, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 0, 0, 1, 0, 0]))
+    assert returns.tolist() == [2.0, 3.0, 3.0] and task
+    returns, task = _complete_episode_returns(dataset([0, 0, 0, 0, 0], [0, 1, 0, 0, 1]))  # segments of 2 and 3
+    assert returns.tolist() == [2.0, 3.0] and not task

@@ -151,6 +151,23 @@ def test_noise_free_controller_scores_near_minaris_reference_max():
     assert eval_maze_map("PointMaze_Medium-v3")[6][6] == "g"
 
 
+def test_settings_that_would_fail_after_the_collection_are_refused_before_it(tmp_path, capsys):
+    """An Open maze has no single-goal evaluation map and an existing Minari id cannot be written: both used to
+    fail after the whole collection. A Diverse id is evaluated on its plain maze's single-goal map."""
+    with pytest.raises(SystemExit) as refused:
+        maze_main(["--env", "PointMaze_Open-v3", "--d4rl", str(tmp_path / "open.hdf5")])
+    assert refused.value.code == 2 and "no single-goal evaluation map for the Open maze" in capsys.readouterr().err
+    assert not (tmp_path / "open.hdf5").exists()
+    (tmp_path / "minari" / "genpol" / "pointmaze" / "taken-v0").mkdir(parents=True)
+    with pytest.raises(SystemExit) as refused:
+        maze_main(["--env", "PointMaze_UMaze-v3", "--minari", "genpol/pointmaze/taken-v0",
+                   "--minari-root", str(tmp_path / "minari")])
+    assert refused.value.code == 2 and "genpol/pointmaze/taken-v0 already exists" in capsys.readouterr().err
+    diverse = eval_maze_map("PointMaze_Medium_Diverse_G-v3")
+    assert sum(cell == "g" for row in diverse for cell in row) == 1 and diverse[6][6] == "g"
+    assert not any(cell in ("c", "r") for row in diverse for cell in row)
+
+
 def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys, monkeypatch):
     d4rl_path = tmp_path / "maze.hdf5"
     monkeypatch.chdir(tmp_path)  # a relative Minari root (minari 0.5.4 mishandles one unless made absolute)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,13 @@ class OfflineDataset:
             ends = np.append(ends, len(self.observations))
         starts = np.concatenate([[0], ends[:-1]])
         return list(zip(starts.tolist(), ends.tolist()))
+
+    def fingerprint(self) -> dict[str, int]:
+        """Rows, episodes and a CRC-32 of every array: what a resumed run checks its data against."""
+        checksum = 0
+        for array in (self.observations, self.actions, self.rewards, self.terminals, self.timeouts):
+            checksum = zlib.crc32(np.ascontiguousarray(array).view(np.uint8), checksum)
+        return {"transitions": len(self.rewards), "episodes": len(self.episode_bounds()), "checksum": checksum}
 
     def episode_returns(self) -> np.ndarray:
         return np.array([self.rewards[start:end].sum() for start, end in self.episode_bounds()])

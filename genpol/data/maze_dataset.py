@@ -39,7 +39,7 @@ import torch
 from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.maze_planner import GOAL, POSITION, VELOCITY, BatchController, MazeGrid, maze_map_of
-from genpol.data.minari_io import write_minari
+from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import normalized_score
 from genpol.policy import evaluate_episodes
 
@@ -66,7 +66,7 @@ def eval_maze_map(gym_id: str) -> list[list[int | str]]:
     maze, _ = maze_name(gym_id)
     if maze not in EVAL_GOAL_CELL:
         raise ValueError(f"{gym_id}: no evaluation goal cell known for {maze}; known: {sorted(EVAL_GOAL_CELL)}")
-    grid = maze_map_of(gym_id)  # a fresh copy
+    grid = maze_map_of(f"PointMaze_{maze}-v3")  # a fresh copy of the plain maze (a Diverse id's holds goal cells)
     i, j = EVAL_GOAL_CELL[maze]
     grid[i][j] = "g"
     return grid
@@ -184,7 +184,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         maze, reward_type = maze_name(args.env)
     except ValueError as error:
         parser.error(str(error))
-    reference = MAZE_REFERENCE.get((maze, reward_type))
+    # refused before the collection, not after it: nothing collected is lost to a setting
+    if args.eval_episodes and maze not in EVAL_GOAL_CELL:
+        parser.error(f"{args.env}: no single-goal evaluation map for the {maze} maze (known: "
+                     f"{', '.join(EVAL_GOAL_CELL)}); pass --eval-episodes 0")
+    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():
+        parser.exit(2, f"genpol: the Minari dataset {args.minari} already exists at "
+                       f"{minari_dataset_path(args.minari, args.minari_root)}; choose another id, or delete it first\n")
+    # Minari's reference returns were measured on the single-goal map: a Diverse id's task is another one
+    reference = None if "_Diverse_" in args.env else MAZE_REFERENCE.get((maze, reward_type))
 
     segments, stats = collect_segments(args.env, args.steps, args.num_envs, args.seed, args.noise,
                                        args.max_segment_steps, args.solver)

@@ -51,14 +51,14 @@ from genpol.callbacks import Evaluation
 from genpol.checkpoint import list_checkpoints
 from genpol.config import TrainConfig
 from genpol.files import write_text_atomic
-from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
+from genpol.data import DatasetError, OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.chunking import imitation_horizon
 from genpol.policy import evaluate_episodes, make_policy_spec
 from genpol.runners.bc import BCRunner
 from genpol.runners.offline_rl import OfflineRLRunner
 from genpol.pipelines.online import off_policy_env_settings, run_online
-from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase
+from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase
 from genpol.storage.replay import OfflineReplay
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     run_dir = prepare_run(cfg, run_dir)
     dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
                            cfg.dataset.max_transitions)
+    check_same_dataset(run_dir, dataset)
     norm = dataset.normalization()
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     chunk = stack["action_chunk"]
@@ -124,6 +125,22 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
 
 
+def check_same_dataset(run_dir: Path, dataset: OfflineDataset) -> None:
+    """Record the dataset's fingerprint in ``run_dir/dataset.json`` at the first start; on a resume, refuse data
+    that changed since (a file made again at the same path): the pretraining's order and the min-max bounds of
+    the saved policy and of the training env's checkpoint belong to the data the run started with."""
+    record = run_dir / "dataset.json"
+    now = dataset.fingerprint()
+    if record.exists() and holds_progress(run_dir):
+        saved = json.loads(record.read_text())
+        if saved["fingerprint"] != now:
+            raise DatasetError(f"dataset.path: {dataset.source} is not the data {run_dir} started with "
+                               f"({saved['source']}: {saved['fingerprint']}, now {now}); resume with that data, "
+                               "or use another run_dir")
+        return
+    write_text_atomic(record, json.dumps({"source": dataset.source, "fingerprint": now}, indent=2))
+
+
 def start_online_phase(cfg: TrainConfig, head: PolicyHead, algorithm: Any | None) -> None:
     """``pipeline.online_learner`` and ``online_policy``: the learner that runs both phases (``algorithm``)
     and the head take their online values, before the online phase starts or resumes (its checkpoints
@@ -158,14 +175,29 @@ def _pretrain_phase(cfg: TrainConfig, run_dir: Path, head: PolicyHead, env: Vect
                  policy_spec=spec, evaluation=evaluation)
 
 
+def _complete_episode_returns(dataset: OfflineDataset) -> tuple[np.ndarray, bool]:
+    """Returns of the episodes a flag ends (not the file's unflagged last one), and whether they are the task's
+    episodes, which reference returns score: truncated at one length (the time limit) if at all, not
+    segments cut at different lengths (genpol's maze datasets end one at each goal reached)."""
+    returns, truncated_lengths = [], set()
+    for start, end in dataset.episode_bounds():
+        if dataset.terminals[end - 1] or dataset.timeouts[end - 1]:
+            returns.append(float(dataset.rewards[start:end].sum()))
+            if not dataset.terminals[end - 1]:
+                truncated_lengths.add(end - start)
+    return np.asarray(returns), len(truncated_lengths) <= 1
+
+
 def _write_summary(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], dataset: OfflineDataset,
                    normalized: Any, gradient_steps: int) -> dict[str, Any]:
     """Add the dataset's return and the normalized scores to the offline phase's ``summary``, log
     them to TensorBoard and write ``pretrain/summary.json``."""
-    summary["dataset_return_mean"] = float(dataset.episode_returns().mean())
+    returns, task_episodes = _complete_episode_returns(dataset)
+    summary["dataset_return_mean"] = float(returns.mean()) if len(returns) else None
     if normalized is not None:
         summary["normalized_score"] = float(normalized(summary["eval_return_mean"]))
-        summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
+        if task_episodes and len(returns):
+            summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
     if cfg.logger.tensorboard:
         from torch.utils.tensorboard import SummaryWriter
 
