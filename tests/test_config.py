@@ -251,7 +251,8 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
 
 
 def test_a_dataset_that_cannot_fit_is_refused_before_its_arrays_are_read(tmp_path, monkeypatch):
-    """A D4RL file whose arrays (three copies: read, dataset, replay) exceed the memory available."""
+    """A D4RL file or a Minari dataset whose arrays (three copies: read, dataset, replay) exceed the memory
+    available."""
     import numpy as np
 
     from genpol import memory
@@ -261,10 +262,22 @@ def test_a_dataset_that_cannot_fit_is_refused_before_its_arrays_are_read(tmp_pat
     write_d4rl(path, np.zeros((100, 3), np.float32), np.zeros((100, 2), np.float32), np.zeros(100, np.float32),
                np.zeros(100, bool), np.zeros(100, bool), next_observations=np.zeros((100, 3), np.float32))
     assert load_d4rl(path).observations.shape == (100, 3)  # fits: read as usual
+    import gymnasium as gym
+
+    from genpol.data.minari_io import load_minari, write_minari
+
+    episode = {"observations": np.zeros((101, 3)), "actions": np.zeros((100, 2)), "rewards": np.zeros(100),
+               "terminations": np.zeros(100, bool), "truncations": np.arange(100) == 99}
+    write_minari("genpol/tiny/memory-v0", [episode], gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)),
+                 root=tmp_path / "minari")
+    assert load_minari("genpol/tiny/memory-v0", root=tmp_path / "minari").observations.shape == (100, 3)
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
     with pytest.raises(ConfigError, match=rf"dataset.path={path} needs [0-9.]+ kB for its arrays and their copies "
                                           r"in memory, but cpu has 1.0 kB available"):
         load_d4rl(path)
+    with pytest.raises(ConfigError, match=r"dataset.path=genpol/tiny/memory-v0 needs 16.8 kB for its arrays and "
+                                          r"their copies in memory, but cpu has 1.0 kB available"):
+        load_minari("genpol/tiny/memory-v0", root=tmp_path / "minari")
 
 
 DPPO_FILE = ["dataset.path=data/hopper_medium-v5.hdf5"]  # composing only: the file is never opened

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from genpol.memory import require_memory
 from genpol.data.dataset import DatasetError, OfflineDataset, check_size
 from genpol.data.scores import d4rl_env_name
 
@@ -53,6 +54,11 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
         except Exception as error:  # minari raises several types for malformed ids and files
             raise DatasetError(f"Minari dataset '{dataset_id}' under {where} could not be read: {error}") from None
         check_size(f"Minari dataset '{dataset_id}'", int(dataset.total_steps), max_transitions)
+        # as the D4RL reader: the episodes' arrays, their concatenation, and the float32 copies in the replay
+        spaces = (dataset.spec.observation_space, dataset.spec.action_space)
+        row_bytes = 8 * (2 + sum(int(np.prod(space.shape or (1,))) for space in spaces))
+        require_memory("dataset.path", dataset_id, 3 * row_bytes * int(dataset.total_steps), "cpu",
+                       "its arrays and their copies in memory")
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
         end_rows, end_next_observations, rows = [], [], 0
         for episode in dataset.iterate_episodes():
