@@ -106,6 +106,12 @@ def train(
     """
     from genpol.train import run_training
 
+    extra = _as_list(overrides, "overrides")
+    in_overrides = [item.split("=", 1)[1] for item in extra if re.match(r"^\+{0,2}run_dir=", item)]
+    if in_overrides:  # as on the command line; the config records it, so the run must use it too
+        if run_dir is not None and Path(run_dir) != Path(in_overrides[-1]):
+            raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={in_overrides[-1]} differ: give one")
+        run_dir = in_overrides[-1]
     if run_dir is None:
         run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
     run_dir = Path(run_dir)
@@ -115,7 +121,7 @@ def train(
         learner = updater
     groups = [*(_env_overrides(env) if env is not None else []),
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *_as_list(overrides, "overrides")]
+    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *extra]
     if total_steps is not None:
         items.append(f"total_steps={total_steps}")
     return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -178,17 +179,22 @@ def import_learner_modules(overrides: Sequence[str], config_dirs: Sequence[str |
     The learner chosen by ``learner=<name>`` among ``overrides`` is looked up as
     ``<config dir>/learner/<name>.yaml`` in ``config_dirs`` (``--config-dir``); a ``module`` key
     there names the module to import, which calls ``register_learner``. genpol's own learners have
-    no such key. ``ConfigError`` names a module that fails to import."""
-    names = [item.split("=", 1)[1] for item in overrides if item.startswith("learner=")]
-    if not names:
+    no such key. A sweep's options (``learner=td3,sac``, ``learner=choice(td3,sac)``) are each looked up: the
+    sweep's jobs compose in this process or in a launcher's workers that inherit its registry.
+    ``ConfigError`` names a module that fails to import."""
+    values = [item.split("=", 1)[1] for item in overrides if item.startswith("learner=")]
+    if not values:
         return
-    for directory in config_dirs:
-        path = Path(directory) / "learner" / f"{names[-1]}.yaml"
-        if path.is_file():
-            module = OmegaConf.load(path).get("module")
-            if module:
-                learner(names[-1], module=str(module))
-            return
+    sweep = re.fullmatch(r"\s*(?:choice\((.*)\)|\[(.*)\]|(.*))\s*", values[-1])
+    options = next(group for group in sweep.groups() if group is not None)
+    for name in (option.strip().strip("'\"") for option in options.split(",")):
+        for directory in config_dirs:
+            path = Path(directory) / "learner" / f"{name}.yaml"
+            if path.is_file():
+                module = OmegaConf.load(path).get("module")
+                if module:
+                    learner(name, module=str(module))
+                break
 
 
 def config_dirs_of(argv: Sequence[str]) -> list[str]:

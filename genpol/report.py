@@ -51,7 +51,8 @@ from genpol.files import write_text_atomic
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
 NOT_CONFIGURATION = ("seed", "run_dir", "logger.", "pipeline.video", "pipeline.checkpoint_every",
-                     "pipeline.keep_checkpoints", "device", "torch_threads")
+                     "pipeline.keep_checkpoints", "device", "torch_threads", "update_threads", "env.workers",
+                     "learner.compile")
 EXACT_BOOTSTRAP_MAX_SEEDS = 7
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -150,6 +151,19 @@ def t_interval(samples: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarra
     return mean, mean - half, mean + half
 
 
+def _one_run_per_seed(label: str, members: list[Run]) -> list[Run]:
+    """The first run of each seed, with a warning naming the others: one seed run twice (a sweep launched
+    twice into one folder) is one sample, and counting it twice would narrow the interval."""
+    first: dict[int, Run] = {}
+    for run in members:
+        if run.seed in first:
+            warnings.warn(f"genpol.report: {run.directory} repeats seed {run.seed} of {first[run.seed].directory} "
+                          f"({label}); counted once", stacklevel=3)
+        else:
+            first[run.seed] = run
+    return list(first.values())
+
+
 def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
     """One row per configuration, in the order of their first run."""
     keys = configuration_keys(runs)
@@ -159,6 +173,7 @@ def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
         groups.setdefault(label, []).append(run)
     rows = []
     for label, members in groups.items():
+        members = _one_run_per_seed(label, members)
         measured = [run for run in members if run.summary.get(metric) is not None]  # runs and values stay paired
         if not measured:
             continue

@@ -217,6 +217,24 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
     assert row["seeds"] == [0, 1] and row["values"] == [10.0, 11.0], row
 
 
+def test_report_counts_a_seed_once_and_does_not_split_rows_by_threads_or_workers(tmp_path):
+    """A sweep over seeds 0-2 launched twice into one folder holds each seed twice: one sample each, the repeats
+    named in a warning (counted twice, five seeds' interval narrowed from (100, 500) to (150, 400) in the
+    review's case). Runs that differ in thread or worker counts only are one configuration."""
+    for copy, seed, threads in ((0, 0, 1), (0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 1, 1), (1, 2, 2)):
+        run = tmp_path / str(copy) / str(seed)
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {seed}\nupdate_threads: {threads}\nenv:\n  workers: {threads}\n"
+                                         "learner:\n  lr: 0.001\n")
+        (run / "summary.json").write_text(json.dumps({"eval_return_mean": 100.0 * (seed + 1) + copy}))
+    with pytest.warns(UserWarning) as repeats:
+        rows = report(tmp_path)["rows"]
+    assert [str(warning.message) for warning in repeats] == [
+        f"genpol.report: {tmp_path / '1' / str(seed)} repeats seed {seed} of {tmp_path / '0' / str(seed)} (all runs); "
+        "counted once" for seed in (0, 1, 2)]
+    assert len(rows) == 1 and rows[0]["seeds"] == [0, 1, 2] and rows[0]["values"] == [100.0, 200.0, 300.0]
+
+
 class EndlessDrift:
     """A gymnasium env that never ends an episode, registered without a time limit (a user's first env)."""
 
@@ -288,3 +306,18 @@ def test_a_dataset_an_online_learner_would_never_sample_is_refused_before_it_is_
         train(env="hopper", policy="tanh_gaussian", learner="sac", run_dir=tmp_path / "sac", overrides=dataset)
     with pytest.raises(ConfigError, match=r"learner=ppo learns on-policy and cannot use offline data online"):
         train(env="hopper", policy="gaussian", learner="ppo", run_dir=tmp_path / "ppo", overrides=dataset)
+
+
+def test_a_sweep_over_learners_imports_each_option_of_the_users_own(tmp_path):
+    """``--multirun learner=td3,sac`` (or ``choice(...)``): every option is looked up in the config dirs and its
+    module imported before Hydra composes the jobs (the comma list was looked up as one file, so the user's
+    learner was never registered and the sweep failed with a schema it could not load). A module that does not
+    import is named."""
+    from genpol.configure import import_learner_modules
+
+    (tmp_path / "learner").mkdir()
+    (tmp_path / "learner" / "mine.yaml").write_text("module: no_such_module_of_mine\n")
+    for value in ("sac,mine", "choice(sac, mine)", "[mine]"):
+        with pytest.raises(ConfigError, match="no_such_module_of_mine"):
+            import_learner_modules([f"learner={value}"], [tmp_path])
+    import_learner_modules(["learner=sac,ppo"], [tmp_path])  # genpol's own: nothing to import

@@ -197,8 +197,11 @@ def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_defaul
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     del saved["dataset"]["format"], saved["learner"]["adam_eps"]
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
-    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
     with pytest.raises(ConfigError, match=r"learner.adam_eps: None -> 0.001"):
+        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.adam_eps=1e-3"])))
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}"])))
+    # the resume wrote the fields' values down: the file now names the default the run computed with
+    with pytest.raises(ConfigError, match=r"learner.adam_eps: 1e-05 -> 0.001"):
         check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.adam_eps=1e-3"])))
 
 
@@ -224,6 +227,39 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
                        match=r"adjust_target_entropy: False \(saved before the field existed\) -> True"):
         check_resume_config(run_dir, validate(compose_config(expo)))
     check_resume_config(run_dir, validate(compose_config([*expo, "learner.adjust_target_entropy=false"])))
+
+
+def test_a_resume_records_what_it_changed_in_config_yaml(tmp_path):
+    """A resume may change the budget, the evaluation and the worker count; ``config.yaml`` then says what the
+    run does now, since genpol.report groups runs by it (a run extended to 1M steps stayed at 100k there)."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=100000"])))
+    make_checkpoint(run_dir)
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=1000000",
+                                                          "pipeline.eval_episodes=50", "env.workers=2"])))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert (saved["total_steps"], saved["pipeline"]["eval_episodes"], saved["env"]["workers"]) == (1000000, 50, 2)
+
+
+def test_the_api_trains_in_the_run_dir_its_overrides_name(tmp_path, monkeypatch):
+    """``train(overrides=["run_dir=..."])``, as on the command line, trains there (the config recorded it while
+    the run went to a new folder); a different ``run_dir`` argument beside it is refused."""
+    import genpol.train
+    from genpol.api import train
+
+    calls = []
+    monkeypatch.setattr(genpol.train, "run_training", lambda cfg, run_dir: calls.append((cfg.run_dir, run_dir)))
+    train(overrides=[f"run_dir={tmp_path / 'mine'}", "total_steps=10"])
+    assert calls == [(str(tmp_path / "mine"), tmp_path / "mine")]
+    with pytest.raises(ConfigError, match=r"train\(\): run_dir=.*other and the override run_dir=.*mine differ"):
+        train(run_dir=tmp_path / "other", overrides=[f"run_dir={tmp_path / 'mine'}"])
 
 
 def test_dataset_truncated_rows_legacy_value_binds_runs_with_a_dataset_only(tmp_path):

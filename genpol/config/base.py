@@ -20,17 +20,19 @@ __all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_
 
 
 def claim_new_dir(path: str) -> str:
-    """Create ``path`` (or ``path_1``, ``path_2``, ... if it exists) and return the one created.
+    """Create ``path`` (or ``path_1``, ``path_2``, ... if it exists) and return the one created, absolute.
 
     ``os.mkdir`` either creates a directory or fails, atomically, also on NFS: two processes that
     ask for the same ``path`` at once (two sweeps launched in the same second) get two directories.
+    Absolute, because sweep jobs may run elsewhere: a Ray worker starts in the directory of ``ray start``,
+    and a relative path would put its job's files there, not in the directory claimed here.
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     candidate, suffix = path, 0
     while True:
         try:
             os.mkdir(candidate)
-            return candidate
+            return os.path.abspath(candidate)
         except FileExistsError:
             suffix += 1
             candidate = f"{path}_{suffix}"

@@ -33,10 +33,11 @@ log = logging.getLogger(__name__)
 # Keys that may change when a run is resumed: they do not alter what the run computes.
 # Keys a resumed run may change: budgets, I/O, and how (not what) the updates compute. Compiled and
 # eager steps run the same math to within float rounding, so a run saved before a bundle turned
-# learner.compile on still resumes; the same holds for the update's thread count.
+# learner.compile on still resumes; the same holds for the update's thread count, and for env.workers
+# (bit-identical results and the same saved env state with any worker count).
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
                      "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
-                     "learner.compile", "update_threads")
+                     "learner.compile", "update_threads", "env.workers")
 
 # Fields added with a default that computes something new: the value that reproduces what a run saved
 # before the field existed computed. A key missing from a saved config is compared against this value
@@ -82,7 +83,8 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         log.info("%s holds an earlier start that saved no checkpoint: starting afresh with this config", run_dir)
     elif path.exists():
         compare_saved_config(run_dir, path, cfg, current)
-        return
+        # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
+        # for genpol.report, which groups runs by it
     write_text_atomic(path, OmegaConf.to_yaml(current))
 
 
