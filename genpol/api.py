@@ -110,7 +110,8 @@ def train(
     in_overrides = [item.split("=", 1)[1] for item in extra if re.match(r"^\+{0,2}run_dir=", item)]
     if in_overrides:  # as on the command line; the config records it, so the run must use it too
         if run_dir is not None and Path(run_dir) != Path(in_overrides[-1]):
-            raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={in_overrides[-1]} differ: give one")
+            raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={in_overrides[-1]} differ: "
+                              "give one")
         run_dir = in_overrides[-1]
     if run_dir is None:
         run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))

@@ -364,3 +364,44 @@ def test_reset_for_online_starts_the_parts_afresh_from_its_seed():
     assert {int(state["step"]) for state in algorithm.actor_optimizer.state.values()} == {1}
     with pytest.raises(ValueError, match=r"unknown online reset \['critics'\]"):
         algorithm.reset_for_online(["critics"], seed=0)
+
+
+def test_a_resume_without_the_replay_refills_it_and_keeps_the_runs_clocks():
+    """``learner.save_replay=false``: the resumed learner refills ``learning_starts`` transitions before it
+    learns again, but its exploration schedule goes on from the run's step (it restarted at epsilon 1.0
+    after hours of training) and the offline store draws the rows it would have drawn next (it began
+    its stream again)."""
+    from genpol.algorithms.qgradient import QGradientActor
+    from genpol.config.offpolicy import QGradientConfig
+    from genpol.data import OfflineDataset
+    from genpol.heads import build_head
+    from genpol.storage.replay import offline_transitions
+
+    rows = 500
+    offline_data = OfflineDataset(np.arange(2 * rows, dtype=np.float32).reshape(rows, 2),
+                                  np.zeros((rows, 2), np.float32),
+                                  np.arange(rows, dtype=np.float32), np.zeros(rows, bool), np.zeros(rows, bool))
+
+    def make():
+        torch.manual_seed(0)
+        cfg = QGradientConfig(learning_starts=10, batch_size=8, critic_hidden_sizes=[8], bc_coef=0.0, act_candidates=2,
+                              explore_initial=1.0, explore_final=0.01, explore_fraction=0.1, save_replay=False,
+                              offline_ratio=0.5)
+        return QGradientActor(build_head("tanh_gaussian", 2, 2, hidden_sizes=[8]), cfg, total_steps=1000, num_envs=1,
+                              obs_dim=2, act_dim=2, capacity=2000, device=torch.device("cpu"), seed=0,
+                              offline=offline_transitions(offline_data, seed=4))
+
+    def store(learner, steps):
+        for _ in range(steps):
+            learner.process_env_step(torch.randn(1, 2), torch.rand(1, 2) * 2 - 1, torch.randn(1), torch.zeros(1),
+                                     {"final_obs": torch.randn(1, 2)})
+
+    uninterrupted, resumed = make(), make()
+    store(uninterrupted, 150)
+    uninterrupted.sampler.offline.sample(4)
+    resumed.load_state_dict(uninterrupted.state_dict())
+    assert resumed.epsilon() == uninterrupted.epsilon() == pytest.approx(0.01)
+    assert resumed.warming_up() and not resumed.ready() and uninterrupted.ready()
+    store(resumed, 11)
+    assert not resumed.warming_up() and resumed.ready()
+    assert torch.equal(resumed.sampler.offline.sample(4).rewards, uninterrupted.sampler.offline.sample(4).rewards)

@@ -114,6 +114,54 @@ def test_offline_to_online_with_sac_pretrains_then_mixes_the_data(tmp_path, hopp
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
 
 
+def test_a_stochastic_evaluation_leaves_the_training_stream_alone():
+    """``pipeline.eval_deterministic=false`` (EXPO's and Consistency-AC's bundles) samples actions while it
+    evaluates: from its own seeded generator, so the trained weights do not depend on when or how often the
+    run evaluates (they did: the evaluation drew from the generator training draws from), and two
+    evaluations of one policy draw alike."""
+    from genpol import envs
+    from genpol.algorithms.sac import SAC
+    from genpol.callbacks.evaluation import Evaluation
+    from genpol.config.offpolicy import SACConfig
+    from genpol.heads import build_head
+    from genpol.runners.offpolicy import OffPolicyRunner
+
+    def multigoal(num_envs, *_):
+        return envs.make("genpol:MultiGoal", num_envs=num_envs, max_episode_steps=7)
+
+    def trained(evaluate):
+        torch.manual_seed(0)
+        cfg = SACConfig(learning_starts=10, batch_size=16, buffer_size=1000, critic_hidden_sizes=[16, 16])
+        head = build_head("tanh_gaussian", 2, 2, hidden_sizes=[16, 16])
+        algorithm = SAC(head, cfg, num_envs=2, obs_dim=2, act_dim=2, capacity=1000, device=torch.device("cpu"),
+                        seed=0)
+        runner = OffPolicyRunner(multigoal(2), algorithm, total_steps=10**6, seed=0, iteration_steps=20)
+        runner.obs = runner.env.reset(seed=0)
+        runner.iterate()
+        if evaluate:
+            evaluation = Evaluation(multigoal, episodes=2, deterministic=False)
+            first, again = (evaluation.evaluate(runner)[0].returns for _ in range(2))
+            np.testing.assert_array_equal(first, again)
+        runner.iterate()
+        return head.state_dict()
+
+    plain, evaluated = trained(False), trained(True)
+    assert all(torch.equal(plain[key], evaluated[key]) for key in plain)
+
+
+def test_sac_without_an_entropy_term_trains(tmp_path):
+    """``learner.ent_coef=0`` (validation accepts >= 0): alpha is exactly 0 (log_alpha -inf, fixed), which the
+    non-finite guard stopped after the first iteration; a fixed temperature is not a guarded parameter."""
+    summary = train(env="pendulum", policy="tanh_gaussian", learner="sac", total_steps=300, run_dir=tmp_path / "run",
+                    overrides=["learner.ent_coef=0", "learner.learning_starts=100", "learner.batch_size=32",
+                               "learner.critic_hidden_sizes=[16,16]", "policy.hidden_sizes=[16,16]", "env.num_envs=1",
+                               "pipeline.eval_episodes=1", "pipeline.video=false", "logger.progress_bar=false"])
+    assert summary["env_steps"] == 300 and np.isfinite(summary["eval_return_mean"])
+    rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    assert any(row.get("losses/gradient_steps", 0) > 0 for row in rows)
+    assert all(row["losses/alpha"] == 0.0 for row in rows if "losses/alpha" in row)
+
+
 def test_sac_learns_pendulum(tmp_path):
     """A random policy scores about -1200 on Pendulum-v1 (deterministic evaluation, 5 episodes);
     SAC with SB3's defaults (smaller networks, to fit CI) swings it up within 3000 env steps."""

@@ -79,7 +79,7 @@ class EXPO(SAC):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Uniform random actions until ``learning_starts``, then the on-the-fly policy of the EMA base."""
-        if self.env_steps < self.cfg.learning_starts:
+        if self.warming_up():
             return super().act(obs)
         return self.actor.act(obs, deterministic=False)
 

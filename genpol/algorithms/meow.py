@@ -76,7 +76,7 @@ class MEow(OffPolicyAlgorithm):
         self.dropout_generator = torch.Generator().manual_seed(seed + 5)
         self.temperature = cfg.temperature
         self.critic_steps = 0  # gradient steps (the runner logs this count)
-        self.env_steps = 0
+        self.env_steps, self.refill_from = 0, 0
         self._checked_position = 0
         self._start_update_clock()
 
@@ -128,7 +128,7 @@ class MEow(OffPolicyAlgorithm):
         return {"target_head": self.target_head.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "explore_rng": self.explore_generator.get_state(), "dropout_rng": self.dropout_generator.get_state(),
                 "critic_steps": self.critic_steps, "env_steps": self.env_steps, **self._update_clock_state(),
-                "replay": self.sampler.state_dict() if self.cfg.save_replay else None}
+                **self._replay_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.target_head.load_state_dict(state["target_head"])
@@ -137,8 +137,5 @@ class MEow(OffPolicyAlgorithm):
         self.dropout_generator.set_state(state["dropout_rng"])
         self.critic_steps, self.env_steps = int(state["critic_steps"]), int(state["env_steps"])
         self._load_update_clock(state)
-        if state["replay"] is not None:
-            self.sampler.load_state_dict(state["replay"])
-        else:  # saved without its replay: refill learning_starts transitions before learning again
-            self.env_steps = 0
+        self._load_replay_state(state)
 

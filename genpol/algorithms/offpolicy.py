@@ -87,7 +87,9 @@ class OffPolicyAlgorithm(Algorithm):
         self.subset_generator = torch.Generator().manual_seed(seed + 3)
         self.critic_steps = 0
         self.actor_steps = 0
-        self.env_steps = 0  # transitions stored, the clock of learning_starts
+        self.env_steps = 0  # transitions stored over the run: the clock of exploration schedules
+        # env_steps when the replay last started empty (at 0, or a resume without it): learning_starts counts from here
+        self.refill_from = 0
         self._start_update_clock()
         self._critic_loss = compile_step(self._critic_loss_eager) if cfg.compile else self._critic_loss_eager
         self._checked_position = 0  # replay rows before this were checked for NaN and inf
@@ -177,7 +179,7 @@ class OffPolicyAlgorithm(Algorithm):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Uniform random actions in [-1, 1] until ``learning_starts`` env steps, then the head's."""
-        if self.env_steps < self.cfg.learning_starts:
+        if self.warming_up():
             uniform = torch.rand((obs.shape[0], self.act_dim), generator=self.explore_generator)
             return (2 * uniform - 1).to(obs.device)
         return self.head.act(obs, deterministic=False)
@@ -189,10 +191,14 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay.add(obs, actions, rewards, info["final_obs"], terminated)
         self.env_steps += obs.shape[0]
 
+    def warming_up(self) -> bool:
+        """Whether fewer than ``learning_starts`` transitions are in the replay's life (uniform actions)."""
+        return self.env_steps - self.refill_from < self.cfg.learning_starts
+
     def ready(self) -> bool:
         """Learning starts once more than ``learning_starts`` transitions are stored (SB3's rule)
         and the buffer holds a batch."""
-        return self.env_steps > self.cfg.learning_starts and len(self.replay) >= 1
+        return self.env_steps - self.refill_from > self.cfg.learning_starts and len(self.replay) >= 1
 
     @abc.abstractmethod
     def update(self) -> dict[str, torch.Tensor]:
@@ -276,8 +282,7 @@ class OffPolicyAlgorithm(Algorithm):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "explore_rng": self.explore_generator.get_state(), "subset_rng": self.subset_generator.get_state(),
             "critic_steps": self.critic_steps, "actor_steps": self.actor_steps, "env_steps": self.env_steps,
-            **self._update_clock_state(),
-            "replay": self.sampler.state_dict() if self.cfg.save_replay else None,
+            **self._update_clock_state(), **self._replay_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -290,34 +295,53 @@ class OffPolicyAlgorithm(Algorithm):
         self.critic_steps, self.actor_steps = int(state["critic_steps"]), int(state["actor_steps"])
         self.env_steps = int(state["env_steps"])
         self._load_update_clock(state)
+        self._load_replay_state(state)
+
+    def _replay_state(self) -> dict[str, Any]:
+        """The replay's share of a checkpoint: the sampler's whole state, or with ``save_replay=false`` the
+        offline store's generator alone (its rows are re-read from the dataset, and its draws go on)."""
+        offline = self.sampler.offline
+        return {"replay": self.sampler.state_dict() if self.cfg.save_replay else None,
+                "offline_replay": None if self.cfg.save_replay or offline is None else offline.state_dict(),
+                "refill_from": self.refill_from}
+
+    def _load_replay_state(self, state: dict[str, Any]) -> None:
+        self.refill_from = int(state.get("refill_from", 0))
         if state["replay"] is not None:
             self.sampler.load_state_dict(state["replay"])
-        else:  # saved without its replay: refill learning_starts transitions before learning again
-            self.env_steps = 0
+            return
+        # saved without its replay: refill learning_starts transitions before learning again, while the
+        # run's clock (env_steps, which exploration schedules read) goes on
+        self.refill_from = self.env_steps
+        if state.get("offline_replay") is not None and self.sampler.offline is not None:
+            self.sampler.offline.load_state_dict(state["offline_replay"])
 
 
 class LearnedTemperature:
-    """The temperature's share of an off-policy learner's checkpoint (SAC and EXPO, MaxEntDP): ``log_alpha``
-    among the networks and in the state, and its optimizer's state when the temperature is learned. A
-    mixin before ``OffPolicyAlgorithm`` in the bases; the learner sets ``log_alpha`` and
-    ``alpha_optimizer`` (None for a fixed temperature) in its constructor."""
+    """The temperature's share of an off-policy learner's checkpoint (SAC and EXPO, MaxEntDP): when the
+    temperature is learned, ``log_alpha`` among the networks and, with its optimizer's state, in the
+    checkpoint. A fixed one is the config's (``ent_coef`` 0 is ``log_alpha`` -inf, which the guards of
+    parameters and checkpoints would refuse). A mixin before ``OffPolicyAlgorithm`` in the bases; the
+    learner sets ``log_alpha`` and ``alpha_optimizer`` (None for a fixed temperature) in its constructor."""
 
     log_alpha: torch.Tensor
     alpha_optimizer: torch.optim.Optimizer | None
 
     def networks(self) -> dict[str, nn.Module | torch.Tensor]:
+        if self.alpha_optimizer is None:
+            return super().networks()  # type: ignore[misc]
         return {**super().networks(), "log_alpha": self.log_alpha}  # type: ignore[misc]
 
     def state_dict(self) -> dict[str, Any]:
-        state = {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}  # type: ignore[misc]
+        state = super().state_dict()  # type: ignore[misc]
         if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+            state.update(log_alpha=self.log_alpha.detach().clone(), alpha_optimizer=self.alpha_optimizer.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)  # type: ignore[misc]
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
         if self.alpha_optimizer is not None:
+            with torch.no_grad():
+                self.log_alpha.copy_(state["log_alpha"])
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
 

@@ -88,7 +88,7 @@ class QGradientActor(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.env_steps < self.cfg.learning_starts and self.offline_steps == 0:
+        if self.warming_up() and self.offline_steps == 0:
             return super().act(obs)
         actions = self.acting_head().act(obs, deterministic=False)
         explore = torch.rand(obs.shape[0], generator=self.explore_generator) < self.epsilon()
