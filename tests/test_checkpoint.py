@@ -248,6 +248,29 @@ def test_a_resume_records_what_it_changed_in_config_yaml(tmp_path):
     assert (saved["total_steps"], saved["pipeline"]["eval_episodes"], saved["env"]["workers"]) == (1000000, 50, 2)
 
 
+def test_a_linear_learning_rate_refuses_another_budget_on_resume(tmp_path):
+    """``learner.lr_schedule=linear`` decays the rate to 0 at total_steps: a resume that changes total_steps would
+    re-time every update left (a run extended from 128 to 192 steps ran 1.5e-4, 0, 0 where the straight run ran
+    2e-4, 1e-4, 0), so it is refused; a constant rate may be extended."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    for schedule in ("linear", "constant"):
+        run_dir = tmp_path / schedule
+        run_dir.mkdir()
+        command = [f"run_dir={run_dir}", f"learner.lr_schedule={schedule}"]
+        check_resume_config(run_dir, validate(compose_config([*command, "total_steps=128"])))
+        make_checkpoint(run_dir)
+        extended = validate(compose_config([*command, "total_steps=192"]))
+        if schedule == "linear":
+            with pytest.raises(ConfigError, match=r"decays its learning rate linearly over total_steps=128 "
+                                                  r"\(learner.lr_schedule=linear\): resuming with total_steps=192"):
+                check_resume_config(run_dir, extended)
+        else:
+            check_resume_config(run_dir, extended)
+
+
 def test_the_api_trains_in_the_run_dir_its_overrides_name(tmp_path, monkeypatch):
     """``train(overrides=["run_dir=..."])``, as on the command line, trains there (the config recorded it while
     the run went to a new folder); a different ``run_dir`` argument beside it is refused."""

@@ -168,7 +168,7 @@ def test_the_evaluation_draws_fresh_actions_when_asked():
         torch.manual_seed(3)
         returns[deterministic] = Evaluation(make_env, 3, deterministic=deterministic).evaluate(runner)[0].returns
     for deterministic in (True, False):
-        torch.manual_seed(3)
+        torch.manual_seed(EVAL_SEED)  # the evaluation's own draws: torch's generator forked and seeded so
         expected = evaluate_episodes(make_env(3, None, ""), lambda obs: runner.head.act(obs, deterministic),
                                      EVAL_SEED).returns
         assert np.array_equal(returns[deterministic], expected)

@@ -60,7 +60,12 @@ def test_aspo_clips_positive_and_penalizes_negative_advantages():
     assert out.policy.item() == pytest.approx(np.mean(expected))
     assert grad[0].item() == 0.0
     assert grad[1] > 0 and grad[2] < 0  # both pulled towards the SPO optimum 1 - 0.3
-    assert out.diagnostics["clipfrac"].item() == pytest.approx(1.0)  # all three outside [0.9, 1.1]
+    # each unit against its own trust region: A > 0 and r 1.5 outside [0.9, 1.1], A < 0 and r 1.5 and 0.5
+    # outside [0.7, 1.3]
+    assert out.diagnostics["clipfrac"].item() == pytest.approx(1.0)
+    # r = 1.2 with A < 0 sits inside SPO's [0.7, 1.3], though outside PPO's [0.9, 1.1]; with A > 0 it is outside
+    out, _ = policy_loss_and_grad(aspo, [1.2, 1.2, 1.05], [-1.0, 1.0, 1.0])
+    assert out.diagnostics["clipfrac"].item() == pytest.approx(1 / 3)
 
 
 def test_adaptive_lr_follows_the_rsl_rl_rule():

@@ -107,6 +107,11 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith((*RESUMABLE_CHANGES, *unused))
                      and not (key not in saved and now[key] == LEGACY_VALUES.get(key, _schema_default(cfg, key))))
+    if saved.get("total_steps") != now.get("total_steps") and now.get("learner.lr_schedule") == "linear":
+        # the rate decays linearly to 0 at total_steps: another budget re-times every remaining update
+        raise ConfigError(f"{run_dir} decays its learning rate linearly over total_steps={saved.get('total_steps')} "
+                          f"(learner.lr_schedule=linear): resuming with total_steps={now.get('total_steps')} would "
+                          "change the rate of every update left; resume with the saved total_steps, or start anew")
     if changed:
         def was(key: str) -> str:
             if key not in saved and key in LEGACY_VALUES:

@@ -152,8 +152,12 @@ class PPOClipLoss:
             policy=policy.detach(),
             value=value.detach(),
             entropy=entropy.detach(),
-            diagnostics=ratio_diagnostics(log_ratio, self.clip_for(terms.unit_clip)),
+            diagnostics=ratio_diagnostics(log_ratio, self.trust_region(unit_advantages, terms.unit_clip)),
         )
+
+    def trust_region(self, unit_advantages: torch.Tensor, unit_clip: torch.Tensor | None) -> torch.Tensor | float:
+        """The epsilon each ratio unit is trained under (what ``clipfrac`` counts against)."""
+        return self.clip_for(unit_clip)
 
 
 def spo_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, clip: torch.Tensor | float) -> torch.Tensor:
@@ -190,8 +194,16 @@ class ASPOLoss(PPOClipLoss):
         super().__init__(clip_range=clip_range, **kwargs)
         self.spo_clip_range = spo_clip_range
 
+    def spo_clip_for(self, unit_clip: torch.Tensor | None) -> torch.Tensor | float:
+        return self.spo_clip_range if unit_clip is None else unit_clip * (self.spo_clip_range / self.clip_range)
+
     def policy_loss(self, log_ratio: torch.Tensor, advantages: torch.Tensor,
                     unit_clip: torch.Tensor | None) -> torch.Tensor:
         ppo = PPOClipLoss.policy_loss(self, log_ratio, advantages, unit_clip)
-        spo_clip = self.spo_clip_range if unit_clip is None else unit_clip * (self.spo_clip_range / self.clip_range)
-        return torch.where(advantages > 0, ppo, spo_objective(log_ratio, advantages, spo_clip))
+        return torch.where(advantages > 0, ppo, spo_objective(log_ratio, advantages, self.spo_clip_for(unit_clip)))
+
+    def trust_region(self, unit_advantages: torch.Tensor, unit_clip: torch.Tensor | None) -> torch.Tensor:
+        """PPO's epsilon where A > 0, SPO's elsewhere: each unit's ``clipfrac`` against its own region."""
+        ppo, spo = self.clip_for(unit_clip), self.spo_clip_for(unit_clip)
+        return torch.where(unit_advantages > 0, torch.as_tensor(ppo, dtype=unit_advantages.dtype),
+                           torch.as_tensor(spo, dtype=unit_advantages.dtype))
