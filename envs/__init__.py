@@ -45,12 +45,14 @@ from .wrappers import (
     RewardScaler,
     RunningMeanStd,
     VideoRecorder,
+    action_affine,
+    rescale_actions,
 )
 
 __all__ = [
     "make", "make_backend", "known_ids", "innermost", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
     "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
-    "VideoRecorder",
+    "VideoRecorder", "action_affine", "rescale_actions",
 ]
 
 

@@ -79,21 +79,35 @@ class ActionRescale(VectorEnvWrapper):
             if low.shape != env.action_low.shape:
                 raise ValueError(f"{env.env_id}: action bounds of shape {list(low.shape)} do not fit actions "
                                  f"of shape {list(env.action_low.shape)}")
-        finite = torch.isfinite(low) & torch.isfinite(high)
-        self._all_finite = bool(finite.all())
-        self._finite = finite
-        self._center = torch.where(finite, (low + high) / 2, torch.zeros_like(low))
-        self._half_range = torch.where(finite, (high - low) / 2, torch.ones_like(low))
-        self.action_low = torch.where(finite, -torch.ones_like(low), low)
-        self.action_high = torch.where(finite, torch.ones_like(high), high)
+        self.bounds = (low, high)  # as given: what a saved policy records to map its actions the same way
+        self._center, self._half_range, self._finite = action_affine(low, high)
+        self._all_finite = bool(self._finite.all())
+        self.action_low = torch.where(self._finite, -torch.ones_like(low), low)
+        self.action_high = torch.where(self._finite, torch.ones_like(high), high)
 
     def transform_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        scaled = torch.addcmul(self._center, actions.clamp(-1.0, 1.0), self._half_range)
-        if not self._all_finite:
-            scaled = torch.where(self._finite, scaled, actions)
-        if self._custom_bounds:
-            scaled = torch.maximum(torch.minimum(scaled, self._env_high), self._env_low)
-        return scaled
+        return rescale_actions(actions, self._center, self._half_range, None if self._all_finite else self._finite,
+                               (self._env_low, self._env_high) if self._custom_bounds else None)
+
+
+def action_affine(low: torch.Tensor, high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(center, half_range, finite)`` of action bounds ``[A]``: ``ActionRescale``'s map, computed once there
+    and by ``TrainedPolicy.predict`` from the same float32 bounds, so both round alike."""
+    finite = torch.isfinite(low) & torch.isfinite(high)
+    return (torch.where(finite, (low + high) / 2, torch.zeros_like(low)),
+            torch.where(finite, (high - low) / 2, torch.ones_like(low)), finite)
+
+
+def rescale_actions(actions: torch.Tensor, center: torch.Tensor, half_range: torch.Tensor,
+                    finite: torch.Tensor | None, clip_to: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """Agent actions ``[..., A]`` in [-1, 1] -> ``center + a * half_range``; dimensions not ``finite`` (None: all
+    are) pass unscaled; then clipped to ``clip_to`` (the env's own bounds under a dataset's), if given."""
+    scaled = torch.addcmul(center, actions.clamp(-1.0, 1.0), half_range)
+    if finite is not None:
+        scaled = torch.where(finite, scaled, actions)
+    if clip_to is not None:
+        scaled = torch.maximum(torch.minimum(scaled, clip_to[1]), clip_to[0])
+    return scaled
 
 
 class EpisodeStats(VectorEnvWrapper):

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from genpol.config.aliases import rename_overrides
+from genpol.config.aliases import quoted, rename_overrides
 from genpol.config.base import claim_new_dir
 from genpol.configure import import_learner_modules, register_configs, validate
 from genpol.errors import ConfigError
@@ -122,7 +122,7 @@ def train(
         learner = updater
     groups = [*(_env_overrides(env) if env is not None else []),
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    items = [*groups, f"seed={seed}", f"run_dir={run_dir}", *extra]
+    items = [*groups, f"seed={seed}", f"run_dir={quoted(run_dir)}", *extra]
     if total_steps is not None:
         items.append(f"total_steps={total_steps}")
     return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)
@@ -133,10 +133,10 @@ def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, ch
     """Deterministic and stochastic mean returns of a run's latest (or a given) checkpoint."""
     from genpol.evaluate import evaluate_run
 
-    items = [f"run_dir={run_dir}", f"episodes={episodes}", f"video={str(video).lower()}",
-             f"video_dir={video_dir}", f"seed={seed}"]
+    items = [f"run_dir={quoted(run_dir)}", f"episodes={episodes}", f"video={str(video).lower()}",
+             f"video_dir={quoted(video_dir)}", f"seed={seed}"]
     if checkpoint is not None:
-        items.append(f"checkpoint={checkpoint}")
+        items.append(f"checkpoint={quoted(checkpoint)}")
     return evaluate_run(validate(compose_config(items, config_name="evaluate")))
 
 

@@ -8,6 +8,7 @@ success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ import torch
 from omegaconf import DictConfig
 
 from genpol.allocator import retain_freed_memory
+from genpol.callbacks.base import failure_hint
 from genpol.config import EvaluateConfig
+from genpol.config.aliases import quoted
 from genpol.configure import register_configs, validate
 from genpol.envs import EnvError, VideoRecorder
 from genpol.errors import CheckpointError, ConfigError
@@ -30,38 +33,65 @@ register_configs()
 
 def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary; return the results."""
-    run_dir = Path(cfg.run_dir)
+    threads = torch.get_num_threads()  # the caller's (the Python API), restored at the end
     torch.set_num_threads(cfg.torch_threads)
     retain_freed_memory()
-    policy = TrainedPolicy.load(cfg.checkpoint or run_dir, device=cfg.device)
-    results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
-                               "videos": []}
-    for mode in ("deterministic", "stochastic"):
-        video_dir = Path(cfg.video_dir) / run_name(run_dir) if cfg.video else None
-        env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir, video_prefix=mode)
-        try:
-            returns, lengths, success = evaluate_episodes(
-                env, lambda obs: policy.act(obs, deterministic=mode == "deterministic"), cfg.seed)
-            recorder = env.find(VideoRecorder)
-            if recorder is not None:
-                results["videos"] += [str(p) for p in recorder.paths]
-        finally:
-            env.close()
-        results[f"{mode}_return_mean"] = float(returns.mean())
-        results[f"{mode}_return_std"] = float(returns.std())
-        results[f"{mode}_length_mean"] = float(lengths.mean())
-        if success is not None:  # envs that define success (goal envs such as PointMaze)
-            results[f"{mode}_success_rate"] = float(success.mean())
-    if run_dir.is_dir():
-        write_text_atomic(run_dir / "evaluation.json", json.dumps(results, indent=2))
+    try:
+        policy = TrainedPolicy.load(cfg.checkpoint or cfg.run_dir, device=cfg.device)
+        run_dir = run_of(policy.source)  # run_dir may name one of its checkpoints
+        results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
+                                   "videos": []}
+        for mode in ("deterministic", "stochastic"):
+            video_dir = Path(cfg.video_dir) / run_name(run_dir) if cfg.video else None
+            try:
+                returns, lengths, success = _evaluate_mode(policy, cfg, mode, video_dir, results["videos"])
+            except Exception as error:  # noqa: BLE001 - rendering is optional, as in training: the returns without it
+                if video_dir is None:
+                    raise
+                print(f"genpol: the {mode} evaluation's video failed ({failure_hint(error)}); evaluating without "
+                      "video", file=sys.stderr)
+                returns, lengths, success = _evaluate_mode(policy, cfg, mode, None, results["videos"])
+            results[f"{mode}_return_mean"] = float(returns.mean())
+            results[f"{mode}_return_std"] = float(returns.std())
+            results[f"{mode}_length_mean"] = float(lengths.mean())
+            if success is not None:  # envs that define success (goal envs such as PointMaze)
+                results[f"{mode}_success_rate"] = float(success.mean())
+        if (run_dir / "config.yaml").is_file() or (run_dir / "summary.json").is_file():
+            write_text_atomic(run_dir / "evaluation.json", json.dumps(results, indent=2))
+        return results
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_of(checkpoint: Path) -> Path:
+    """The run directory a checkpoint belongs to: the nearest folder above it holding ``config.yaml``
+    (``<run>/checkpoints/step_*``, ``<run>/pretrain/checkpoints/step_*``, GoRL's ``<run>/stage_k/best/...``),
+    or the checkpoint's own folder for one copied out of its run."""
+    for folder in (checkpoint, *checkpoint.parents):
+        if (folder / "config.yaml").is_file():
+            return folder
+    return checkpoint
+
+
+def _evaluate_mode(policy: TrainedPolicy, cfg: EvaluateConfig, mode: str, video_dir: Path | None,
+                   videos: list[str]) -> tuple[Any, Any, Any]:
+    env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir, video_prefix=mode)
+    try:
+        results = evaluate_episodes(env, lambda obs: policy.act(obs, deterministic=mode == "deterministic"),
+                                    cfg.seed)
+        recorder = env.find(VideoRecorder)
+        if recorder is not None:
+            videos += [str(path) for path in recorder.paths]
+    finally:
+        env.close()
     return results
 
 
 def positional_run_dir(argv: list[str]) -> list[str]:
     """``argv`` with a bare first argument (``genpol-evaluate runs/hopper``, as ``genpol-report`` takes its
     folder) written as Hydra's ``run_dir=<it>``; one that does not exist is then named as such."""
-    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
-        return [f"run_dir={argv[0]}", *argv[1:]]
+    if argv and not argv[0].startswith("-") and not re.match(r"^[+~]{0,2}[A-Za-z_][\w.@-]*=", argv[0]):
+        return [f"run_dir={quoted(argv[0])}", *argv[1:]]  # a path, '=' in it or not (a sweep's folder names)
     return argv
 
 

@@ -12,6 +12,7 @@ import torch
 from genpol import envs
 from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
+from genpol.errors import ConfigError
 from genpol.heads import PolicyHead, head_from_spec
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,8 @@ def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: 
     raw = envs.innermost(env)
     rescale = env.find(envs.ActionRescale)
     agent_bounds = None
-    if rescale is not None and rescale._custom_bounds:
-        agent_bounds = [(rescale._center - rescale._half_range).tolist(), (rescale._center + rescale._half_range).tolist()]
+    if rescale is not None and rescale._custom_bounds:  # the float32 bounds the env stack maps with, exactly
+        agent_bounds = [bound.tolist() for bound in rescale.bounds]
     return {
         "format": POLICY_FORMAT,
         "head": head.spec(),
@@ -76,6 +77,7 @@ class TrainedPolicy:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "cpu") -> TrainedPolicy:
         """From a checkpoint directory, or a run directory (its latest checkpoint)."""
+        check_device(device)
         checkpoint = resolve_checkpoint(path)
         spec, weights = load_policy_files(checkpoint, map_location=device)
         if spec.get("format") != POLICY_FORMAT:
@@ -161,7 +163,9 @@ class TrainedPolicy:
     @torch.no_grad()
     def predict(self, raw_obs: np.ndarray | torch.Tensor, deterministic: bool = True) -> np.ndarray:
         """Raw simulator ``obs [..., D]`` (one ``[D]``, a batch ``[B, D]``, or any leading shape) ->
-        actions in the env's bounds ``[..., A]``, the same leading shape."""
+        actions in the env's bounds ``[..., A]``, the same leading shape. A policy that acts in chunks of
+        C actions (``action_chunk`` > 1, e.g. DPPO's ``act_steps``) returns ``[..., C, A]``: step the env
+        with each in turn before the next ``predict``, as its evaluation does."""
         parameter = next(self.head.parameters(), None)  # None: a head without weights (a scripted one)
         device = parameter.device if parameter is not None else torch.device("cpu")
         obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
@@ -176,15 +180,33 @@ class TrainedPolicy:
         elif kind == "minmax":
             low, high = state["low"].to(device), state["high"].to(device)
             obs = 2 * (obs - low) / (high - low + 1e-6) - 1
+        chunk = int(self.spec["env"].get("action_chunk", 1))
         action = self.act(obs, deterministic)
-        env_low, env_high = (torch.tensor(b, dtype=torch.float32, device=device) for b in self.spec["action_bounds"])
-        agent = self.spec.get("agent_action_bounds")
-        low, high = ((env_low, env_high) if agent is None else
-                     (torch.tensor(b, dtype=torch.float32, device=device) for b in agent))
-        finite = torch.isfinite(low) & torch.isfinite(high)
-        scaled = low + (action.clamp(-1.0, 1.0) + 1.0) * 0.5 * (high - low)
-        action = torch.where(finite, torch.maximum(torch.minimum(scaled, env_high), env_low), action)
-        return action.reshape(*leading, action.shape[-1]).cpu().numpy()
+        action = action.reshape(action.shape[0], chunk, -1)  # [B, C, A]
+        # the env's bounds per action [A], or per action of the chunk [C * A] (a backend that chunks itself)
+        env_low, env_high = (torch.tensor(b, dtype=torch.float32, device=device).reshape(-1, action.shape[-1])
+                             for b in self.spec["action_bounds"])
+        agent = self.spec.get("agent_action_bounds")  # a dataset's range, per action of the chunk
+        if agent is None:
+            low, high, clip_to = env_low, env_high, None
+        else:
+            low, high = (torch.tensor(b, dtype=torch.float32, device=device).reshape(chunk, -1) for b in agent)
+            clip_to = (env_low, env_high)
+        center, half_range, finite = envs.action_affine(low, high)
+        action = envs.rescale_actions(action, center, half_range, None if bool(finite.all()) else finite, clip_to)
+        shape = (*leading, action.shape[-1]) if chunk == 1 else (*leading, chunk, action.shape[-1])
+        return action.reshape(shape).cpu().numpy()
+
+
+def check_device(device: str | torch.device) -> None:
+    """``ConfigError`` naming a device torch does not know or this machine lacks (else a checkpoint's weights
+    fail to load, and the error blames the file)."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(f"device={device!r} is not a torch device ({error})") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}: this machine has no CUDA device; use device=cpu")
 
 
 class EpisodeResults(NamedTuple):
@@ -211,8 +233,19 @@ def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor
     of "stop after the first K episodes to finish"). Rewards are summed as the env returns them.
     Episodes still running after ``max_steps`` calls of ``env.step`` (default: ``STEPS_WITHOUT_TIME_LIMIT``,
     or the env's own ``max_episode_steps`` where that is larger) are cut there, with a warning: their return
-    so far counts, as a time limit's would, and env 0's video (if recorded) ends there.
+    so far counts, as a time limit's would, and env 0's video (if recorded) ends there. ``act`` draws from
+    torch's generator seeded with ``seed`` in a fork, which leaves the caller's stream as it was.
     """
+    # a stochastic policy's draws come from torch's generator, forked and seeded here: an evaluation
+    # repeats (the run's, genpol-evaluate's), and training, which draws from the same generator, is untouched
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        return _first_episodes(env, act, seed, max_steps)
+
+
+def _first_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor], seed: int,
+                    max_steps: int | None) -> EpisodeResults:
     declared = getattr(env, "max_episode_steps", None)
     if max_steps is None:
         max_steps = max(declared or 0, STEPS_WITHOUT_TIME_LIMIT)

@@ -96,6 +96,38 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
     assert torch.equal(torch.as_tensor(policy.predict(np.zeros((3, 2)))[0]), torch.as_tensor(action))
 
 
+def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_path):
+    """genpol.evaluate of a run that evaluates stochastically (EXPO's and Consistency-AC's bundles) gives the
+    run's own number (its draws were unseeded), in a folder a sweep would name (Hydra syntax in the path),
+    leaving the caller's thread count; pointed at a checkpoint it files its results with the run, not in
+    the checkpoint; a video that cannot render leaves the returns; a bad device is named as such."""
+    from genpol.api import evaluate, load_policy, train
+    from genpol.errors import ConfigError
+
+    run = tmp_path / "seed=1,lr=3e-4"
+    summary = train(env="hopper", total_steps=256, run_dir=run,
+                    overrides=["env.num_envs=2", "learner.rollout_steps=64", "learner.epochs=1",
+                               "policy.hidden_sizes=[16,16]", "pipeline.eval_deterministic=false",
+                               "pipeline.eval_episodes=2", "pipeline.video=false", "logger.progress_bar=false"])
+    torch.set_num_threads(2)
+    try:
+        assert evaluate(run, episodes=2)["stochastic_return_mean"] == summary["eval_return_mean"]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    (run / "evaluation.json").unlink()
+    checkpoint = sorted((run / "checkpoints").glob("step_*"))[-1]
+    evaluate(checkpoint, episodes=1)
+    assert (run / "evaluation.json").is_file() and not (checkpoint / "evaluation.json").exists()
+    (tmp_path / "not_a_folder").write_text("")  # a video that cannot be written
+    result = run_cli("-m", "genpol.evaluate", str(run), "episodes=1", "video=true",
+                     f"video_dir={tmp_path / 'not_a_folder'}")
+    assert "video failed" in result.stderr and "evaluating without video" in result.stderr
+    assert np.isfinite(json.loads((run / "evaluation.json").read_text())["deterministic_return_mean"])
+    with pytest.raises(ConfigError, match=r"device='cdua' is not a torch device"):
+        load_policy(run, device="cdua")
+
+
 def test_python_api_takes_a_bundles_groups_unless_it_names_its_own(tmp_path, monkeypatch):
     """train() with no env, policy or learner trains what an +experiment= bundle selects (it used to force
     halfcheetah, gaussian and ppo over it, as a command-line env=... would: +experiment=rlpd then failed to

@@ -88,6 +88,10 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
                       "genpol/hopper/random-v0", "--minari-root", str(tmp_path / "minari")])
     assert refused.value.code == 2
     assert "the Minari dataset genpol/hopper/random-v0 already exists at" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # a policy that is not there: one line and exit 2, no traceback
+        collect_main(["--policy", str(tmp_path / "no_run"), "--env", "gym:Hopper-v5", "--steps", "10",
+                      "--d4rl", str(tmp_path / "x.hdf5")])
+    assert refused.value.code == 2 and "CheckpointError:" in capsys.readouterr().err
 
 
 def test_a_minari_dataset_without_episodes_is_named(tmp_path):
@@ -244,6 +248,28 @@ def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
     assert np.isfinite(summary["eval_normalized_score"]) and summary["env_steps"] >= 512
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
     assert list((tmp_path / "run" / "tb" / "pretrain").glob("events.*"))
+    # the saved policy on a plain gymnasium Hopper: predict's chunks of 4 actions (the dataset's asymmetric
+    # action range included), stepped in turn, give the run's own final evaluation, episode for episode
+    import gymnasium as gym
+
+    from genpol.api import load_policy
+    from genpol.callbacks.evaluation import EVAL_SEED
+
+    policy, returns = load_policy(tmp_path / "run"), []
+    for episode in range(2):
+        env = gym.make("Hopper-v5")
+        obs, _ = env.reset(seed=EVAL_SEED + episode)
+        total, done = 0.0, False
+        while not done:
+            chunk = policy.predict(obs)
+            assert chunk.shape == (4, 3)
+            for action in chunk:
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, done = total + reward, terminated or truncated
+                if done:
+                    break
+        returns.append(total)
+    assert np.mean(returns) == pytest.approx(summary["eval_return_mean"], rel=1e-6)
     make_data(1)
     refused = train(576, check=False)
     assert refused.returncode == 2

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from genpol.envs import VectorEnv, VideoRecorder
 from genpol.callbacks.base import Callback, failure_hint, log
 from genpol.policy import EpisodeResults, evaluate_episodes
@@ -48,14 +46,11 @@ class Evaluation(Callback):
 
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[EpisodeResults, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
-        device = next(runner.head.parameters()).device
         try:
-            # a stochastic evaluation draws its own numbers: from torch's global generator, which training
-            # draws from too, its draws made the trained weights depend on eval_every and eval_episodes
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(EVAL_SEED)
-                results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=self.deterministic),
-                                            EVAL_SEED)
+            # a stochastic evaluation draws from a generator of its own (evaluate_episodes forks torch's and
+            # seeds it): from the one training draws from, it made the weights depend on eval_every
+            results = evaluate_episodes(env, lambda obs: runner.head.act(obs, deterministic=self.deterministic),
+                                        EVAL_SEED)
             recorder = env.find(VideoRecorder)
             video = recorder.paths[0] if recorder is not None and recorder.paths else None
         finally:

@@ -40,3 +40,9 @@ def rename_overrides(items: Sequence[str]) -> list[str]:
 def rename_saved(config: dict[str, Any]) -> dict[str, Any]:
     """A saved config (``config.yaml`` as a dict) with its renamed top-level keys in their new name."""
     return {RENAMED.get(key, key): value for key, value in config.items()}
+
+
+def quoted(path: Any) -> str:
+    """``path`` as a quoted Hydra override value: a folder named ``seed=1,lr=3e-4`` (as sweeps name them) is
+    one string, not Hydra syntax."""
+    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"

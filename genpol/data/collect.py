@@ -31,6 +31,7 @@ from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
+from genpol.errors import CheckpointError, ConfigError
 from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
 
 log = logging.getLogger(__name__)
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
                                                      args.deterministic, imports=args.imports)
-    except envs.EnvError as error:
-        parser.exit(2, f"genpol: EnvError: {error}\n")
+    except (envs.EnvError, CheckpointError, ConfigError, ValueError) as error:  # a bad --env, --policy or pairing
+        parser.exit(2, f"genpol: {type(error).__name__}: {error}\n")
     returns = np.array([ep["rewards"].sum() for ep in episodes])
     name = d4rl_env_name(args.env)
     report: dict[str, Any] = {"env": args.env, "policy": args.policy, "episodes": len(episodes),

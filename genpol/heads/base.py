@@ -153,8 +153,11 @@ class HeadConfig:
 
 
 def evaluation_generator(obs: torch.Tensor, deterministic: bool) -> torch.Generator | None:
-    """A generator seeded with 0 for a deterministic action (None: draw from torch's global RNG)."""
-    return torch.Generator(device=obs.device).manual_seed(0) if deterministic else None
+    """A CPU generator seeded with 0 for a deterministic action (None: draw from torch's global RNG). On the
+    CPU whatever the device: CUDA's generator draws other numbers from the same seed, and the action of a
+    policy trained on a GPU would change when it is evaluated or served on a CPU (``standard_normal`` moves
+    the draws)."""
+    return torch.Generator().manual_seed(0) if deterministic else None
 
 
 def standard_normal(shape: "tuple[int, ...] | torch.Size", generator: torch.Generator | None,
@@ -165,7 +168,7 @@ def standard_normal(shape: "tuple[int, ...] | torch.Size", generator: torch.Gene
     so returned 51 on Hopper at 1 env and 228 at 10); shared, the action is a function of the state alone."""
     if generator is None:
         return torch.randn(shape, device=device)
-    return torch.randn((1, *shape[1:]), device=device, generator=generator).expand(shape)
+    return torch.randn((1, *shape[1:]), generator=generator).to(device).expand(shape)
 
 
 def _plain(value: Any) -> Any:
