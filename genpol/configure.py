@@ -14,12 +14,12 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, ValidationError
 
 from genpol.algorithms.registry import LEARNERS, learner, on_policy_names
+from genpol.memory import check_device
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
 from genpol.config.base import require
 from genpol.errors import ConfigError, HeadCapabilityError
@@ -104,24 +104,6 @@ def validate(cfg: DictConfig) -> Any:
         check_groups(config)
         check_learner(config)
     return config
-
-
-def check_device(device: str) -> None:
-    """``ConfigError`` naming ``device`` when torch cannot parse it or this machine lacks it (a CPU-only
-    torch, or no such GPU): otherwise the first tensor moved there fails deep inside an env or a head."""
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from None
-    if parsed.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={device}: this torch has no CUDA device to use (torch {torch.__version__}, "
-                              f"CUDA build: {torch.version.cuda is not None}); use device=cpu")
-        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise ConfigError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                              f"numbered from 0")
-    elif parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device={device}: MPS is not available here; use device=cpu")
 
 
 def check_known_keys(node: Any, path: str = "") -> None:

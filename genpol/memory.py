@@ -48,3 +48,21 @@ def require_memory(key: str, value: int, needed: int, device: str | torch.device
     if available is not None and needed > available:
         raise ConfigError(f"{key}={value} needs {human_bytes(needed)} for {what}, but {torch.device(device)} has "
                           f"{human_bytes(available)} available: lower {key}")
+
+
+def check_device(device: str | torch.device) -> None:
+    """``ConfigError`` naming ``device`` when torch cannot parse it or this machine lacks it (a CPU-only
+    torch, or no such GPU): otherwise the first tensor moved there fails deep inside an env or a head."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device must be a torch device such as cpu, cuda or cuda:1, got {device!r}") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device}: this torch has no CUDA device to use (torch {torch.__version__}, "
+                              f"CUDA build: {torch.version.cuda is not None}); use device=cpu")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                              f"numbered from 0")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={device}: MPS is not available here; use device=cpu")

@@ -12,7 +12,7 @@ import torch
 from genpol import envs
 from genpol.envs import ObservationNormalizer, VectorEnv
 from genpol.checkpoint import CheckpointError, load_policy_files, resolve_checkpoint
-from genpol.errors import ConfigError
+from genpol.memory import check_device
 from genpol.heads import PolicyHead, head_from_spec
 
 log = logging.getLogger(__name__)
@@ -196,17 +196,6 @@ class TrainedPolicy:
         action = envs.rescale_actions(action, center, half_range, None if bool(finite.all()) else finite, clip_to)
         shape = (*leading, action.shape[-1]) if chunk == 1 else (*leading, chunk, action.shape[-1])
         return action.reshape(shape).cpu().numpy()
-
-
-def check_device(device: str | torch.device) -> None:
-    """``ConfigError`` naming a device torch does not know or this machine lacks (else a checkpoint's weights
-    fail to load, and the error blames the file)."""
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError) as error:
-        raise ConfigError(f"device={device!r} is not a torch device ({error})") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r}: this machine has no CUDA device; use device=cpu")
 
 
 class EpisodeResults(NamedTuple):

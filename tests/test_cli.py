@@ -124,7 +124,7 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
                      f"video_dir={tmp_path / 'not_a_folder'}")
     assert "video failed" in result.stderr and "evaluating without video" in result.stderr
     assert np.isfinite(json.loads((run / "evaluation.json").read_text())["deterministic_return_mean"])
-    with pytest.raises(ConfigError, match=r"device='cdua' is not a torch device"):
+    with pytest.raises(ConfigError, match=r"device must be a torch device such as cpu, cuda or cuda:1, got .cdua."):
         load_policy(run, device="cdua")
 
 
