@@ -194,6 +194,8 @@ def check_groups(config: TrainConfig) -> None:
     """The checks that need two groups at once (policy with pipeline or learner); ``ConfigError``
     names the keys. May set ``policy.clip_final`` from the learner's clip range (one source of truth)."""
     row = learner(config.learner.name)
+    if config.dataset.actions == "auto":  # resolved here, so that a saved config says which
+        config.dataset.actions = "env" if row.off_policy else "min_max"
     if getattr(config.pipeline, "name", None) == "offline_to_online":
         require(config.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                  config.dataset.path)

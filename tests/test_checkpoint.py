@@ -296,7 +296,9 @@ def test_dataset_truncated_rows_legacy_value_binds_runs_with_a_dataset_only(tmp_
     from genpol.runners.scaffold import check_resume_config
 
     runs = {"rlpd": ["+experiment=rlpd", "dataset.path=hopper_medium-v5.hdf5"],
-            "sac": ["learner=sac", "policy=tanh_gaussian"]}
+            "sac": ["learner=sac", "policy=tanh_gaussian"],
+            "sac_o2o": ["learner=sac", "policy=tanh_gaussian", "pipeline=offline_to_online",
+                        "dataset.path=hopper_medium-v5.hdf5", "dataset.truncated_rows=drop"]}
     for name, overrides in runs.items():
         run_dir = tmp_path / name
         run_dir.mkdir()
@@ -304,13 +306,18 @@ def test_dataset_truncated_rows_legacy_value_binds_runs_with_a_dataset_only(tmp_
         check_resume_config(run_dir, validate(compose_config(command)))
         make_checkpoint(run_dir)
         saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-        del saved["dataset"]["truncated_rows"]
+        del saved["dataset"]["truncated_rows"], saved["dataset"]["actions"]
         (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
-        if name == "rlpd":
+        if name == "rlpd":  # dataset.actions only matters offline-to-online
             with pytest.raises(ConfigError,
                                match=r"dataset.truncated_rows: 'drop' \(saved before the field existed\) -> 'keep'"):
                 check_resume_config(run_dir, validate(compose_config(command)))
             command.append("dataset.truncated_rows=drop")
+        if name == "sac_o2o":  # actions mapped onto the dataset's range before dataset.actions existed
+            with pytest.raises(ConfigError,
+                               match=r"dataset.actions: 'min_max' \(saved before the field existed\) -> 'env'"):
+                check_resume_config(run_dir, validate(compose_config(command)))
+            command.append("dataset.actions=min_max")
         check_resume_config(run_dir, validate(compose_config(command)))
 
 

@@ -212,7 +212,6 @@ def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dat
     policy's env returns gymnasium's, where ``min_max`` (the default) maps each dimension's dataset range onto
     [-1, 1]. Each phase is caught where the pipeline hands its data over."""
     import genpol.pipelines.offline_to_online as pipeline
-    import genpol.runners.offpolicy as offpolicy
     from genpol import envs
     from genpol.api import compose_config, load_policy, train
     from genpol.configure import validate
@@ -221,8 +220,8 @@ def test_raw_observations_reach_the_networks_in_both_phases(tmp_path, hopper_dat
 
     dataset = load_dataset(str(hopper_dataset))
     replays, bc_observations = [], []
-    make_transitions, make_bc_runner = offpolicy.dataset_transitions, pipeline.BCRunner
-    monkeypatch.setattr(offpolicy, "dataset_transitions",
+    make_transitions, make_bc_runner = pipeline.dataset_transitions, pipeline.BCRunner
+    monkeypatch.setattr(pipeline, "dataset_transitions",
                         lambda *args, **kwargs: replays.append(make_transitions(*args, **kwargs)) or replays[-1])
     monkeypatch.setattr(pipeline, "BCRunner",
                         lambda head, obs, *args, **kwargs: bc_observations.append(obs) or make_bc_runner(

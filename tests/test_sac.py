@@ -114,6 +114,31 @@ def test_offline_to_online_with_sac_pretrains_then_mixes_the_data(tmp_path, hopp
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
 
 
+def test_offline_to_online_maps_off_policy_actions_onto_the_envs_box(tmp_path, hopper_dataset):
+    """A dataset whose actions span [-0.3, 0.3] of Hopper's [-1, 1]: an off-policy learner's agent acts in the
+    env's box (``dataset.actions`` resolves to ``env``: RLPD's, EXPO's and Ding & Jin's code), so its warm-up and
+    its fine-tuned policy can leave the data's range, and the saved policy records no narrower bounds;
+    ``dataset.actions=min_max`` (DPPO's, the on-policy default) maps the agent's [-1, 1] onto the data's range."""
+    import yaml
+
+    from genpol.data import load_d4rl, write_d4rl
+
+    data = load_d4rl(hopper_dataset)
+    narrow = write_d4rl(tmp_path / "hopper_narrow-v5.hdf5", data.observations, 0.3 * data.actions, data.rewards,
+                        data.terminals, data.timeouts)
+    for actions in ("auto", "min_max"):
+        run = tmp_path / actions
+        train("hopper", "tanh_gaussian", "sac", total_steps=128, run_dir=run,
+              overrides=[*TINY_SAC, "pipeline=offline_to_online", f"dataset.path={narrow}", f"dataset.actions={actions}",
+                         "pipeline.pretrain_steps=10", "pipeline.pretrain_log_every=10", "pipeline.video=false"])
+        saved = yaml.safe_load((run / "config.yaml").read_text())["dataset"]["actions"]
+        bounds = load_policy(run).spec["agent_action_bounds"]
+        if actions == "auto":
+            assert saved == "env" and bounds is None
+        else:
+            assert saved == "min_max" and np.allclose(bounds, [0.3 * data.actions.min(0), 0.3 * data.actions.max(0)])
+
+
 def test_a_stochastic_evaluation_leaves_the_training_stream_alone():
     """``pipeline.eval_deterministic=false`` (EXPO's and Consistency-AC's bundles) samples actions while it
     evaluates: from its own seeded generator, so the trained weights do not depend on when or how often the

@@ -94,6 +94,12 @@ class DatasetConfig:
     the dataset stores them and the env returns them (Diffusion-QL's and Ding & Jin's Consistency-AC). Running
     observation normalization is off in that pipeline either way. ``pipeline=online`` with a dataset (RLPD)
     always uses raw observations."""
+    actions: str = "auto"
+    """How ``pipeline=offline_to_online`` maps the agent's [-1, 1] actions, in both phases: ``min_max``, onto the
+    dataset's action range (DPPO's convention: the policy never leaves the data's range), or ``env``, onto the
+    env's own box, the dataset's actions mapped alike (RLPD's, EXPO's and Ding & Jin's Consistency-AC code:
+    exploration and the fine-tuned policy reach the whole box). ``auto`` (the default): ``env`` for off-policy
+    learners, ``min_max`` for on-policy ones. Runs saved before the field existed used ``min_max``."""
     truncated_rows: str = "keep"
     """The last row of an episode that a time limit (or the file's end) cut, in the off-policy learners'
     offline transitions: ``keep``, a transition bootstrapped from the next observation the dataset holds for
@@ -105,4 +111,5 @@ class DatasetConfig:
         require(self.format in ("auto", "d4rl", "minari"), "dataset.format", "auto, d4rl or minari", self.format)
         require(self.observations in ("min_max", "raw"), "dataset.observations", "min_max or raw", self.observations)
         require(self.truncated_rows in ("keep", "drop"), "dataset.truncated_rows", "keep or drop", self.truncated_rows)
+        require(self.actions in ("auto", "min_max", "env"), "dataset.actions", "auto, min_max or env", self.actions)
         require(self.max_transitions >= 1, "dataset.max_transitions", ">= 1", self.max_transitions)

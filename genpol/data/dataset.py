@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -140,14 +140,16 @@ class OfflineDataset:
             raise DatasetError(f"{self.source}: observations/actions have {self.obs_dim}/{self.act_dim} dims, "
                                f"but {env_id} has {obs_dim}/{act_dim}")
 
-    def chunks(self, horizon: int, normalization: Normalization,
-               scale_observations: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def chunks(self, horizon: int, normalization: Normalization, scale_observations: bool = True,
+               action_transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Every (observation, next ``horizon`` actions) pair that fits inside one episode (no padding,
-        as DPPO), both scaled to [-1, 1] (observations left raw with ``scale_observations=False``):
-        ``(obs [M, D], actions [M, horizon * A])`` float32."""
+        as DPPO), both scaled to [-1, 1] (observations left raw with ``scale_observations=False``; actions
+        mapped by ``action_transform`` ``[N, A] -> [N, A]`` instead, if given): ``(obs [M, D], actions
+        [M, horizon * A])`` float32."""
         obs = (normalization.scale(self.observations, normalization.obs_min, normalization.obs_max)
                if scale_observations else self.observations)
-        actions = normalization.scale(self.actions, normalization.action_min, normalization.action_max)
+        actions = (normalization.scale(self.actions, normalization.action_min, normalization.action_max)
+                   if action_transform is None else action_transform(self.actions))
         starts = [np.arange(start, end - horizon + 1) for start, end in self.episode_bounds() if end - start >= horizon]
         if not starts:
             raise DatasetError(f"{self.source}: no episode has {horizon} steps, the action chunk length")

@@ -15,7 +15,9 @@ Observations and actions are scaled to [-1, 1] with the dataset's min and max (D
 normalization): the env stack gets a fixed ``ObservationScaler`` and maps the agent's [-1, 1]
 actions back to the dataset's action range, and both travel with the policy in its checkpoints.
 With ``dataset.observations=raw`` (Diffusion-QL's and Ding & Jin's inputs) observations stay as the
-dataset and the env give them, in both phases; actions are mapped as before. Either way running
+dataset and the env give them, in both phases. With ``dataset.actions=env`` (the default for off-policy
+learners, as RLPD's, EXPO's and Ding & Jin's code) the agent's [-1, 1] is the env's own box, and the
+dataset's actions are mapped into it. Either way running
 observation normalization (``env.normalize_obs``) is off: the offline data carries no running statistics.
 Normalized scores (before and after fine-tuning) use a Minari dataset's own reference returns, or
 D4RL's for the D4RL locomotion tasks.
@@ -49,14 +51,15 @@ from genpol.algorithms import is_off_policy, learner, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
 from genpol.checkpoint import list_checkpoints
-from genpol.config import TrainConfig
+from genpol.config import ConfigError, TrainConfig
 from genpol.files import write_text_atomic
-from genpol.data import DatasetError, OfflineDataset, load_dataset, normalized_score, reference_returns
+from genpol.data import DatasetError, Normalization, OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.chunking import imitation_horizon
 from genpol.policy import evaluate_episodes, make_policy_spec
 from genpol.runners.bc import BCRunner
 from genpol.runners.offline_rl import OfflineRLRunner
+from genpol.runners.offpolicy import agent_action_transform, dataset_transitions
 from genpol.pipelines.online import off_policy_env_settings, run_online
 from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase
 from genpol.storage.replay import OfflineReplay
@@ -87,12 +90,16 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
         stack["normalize_obs"] = False
     else:
         stack["obs_bounds"] = (torch.tensor(norm.obs_min), torch.tensor(norm.obs_max))
-    stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
-                              torch.tensor(np.tile(norm.action_max, chunk)))
     probe = make_env(cfg.env, gamma=cfg.learner.gamma, seed=None, num_envs=1, training=False,
                      stack={"action_chunk": chunk})
-    dataset.check_dims(*_inner_dims(probe, chunk), cfg.env.full_id)
-    probe.close()
+    try:
+        dataset.check_dims(*_inner_dims(probe, chunk), cfg.env.full_id)
+        action_transform = _action_transform(cfg, dataset, norm, probe)
+    finally:
+        probe.close()
+    if cfg.dataset.actions == "min_max":  # the agent's [-1, 1] is the dataset's range; else the env's box
+        stack["action_bounds"] = (torch.tensor(np.tile(norm.action_min, chunk)),
+                                  torch.tensor(np.tile(norm.action_max, chunk)))
     env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     check_capabilities(head, "behaviour-cloning pretraining", {Capability.IMITATION})
@@ -102,11 +109,8 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     offline_rl = learner(cfg.learner.name).offline_phase == "own_loss"
     offline, algorithm = None, None
     if offline_rl or (is_off_policy(cfg.learner.name) and cfg.learner.offline_ratio > 0):
-        from genpol.runners.offpolicy import dataset_transitions
-
         obs_scale = None if raw_observations else (norm.obs_min, norm.obs_max)
-        offline = dataset_transitions(dataset, cfg, obs_scale=obs_scale,
-                                      action_scale=(norm.action_min, norm.action_max))
+        offline = dataset_transitions(dataset, cfg, obs_scale=obs_scale, action_transform=action_transform)
     if offline_rl:  # one learner for both phases: the offline critics and EMA actor go on online
         algorithm = make_algorithm(cfg, head, env, offline)
     if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
@@ -118,11 +122,24 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
             # here only: once the online phase has a checkpoint, resuming loads the state after the reset
             algorithm.reset_for_online(cfg.pipeline.online_reset, seed=cfg.seed + ONLINE_RESET_SEED)
         else:
-            pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized)  # ends in start_finetuning
+            pretrained = pretrain(cfg, run_dir, head, dataset, env, stack, normalized,  # ends in start_finetuning
+                                  action_transform)
     start_online_phase(cfg, head, algorithm)
     extra = {"pipeline": "offline_to_online", "dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
              "pretrained": pretrained}
     return run_online(cfg, run_dir, env, head, stack, normalized, extra, offline=offline, algorithm=algorithm)
+
+
+def _action_transform(cfg: TrainConfig, dataset: OfflineDataset, norm: Normalization, probe: VectorEnv) -> Any:
+    """``[N, A] -> [N, A]``: the dataset's actions into the agent's [-1, 1], by the dataset's range
+    (``dataset.actions=min_max``) or by the env's box (``env``), as the env stack will map them back."""
+    if cfg.dataset.actions == "min_max":
+        return lambda actions: Normalization.scale(actions, norm.action_min, norm.action_max)
+    transform = agent_action_transform(probe, dataset.act_dim)
+    if transform is None:
+        raise ConfigError(f"dataset.actions=env: {cfg.env.full_id} has unbounded actions, so the env's box cannot "
+                          "be the agent's [-1, 1]; use dataset.actions=min_max")
+    return transform
 
 
 def check_same_dataset(run_dir: Path, dataset: OfflineDataset) -> None:
@@ -239,12 +256,13 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
 
 
 def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: OfflineDataset, env: VectorEnv,
-             stack: dict[str, Any], normalized: Any) -> dict[str, Any]:
+             stack: dict[str, Any], normalized: Any, action_transform: Any) -> dict[str, Any]:
     """Phase 1: behaviour cloning with EMA (resumable), ``head.start_finetuning()``, then an
     evaluation of the pretrained policy (``pipeline.eval_deterministic``)."""
     pipeline = cfg.pipeline
     obs, actions = dataset.chunks(imitation_horizon(head), dataset.normalization(),
-                                  scale_observations=cfg.dataset.observations == "min_max")
+                                  scale_observations=cfg.dataset.observations == "min_max",
+                                  action_transform=action_transform)
     phase = _pretrain_phase(cfg, run_dir, head, env, "pretrain (BC)")
     runner = BCRunner(
         head, obs.to(cfg.device), actions.to(cfg.device), pipeline.pretrain_steps,

@@ -62,11 +62,12 @@ class OffPolicyRunner(EnvRunner):
         return metrics
 
 
-def _agent_action_transform(env: VectorEnv) -> Any:
-    """Maps a dataset's actions from the env's own bounds into the agent's [-1, 1] (identity where
-    the env already uses [-1, 1], as the MuJoCo locomotion tasks do)."""
+def agent_action_transform(env: VectorEnv, act_dim: int) -> Any:
+    """Maps a dataset's ``[N, act_dim]`` actions from the env's own bounds into the agent's [-1, 1] (identity
+    where the env already uses [-1, 1], as the MuJoCo locomotion tasks do); None for unbounded actions. A
+    backend that chunks actions itself repeats its bounds per action of the chunk: the first are taken."""
     inner = envs.innermost(env)
-    low, high = inner.action_low.cpu().numpy(), inner.action_high.cpu().numpy()
+    low, high = (bound.cpu().numpy().reshape(-1, act_dim)[0] for bound in (inner.action_low, inner.action_high))
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
         return None
     return lambda actions: 2 * (actions - low) / (high - low) - 1
@@ -79,7 +80,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
     dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
                            cfg.dataset.max_transitions)
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
-    offline = offline_transitions(dataset, action_transform=_agent_action_transform(env),
+    offline = offline_transitions(dataset, action_transform=agent_action_transform(env, dataset.act_dim),
                                   **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
     references = reference_returns(dataset.metadata, cfg.env.id)
     normalized = partial(normalized_score, references) if references else None
@@ -88,13 +89,13 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineR
 
 
 def dataset_transitions(dataset: OfflineDataset, cfg: TrainConfig, obs_scale: tuple[np.ndarray, np.ndarray] | None,
-                        action_scale: tuple[np.ndarray, np.ndarray]) -> OfflineReplay:
-    """Offline transitions scaled with the dataset's min and max, as the offline-to-online pipeline's
-    env stack scales online observations and actions (``obs_scale`` None: raw observations)."""
+                        action_transform: Any) -> OfflineReplay:
+    """Offline transitions in the offline-to-online pipeline's spaces: observations scaled with the dataset's
+    min and max as its env stack scales online ones (``obs_scale`` None: raw), actions by
+    ``action_transform`` into the agent's [-1, 1] (``dataset.actions``)."""
     return offline_transitions(
         dataset, obs_transform=None if obs_scale is None else (lambda obs: Normalization.scale(obs, *obs_scale)),
-        action_transform=lambda actions: Normalization.scale(actions, *action_scale),
-        **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
+        action_transform=action_transform, **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
 
 
 def _truncation_settings(cfg: TrainConfig) -> dict[str, Any]:

@@ -43,7 +43,8 @@ RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pip
 # before the field existed computed. A key missing from a saved config is compared against this value
 # instead of the default, so such a run resumes only when the old behaviour is asked for.
 LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "shared", "learner.clip_edits": True,
-                 "learner.critic_layer_norm_eps": 1e-5, "dataset.truncated_rows": "drop"}
+                 "learner.critic_layer_norm_eps": 1e-5, "dataset.truncated_rows": "drop",
+                 "dataset.actions": "min_max"}
 
 _NO_DEFAULT = object()
 
@@ -102,8 +103,10 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     changes what the run computes."""
     saved = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
     now = flatten_keys(current)
-    # a run without a dataset (both then and now) reads none of dataset.*
+    # a run without a dataset (both then and now) reads none of dataset.*, and only offline_to_online maps actions
     unused = ("dataset.",) if saved.get("dataset.path") is None and now.get("dataset.path") is None else ()
+    if now.get("pipeline.name") != "offline_to_online":
+        unused += ("dataset.actions",)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith((*RESUMABLE_CHANGES, *unused))
                      and not (key not in saved and now[key] == LEGACY_VALUES.get(key, _schema_default(cfg, key))))
