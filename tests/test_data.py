@@ -315,3 +315,22 @@ def test_the_dataset_score_counts_complete_task_episodes_only():
     assert returns.tolist() == [2.0, 3.0, 3.0] and task
     returns, task = _complete_episode_returns(dataset([0, 0, 0, 0, 0], [0, 1, 0, 0, 1]))  # segments of 2 and 3
     assert returns.tolist() == [2.0, 3.0] and not task
+
+
+def test_a_minari_write_that_fails_midway_leaves_nothing_under_its_id(tmp_path):
+    """minari writes a dataset in place: one that failed (or was killed) midway left a dataset without episodes
+    under the id, which then counted as taken. genpol writes under a staging root and renames it into place."""
+    import gymnasium as gym
+
+    from genpol.data.minari_io import minari_dataset_path, write_minari
+
+    episode = {"observations": np.zeros((6, 3)), "actions": np.zeros((5, 2)), "rewards": np.array(["a"] * 5),
+               "terminations": np.zeros(5, bool), "truncations": np.arange(5) == 4}  # rewards h5py cannot store
+    spaces = (gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)))
+    with pytest.raises(TypeError, match="No conversion path"):
+        write_minari("genpol/tiny/broken-v0", [episode], *spaces, root=tmp_path)
+    assert not minari_dataset_path("genpol/tiny/broken-v0", tmp_path).exists()
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".staging")] == []
+    written = write_minari("genpol/tiny/broken-v0", [{**episode, "rewards": np.zeros(5)}], *spaces, root=tmp_path)
+    assert written == minari_dataset_path("genpol/tiny/broken-v0", tmp_path)
+    assert load_minari("genpol/tiny/broken-v0", root=tmp_path).observations.shape == (5, 3)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -113,14 +115,24 @@ def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], obs
     buffers = [EpisodeBuffer(observations=np.asarray(ep["observations"]), actions=np.asarray(ep["actions"]),
                              rewards=np.asarray(ep["rewards"]), terminations=np.asarray(ep["terminations"]),
                              truncations=np.asarray(ep["truncations"])) for ep in episodes]
-    with _datasets_root(root):
-        dataset = minari.create_dataset_from_buffers(
-            dataset_id, buffers, observation_space=observation_space, action_space=action_space,
-            algorithm_name=algorithm_name, description=description or None)
-        # reference scores are dropped without an eval env spec; store them explicitly
-        if ref_min_score is not None and ref_max_score is not None:
-            dataset.storage.update_metadata({"ref_min_score": ref_min_score, "ref_max_score": ref_max_score})
-        return Path(minari.storage.get_dataset_path(dataset_id))
+    final = minari_dataset_path(dataset_id, root)
+    # minari writes in place: a write killed midway left a dataset without episodes under the id, which then
+    # counts as taken. Written under a staging root beside it, then renamed into place (atomic on one filesystem).
+    staging = final.parents[len(dataset_id.split("/")) - 1] / f".staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with _datasets_root(staging):
+            dataset = minari.create_dataset_from_buffers(
+                dataset_id, buffers, observation_space=observation_space, action_space=action_space,
+                algorithm_name=algorithm_name, description=description or None)
+            # reference scores are dropped without an eval env spec; store them explicitly
+            if ref_min_score is not None and ref_max_score is not None:
+                dataset.storage.update_metadata({"ref_min_score": ref_min_score, "ref_max_score": ref_max_score})
+            staged = Path(minari.storage.get_dataset_path(dataset_id))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staged, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
 
 
 def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path | None = None,
