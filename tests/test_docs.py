@@ -47,3 +47,25 @@ def test_the_readmes_python_example_runs_as_a_script(tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     float(result.stdout.strip().splitlines()[-1])  # the evaluation's return was printed
+
+
+def test_the_capability_table_says_what_each_head_declares():
+    """docs/concepts/heads.md's table against the flags the heads declare (it had drifted: diffusion's
+    reparameterized sampling was missing, and the consistency and GoRL heads were not listed)."""
+    from genpol.heads import build_head
+    from genpol.heads.base import Capability
+
+    columns = [Capability.ON_POLICY_RATIO, Capability.IMITATION, Capability.REPARAMETERIZED, Capability.LOG_PROB,
+               Capability.CANDIDATES]
+    table = (REPO / "docs" / "concepts" / "heads.md").read_text().split("| head | on-policy log-ratio")[1]
+    listed = set()
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for name in (part.split(" ")[0] for part in cells[0].split(", ")):
+            listed.add(name)
+            declared = build_head(name, 3, 2).capabilities
+            assert [bool(cell) for cell in cells[1:]] == [flag in declared for flag in columns], (name, cells)
+    assert listed == {"gaussian", "tanh_gaussian", "normalizing_flow", "diffusion", "fpo", "policyflow",
+                      "vp_diffusion", "energy_flow", "consistency", "gorl"}

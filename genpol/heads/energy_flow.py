@@ -46,6 +46,7 @@ from torch import nn
 
 from genpol.errors import require
 from genpol.heads.base import Capability, HeadConfig, PolicyHead, RatioTerms, Record
+from genpol.heads.tanh_gaussian import tanh_log_abs_det_jacobian
 from genpol.onednn import OneDNNLinear
 
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)  # the authors' eps inside log(1 - a^2 + eps), any dtype
@@ -287,8 +288,9 @@ class EnergyFlowHead(PolicyHead):
         return xi, pre_tanh, log_p
 
     def _tanh_term(self, pre_tanh: torch.Tensor) -> torch.Tensor:
-        """``sum_i log(1 - tanh(u_i)^2 + eps)`` ``[B]`` (the generation direction's Jacobian, the authors' eps)."""
-        return torch.log(1 - torch.tanh(pre_tanh).square() + self.config.log_prob_epsilon).sum(dim=-1)
+        """``sum_i log(1 - tanh(u_i)^2 + eps)`` ``[B]`` (the generation direction's Jacobian, the authors' eps);
+        at eps 0 the exact form, finite where float32's tanh rounds to +-1 (|u| > ~9), as SAC's head."""
+        return tanh_log_abs_det_jacobian(pre_tanh, self.config.log_prob_epsilon)
 
     # ------------------------------------------------------------------ the PolicyHead interface
     def rsample(self, obs: torch.Tensor) -> torch.Tensor:
