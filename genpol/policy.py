@@ -229,7 +229,10 @@ def evaluate_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor
     # repeats (the run's, genpol-evaluate's), and training, which draws from the same generator, is untouched
     cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)
+        # not torch.manual_seed: before CUDA starts it queues a seed for CUDA's start, outside this fork
+        torch.default_generator.manual_seed(seed)
+        for device in cuda:
+            torch.cuda.default_generators[device].manual_seed(seed)
         return _first_episodes(env, act, seed, max_steps)
 
 
