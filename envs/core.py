@@ -234,18 +234,23 @@ def state_is_exact(state: Any) -> bool:
     """Whether restoring a ``state_dict`` continues the episodes in progress. Backends that expose no simulator
     state (EnvPool, a custom env without ``state_dict``) save ``{"exact": False, ...}`` and reset every env
     on load; wrappers nest their backend's state under ``"inner"``."""
-    while isinstance(state, dict) and "own" in state and "inner" in state:
-        state = state["inner"]
+    state = _backend_state(state)
     return not (isinstance(state, dict) and state.get("exact") is False)
 
 
 def inexact_reset_seed(state: Any, fallback: int) -> int:
     """The seed an inexactly restored env resets with: the backend's own ``reset_seed`` (EnvPool, a custom env
     without ``state_dict``), else ``fallback`` (a gymnasium env whose state cannot be captured)."""
-    while isinstance(state, dict) and "own" in state and "inner" in state:
-        state = state["inner"]
+    state = _backend_state(state)
     seed = state.get("reset_seed") if isinstance(state, dict) else None
     return int(fallback if seed is None else seed)
+
+
+def _backend_state(state: Any) -> Any:
+    """The backend's part of a wrapped env's ``state_dict`` (wrappers nest it under ``"inner"``)."""
+    while isinstance(state, dict) and "own" in state and "inner" in state:
+        state = state["inner"]
+    return state
 
 
 def concat_steps(parts: list[StepResult]) -> StepResult:
