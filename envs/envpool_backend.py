@@ -11,9 +11,11 @@ no Python loop per env and no worker processes.
   The extra call happens once per finished episode; termination and truncation keep the task's
   own meaning (``max_episode_steps`` truncates), with one exception: an episode that terminates on
   its time limit's step (Hopper falling at step 1000) comes back truncated only, as EnvPool's
-  gymnasium API reports it (``terminated = done & ~truncated``; its dm API keeps discount 0 there,
-  and gymnasium's TimeLimit both flags). Off-policy learners then bootstrap that one transition
-  from the fallen state; ``env=gym`` flags it terminated.
+  gymnasium API reports it (``terminated = done & ~truncated``), where gymnasium's TimeLimit flags
+  both. EnvPool cannot tell the two apart: its raw state (``done``, ``trunc``, ``discount`` 0,
+  ``step_type`` LAST) and its dm API are the same for a fall on the limit's step and for a plain
+  time-out (measured with envpool 1.2.5, Hopper-v5). Off-policy learners then bootstrap that one
+  transition from the fallen state; ``env=gym`` flags it terminated.
 * Observations: float64 in EnvPool, float32 here; dm_control's dict observations are flattened in
   the order of the observation space's keys (``observation_keys``).
 * Seeding: env i of ``reset(seed)`` is seeded with ``seed + i`` (EnvPool's own rule). EnvPool has

@@ -40,6 +40,23 @@ def test_steps_match_raw_envpool_with_the_reset_moved_into_the_ending_step(task)
     raw.close(), ours.close()
 
 
+def test_a_fall_on_the_time_limits_step_is_reported_truncated_only():
+    """The backend's documented exception: EnvPool's state cannot tell a fall on the limit's step from a
+    time-out, so both come back truncated. If EnvPool learns to, this fails and the docstring must change."""
+    import envpool
+
+    actions = np.random.default_rng(0).uniform(-1, 1, (200, 1, 3))
+    raw = envpool.make("Hopper-v5", env_type="gymnasium", num_envs=1, seed=3)
+    raw.reset()
+    fall = next(t + 1 for t in range(200) if raw.step(actions[t])[2][0])  # the step on which it falls, no limit
+    raw.close()
+    with envs.make_backend("envpool:Hopper-v5", num_envs=1, seed=3, max_episode_steps=fall) as env:
+        env.reset()
+        for t in range(fall):
+            _, _, terminated, truncated, _ = env.step(torch.as_tensor(actions[t], dtype=torch.float32))
+        assert truncated.tolist() == [True] and terminated.tolist() == [False]
+
+
 def test_dm_control_observations_flatten_in_the_spaces_key_order():
     with envs.make_backend("envpool:CheetahRun-v1", num_envs=1, seed=0) as env:
         assert env.observation_keys == ["position", "velocity"] and env.obs_dim == 8 + 9
