@@ -18,6 +18,8 @@ import pytest
 
 from conftest import REPO, assert_trees_equal, run_cli
 
+TESTS = Path(__file__).resolve().parent
+
 # 2 iterations of 16 envs x 16 steps; MultiGoal episodes end within 16 steps, so every iteration
 # logs charts/episodic_return
 TINY = ["env=multigoal", "total_steps=512", "learner.rollout_steps=16", "pipeline.video=false",
@@ -255,7 +257,9 @@ def _listening_addresses(session: int) -> list[str]:
 def test_ray_sweep_against_a_local_head(tmp_path):
     """A head on the loopback address only (Ray's single-machine mode: every port it listens on is
     bound to 127.0.0.1), a 2-job sweep sent to it with launcher=ray, the head stopped: every step
-    bounded in time."""
+    bounded in time. The jobs train the user's own batched env (``tests/custom_envs``), which neither the
+    head's nor the sweep's PYTHONPATH reaches: the sweep hands it to the workers through ``ray.init``'s
+    ``runtime_env`` (docs/tutorials/sweeps.md)."""
     pytest.importorskip("ray", reason="the cluster extra (pip install -e '.[cluster]') installs Ray")
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     ray_bin = Path(sys.executable).parent / "ray"
@@ -270,7 +274,10 @@ def test_ray_sweep_against_a_local_head(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_cli("-m", "genpol.train", "--multirun", "launcher=ray", f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
-                "seed=0,1", "learner.epochs=1", *TINY, f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180,
+                "seed=0,1", "learner.epochs=1", *[item for item in TINY if item != "env=multigoal"],
+                "env=custom", "env.id=custom_envs.batched:make_env",
+                f"+hydra.launcher.ray.init.runtime_env.env_vars.PYTHONPATH={TESTS}{os.pathsep}{REPO}",
+                f"run_dir={tmp_path / 'sweep'}", env=env, timeout=180,
                 cold=True)  # as joblib's: the launcher's processes are the point
         listening = _listening_addresses(head.pid)
         assert listening and all(address.endswith("127.0.0.1") for address in listening), listening
