@@ -2,7 +2,8 @@
 
 Reports the deterministic and stochastic mean return (and success rate, where the env defines
 success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
-``videos/<run name>/{deterministic,stochastic}-episode0.mp4``.
+``videos/<run name>/{deterministic,stochastic}-episode0.mp4`` (the run's own folder there:
+``genpol.runners.scaffold.video_folder``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from genpol.envs import EnvError, VideoRecorder
 from genpol.errors import CheckpointError, ConfigError
 from genpol.files import write_text_atomic
 from genpol.policy import TrainedPolicy, evaluate_episodes
-from genpol.runners.scaffold import run_name
+from genpol.runners.scaffold import video_folder
 
 register_configs()
 
@@ -42,7 +43,7 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
         results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
                                    "videos": []}
         for mode in ("deterministic", "stochastic"):
-            video_dir = Path(cfg.video_dir) / run_name(run_dir) if cfg.video else None
+            video_dir = video_folder(cfg.video_dir, run_dir) if cfg.video else None
             try:
                 returns, lengths, success = _evaluate_mode(policy, cfg, mode, video_dir, results["videos"])
             except Exception as error:  # noqa: BLE001 - rendering is optional, as in training: the returns without it

@@ -150,3 +150,23 @@ def test_an_evaluation_cut_short_publishes_env_0s_video_up_to_the_cut(tmp_path, 
         (path,) = env.find(envs.VideoRecorder).paths
     assert list(results.lengths) == [5, 5] and "2 of 2 evaluation episodes had not ended after 5 steps" in caplog.text
     assert path.name == "cut-episode0.mp4" and frames_of(path).shape[0] == 6  # the reset frame and 5 steps
+
+
+def test_runs_named_alike_get_their_own_video_folder_and_find_it_again(tmp_path):
+    """``runs/ppo/seed0`` and ``runs/sac/seed0`` both file videos as ``seed0``: the second run to ask gets
+    the name with a digest of its directory; each finds its own folder again (a resume, genpol.evaluate)."""
+    from genpol.runners.scaffold import VIDEO_OWNER, video_folder
+
+    root = tmp_path / "videos"
+    ppo, sac, sweep_job = tmp_path / "runs" / "ppo" / "seed0", tmp_path / "runs" / "sac" / "seed0", tmp_path / "sweep" / "3"
+    first = video_folder(root, ppo)
+    second = video_folder(root, sac)
+    assert first == root / "seed0" and second.parent == root and second.name.startswith("seed0-") and second != first
+    assert (first / VIDEO_OWNER).read_text().strip() == str(ppo.resolve())
+    assert (second / VIDEO_OWNER).read_text().strip() == str(sac.resolve())
+    assert video_folder(root, sac) == second and video_folder(root, ppo) == first
+    assert video_folder(root, sweep_job) == root / "sweep_3"
+    legacy = root / "old_run"  # a folder from before the markers: the first run that asks claims it
+    legacy.mkdir()
+    assert video_folder(root, tmp_path / "old_run") == legacy
+    assert video_folder(root, tmp_path / "elsewhere" / "old_run") != legacy

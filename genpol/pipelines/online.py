@@ -23,7 +23,7 @@ from genpol.config import ConfigError, TrainConfig
 from genpol.heads.base import PolicyHead
 from genpol.policy import make_policy_spec
 from genpol.runners.onpolicy import OnPolicyRunner
-from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_name, run_phase
+from genpol.runners.scaffold import Phase, phase_callbacks, prepare_run, run_phase, video_folder
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
                                    (cfg.env.render_width, cfg.env.render_height))
     pipeline = cfg.pipeline
     trained_steps = steps_trained(cfg, env, algorithm.on_policy, stack.get("action_chunk", 1))
-    video_dir = Path(pipeline.video_dir) / run_name(run_dir) if pipeline.video else None
+    video_dir = video_folder(pipeline.video_dir, run_dir) if pipeline.video else None
     evaluation = Evaluation(evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack),
                             pipeline.eval_episodes, pipeline.eval_every, video_dir, normalized_score,
                             deterministic=pipeline.eval_deterministic)

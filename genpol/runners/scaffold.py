@@ -10,6 +10,7 @@ and closes its env whatever happens.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,11 +50,34 @@ LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "
 _NO_DEFAULT = object()
 
 
-def run_name(run_dir: Path) -> str:
-    """The name videos are filed under: the run directory's name (with its parent's for sweep jobs,
-    whose directories are numbered 0, 1, ...)."""
-    run_dir = run_dir.resolve()
-    return f"{run_dir.parent.name}_{run_dir.name}" if run_dir.name.isdigit() else run_dir.name
+VIDEO_OWNER = ".run_dir"  # in a videos folder: the absolute run directory its videos belong to
+
+
+def video_folder(video_root: str | Path, run_dir: Path) -> Path:
+    """The folder a run's videos go to, claimed for that run: ``<video_root>/<run name>``, the run
+    directory's name (with its parent's for sweep jobs, whose directories are numbered 0, 1, ...).
+
+    The folder holds a marker (``.run_dir``) with the run's absolute directory. A name another run
+    claimed first (``runs/ppo/seed0`` and ``runs/sac/seed0`` are both ``seed0``) gets a digest of this
+    run's directory appended, so no run overwrites another's videos, and a resumed run or
+    ``genpol.evaluate`` finds its own folder again. A folder without a marker (written before markers)
+    goes to the first run that asks for it."""
+    run_dir = Path(run_dir).resolve()
+    name = f"{run_dir.parent.name}_{run_dir.name}" if run_dir.name.isdigit() else run_dir.name
+    owner = str(run_dir)
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:8]
+    for candidate in (name, f"{name}-{digest}"):
+        folder = Path(video_root) / candidate
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / VIDEO_OWNER
+        try:
+            with open(marker, "x") as file:  # exclusive: of two runs starting together, one claims it
+                file.write(owner + "\n")
+            return folder
+        except FileExistsError:
+            if marker.read_text().strip() == owner:
+                return folder
+    return folder  # the digest's folder, claimed by a run whose directory shares its digest: as unlikely as a hash collision
 
 
 def _schema_default(cfg: Any, key: str) -> Any:

@@ -53,7 +53,7 @@ from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
 from genpol.pipelines.gorl.distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
 from genpol.runners.onpolicy import OnPolicyRunner
-from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_name, run_phase
+from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase, video_folder
 
 log = logging.getLogger(__name__)
 EVAL_SEED = 10_000
@@ -289,7 +289,7 @@ def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDe
         save_checkpoint(run_dir / "checkpoints", encoder_steps, spec, best_weights,
                         {"stages": [record["stage"] for record in stages]}, keep=1)
     policy = TrainedPolicy.load(run_dir, device=cfg.device)
-    video_dir = Path(cfg.pipeline.video_dir) / run_name(run_dir) if cfg.pipeline.video else None
+    video_dir = video_folder(cfg.pipeline.video_dir, run_dir) if cfg.pipeline.video else None
     missing: dict[str, str] = {}
     try:
         returns, video = evaluate_policy(policy, cfg, video_dir)
