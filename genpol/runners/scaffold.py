@@ -68,15 +68,17 @@ def video_folder(video_root: str | Path, run_dir: Path) -> Path:
     digest = hashlib.sha256(owner.encode()).hexdigest()[:8]
     for candidate in (name, f"{name}-{digest}"):
         folder = Path(video_root) / candidate
-        folder.mkdir(parents=True, exist_ok=True)
         marker = folder / VIDEO_OWNER
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             with open(marker, "x") as file:  # exclusive: of two runs starting together, one claims it
                 file.write(owner + "\n")
             return folder
         except FileExistsError:
             if marker.read_text().strip() == owner:
                 return folder
+        except OSError:  # an unwritable root: the recorder fails there, where a failed video is handled
+            return folder
     return folder  # the digest's folder, claimed by a run whose directory shares its digest: as unlikely as a hash collision
 
 
