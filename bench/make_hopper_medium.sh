@@ -11,5 +11,5 @@ if [ ! -f runs/hopper_ppo_medium/summary.json ]; then
       pipeline.video=false logger.progress_bar=false run_dir=runs/hopper_ppo_medium
 fi
 mkdir -p data
-$PY -m genpol.data.collect --policy runs/hopper_ppo_medium --env gym:Hopper-v5 --steps 100000 --num-envs 8 \
+[ -f data/hopper_medium-v5.hdf5 ] || $PY -m genpol.data.collect --policy runs/hopper_ppo_medium --env gym:Hopper-v5 --steps 100000 --num-envs 8 \
     --d4rl data/hopper_medium-v5.hdf5

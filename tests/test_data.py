@@ -88,6 +88,16 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
                       "genpol/hopper/random-v0", "--minari-root", str(tmp_path / "minari")])
     assert refused.value.code == 2
     assert "the Minari dataset genpol/hopper/random-v0 already exists at" in capsys.readouterr().err
+    # the same D4RL file again: refused before any rollout, the file untouched (runs may resume from it)
+    before = (tmp_path / "hopper_random-v5.hdf5").read_bytes()
+    with pytest.raises(SystemExit) as refused:
+        collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", "--seed", "1",
+                      "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])
+    assert refused.value.code == 2 and "hopper_random-v5.hdf5 already exists" in capsys.readouterr().err
+    assert (tmp_path / "hopper_random-v5.hdf5").read_bytes() == before
+    with pytest.raises(SystemExit) as refused:
+        collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "0", "--d4rl", str(tmp_path / "y.hdf5")])
+    assert refused.value.code == 2 and "--steps (0)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:  # a policy that is not there: one line and exit 2, no traceback
         collect_main(["--policy", str(tmp_path / "no_run"), "--env", "gym:Hopper-v5", "--steps", "10",
                       "--d4rl", str(tmp_path / "x.hdf5")])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -138,7 +139,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if not (args.d4rl or args.minari):
         parser.error("give --d4rl and/or --minari")
-    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():  # before collecting, not after
+    if args.steps < 1 or args.num_envs < 1:
+        parser.error(f"--steps ({args.steps}) and --num-envs ({args.num_envs}) must be >= 1")
+    # checked before collecting, not after; an existing file may be a dataset that runs resume from
+    # (genpol refuses to resume onto changed data, so overwriting it would strand them)
+    if args.d4rl and Path(args.d4rl).exists():
+        parser.exit(2, f"genpol: {args.d4rl} already exists; choose another path, or delete it first\n")
+    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():
         parser.exit(2, f"genpol: the Minari dataset {args.minari} already exists at "
                        f"{minari_dataset_path(args.minari, args.minari_root)}; choose another id, or delete it first\n")
 
