@@ -248,6 +248,32 @@ def test_a_resume_records_what_it_changed_in_config_yaml(tmp_path):
     assert (saved["total_steps"], saved["pipeline"]["eval_episodes"], saved["env"]["workers"]) == (1000000, 50, 2)
 
 
+def test_a_resume_below_the_steps_already_trained_is_refused(tmp_path):
+    """A budget below what the run has trained would end it at once and leave ``config.yaml`` (what genpol.report
+    groups runs by) saying the smaller number: refused, naming both, and the file keeps the true budget."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=2048"])))
+    make_checkpoint(run_dir, step=1024)  # in progress: 1024 of 2048 trained
+    with pytest.raises(ConfigError, match=r"has trained 1024 env steps \(total_steps=2048\): total_steps=512 is below "
+                                          r"that; resume with total_steps >= 1024"):
+        check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=512"])))
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["total_steps"] == 2048
+    check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "total_steps=1500"])))  # still ahead
+    # an on-policy run rounds its budget up to whole rollouts: the saved budget again is not a cut
+    rounded = tmp_path / "rounded"
+    rounded.mkdir()
+    check_resume_config(rounded, validate(compose_config([f"run_dir={rounded}", "total_steps=1000"])))
+    make_checkpoint(rounded, step=1024)
+    check_resume_config(rounded, validate(compose_config([f"run_dir={rounded}", "total_steps=1000"])))
+
+
 def test_a_linear_learning_rate_refuses_another_budget_on_resume(tmp_path):
     """``learner.lr_schedule=linear`` decays the rate to 0 at total_steps: a resume that changes total_steps would
     re-time every update left (a run extended from 128 to 192 steps ran 1.5e-4, 0, 0 where the straight run ran

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,12 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
         raise ConfigError(f"{run_dir} decays its learning rate linearly over total_steps={saved.get('total_steps')} "
                           f"(learner.lr_schedule=linear): resuming with total_steps={now.get('total_steps')} would "
                           "change the rate of every update left; resume with the saved total_steps, or start anew")
+    trained = _online_steps_trained(run_dir) if now.get("pipeline.name") != "gorl" else None
+    if trained is not None and now["total_steps"] < min(saved.get("total_steps", trained), trained):
+        # the run would end at once, and config.yaml (what genpol.report groups runs by) would understate it
+        raise ConfigError(f"{run_dir} has trained {trained} env steps (total_steps={saved.get('total_steps')}): "
+                          f"total_steps={now['total_steps']} is below that; resume with total_steps >= {trained}, "
+                          "or start anew in another run_dir")
     if changed:
         def was(key: str) -> str:
             if key not in saved and key in LEGACY_VALUES:
@@ -152,6 +159,18 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
             f"{run_dir} holds a run with a different config ({details}); resuming it would not "
             "continue the same run. Use another run_dir, or the saved config."
         )
+
+
+def _online_steps_trained(run_dir: Path) -> int | None:
+    """The env steps the online phase has trained: its latest checkpoint's (``run_dir/checkpoints/step_<n>``),
+    else a finished run's summary; None when neither is there (a run still pretraining)."""
+    checkpoints = [path for path in (run_dir / "checkpoints").glob(f"{PREFIX}*") if path.name[len(PREFIX):].isdigit()]
+    if checkpoints:
+        return max(int(path.name[len(PREFIX):]) for path in checkpoints)
+    try:
+        return int(json.loads((run_dir / "summary.json").read_text())["env_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def prepare_run(cfg: TrainConfig, run_dir: str | Path) -> Path:
