@@ -69,3 +69,15 @@ def test_the_capability_table_says_what_each_head_declares():
             assert [bool(cell) for cell in cells[1:]] == [flag in declared for flag in columns], (name, cells)
     assert listed == {"gaussian", "tanh_gaussian", "normalizing_flow", "diffusion", "fpo", "policyflow",
                       "vp_diffusion", "energy_flow", "consistency", "gorl"}
+
+
+def test_getting_started_lists_every_config_group_option():
+    """The group listing in docs/getting-started.md against ``configs/`` (it had lost joblib, ray, gorl and
+    every head and learner added after it was written)."""
+    text = (REPO / "docs" / "getting-started.md").read_text()
+    listing = " ".join(text[text.index("Config groups (`configs/`"):text.index("Every\nfield")].split())
+    for group in ("env", "policy", "learner", "pipeline", "logger", "launcher", "experiment"):
+        listed = re.search(rf"`{group}/` \(([^)]*)\)", listing)
+        assert listed, f"getting-started.md does not list configs/{group}"
+        on_disk = sorted(path.stem for path in (REPO / "configs" / group).glob("*.yaml"))
+        assert sorted(listed.group(1).split(", ")) == on_disk, group

@@ -131,6 +131,10 @@ def test_the_noisy_controller_reaches_its_goals():
     segments, stats = collect_segments("PointMaze_UMaze-v3", steps=2500, num_envs=2, seed=1, noise_std=0.5,
                                        max_segment_steps=600)
     assert stats["segments"] >= 15 and stats["success_rate"] == 1.0
+    # the clipped fraction counts the stored actions alone (it had counted unfinished segments' too: 1.03 once);
+    # a clipped action has a component at exactly +-1, which an unclipped noisy one has with probability 0
+    stored = np.concatenate([segment["actions"] for segment in segments])
+    assert stats["clipped_action_fraction"] == np.any(np.abs(stored) == 1.0, axis=1).mean() > 0
     for segment in segments:
         # one reward, at the success step; the goal is fixed within a segment
         assert segment["rewards"].sum() == 1.0 and segment["rewards"][-1] == 1.0

@@ -87,7 +87,7 @@ def collect_segments(gym_id: str, steps: int, num_envs: int = 8, seed: int = 0, 
     obs = env.reset(seed=seed).double().numpy()
 
     def fresh(first_obs: np.ndarray) -> dict[str, list]:
-        return {"observations": [first_obs.copy()], "actions": [], "rewards": []}
+        return {"observations": [first_obs.copy()], "actions": [], "rewards": [], "clipped": 0}
 
     current = [fresh(row) for row in obs]
     segments: list[dict[str, np.ndarray]] = []
@@ -98,13 +98,13 @@ def collect_segments(gym_id: str, steps: int, num_envs: int = 8, seed: int = 0, 
         next_obs, final_obs = next_obs.double().numpy(), info["final_obs"].double().numpy()
         reward, success = reward.numpy(), info["success"].numpy()
         ended = (terminated | truncated).numpy()
-        clipped += int(was_clipped.sum())
         for i in range(num_envs):
             segment = current[i]
             if len(segment["actions"]) == 0:  # its first obs came from a success step: show the new goal
                 segment["observations"][0][GOAL] = next_obs[i, GOAL] if not ended[i] else final_obs[i, GOAL]
             segment["actions"].append(actions[i])
             segment["rewards"].append(float(reward[i]))
+            segment["clipped"] += int(was_clipped[i])  # counted when the segment is stored, as its actions are
             segment["observations"].append(final_obs[i] if ended[i] else next_obs[i])
             if success[i] or ended[i] or len(segment["actions"]) >= max_segment_steps:
                 length = len(segment["actions"])
@@ -114,6 +114,7 @@ def collect_segments(gym_id: str, steps: int, num_envs: int = 8, seed: int = 0, 
                                  "terminations": np.zeros(length, dtype=bool),
                                  "truncations": np.arange(length) == length - 1, "success": bool(success[i])})
                 stored += length
+                clipped += segment["clipped"]
                 current[i] = fresh(next_obs[i])
         obs = next_obs
     env.close()
