@@ -101,9 +101,26 @@ def validate(cfg: DictConfig) -> Any:
         if not dataclasses.is_dataclass(config.policy):
             raise ConfigError("the policy group's yaml has no schema: list schema_<name> in its defaults, or set "
                               "family: <module:ClassName> of a head of your own that declares a Config")
+        check_group_names(config)
         check_groups(config)
         check_learner(config)
     return config
+
+
+def check_group_names(config: TrainConfig) -> None:
+    """``ConfigError`` when ``policy.family``, ``learner.name`` or ``pipeline.name`` was set apart from its
+    group. They are in ``config.yaml`` and look editable, but the group chose the schema: ``policy.family=
+    diffusion`` on the Gaussian group's config failed deep in the build (an AttributeError on a field the
+    Gaussian config lacks). Heads of your own (``policy=custom policy.family=<module:Class>``) name themselves."""
+    for group, name_key in (("policy", "family"), ("learner", "name"), ("pipeline", "name")):
+        node = getattr(config, group)
+        chosen = next((schema_field.default for schema_field in dataclasses.fields(node)
+                       if schema_field.name == name_key), dataclasses.MISSING)
+        value = getattr(node, name_key)
+        if isinstance(chosen, str) and chosen not in ("", "???") and ":" not in chosen + value and value != chosen:
+            raise ConfigError(f"{group}.{name_key}={value} does not match the {group} group, whose schema is "
+                              f"{type(node).__name__} ({chosen}): choose the {group} with the group itself "
+                              f"({group}={value}), not {group}.{name_key}")
 
 
 def check_known_keys(node: Any, path: str = "") -> None:

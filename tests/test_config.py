@@ -387,3 +387,17 @@ def test_learner_grad_clip_reaches_the_update():
         env.close()
     with pytest.raises(ConfigError, match="learner.grad_clip must be per_network or joint"):
         validate(compose_config(["run_dir=/tmp/unused", "learner.grad_clip=both"]))
+
+
+@pytest.mark.parametrize("override, group, beside", [("policy.family=diffusion", "policy=diffusion",
+                                                      ["policy.ft_denoising_steps=20"]),
+                                                     ("learner.name=trpo", "learner=trpo", []),
+                                                     ("pipeline.name=gorl", "pipeline=gorl", ["policy=gorl"])])
+def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, group, beside):
+    """``policy.family``, ``learner.name`` and ``pipeline.name`` sit in config.yaml beside the fields, but the group
+    chose the schema: set alone they failed deep in the build (an AttributeError on a field the schema lacks)."""
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(override)} does not match the .* group, whose schema is "
+                                          rf".*: choose the .* with the group itself \({re.escape(group)}\), not {key}$"):
+        validate(compose_config(["env=pendulum", override]))
+    assert getattr(validate(compose_config(["env=pendulum", group, *beside])), group.split("=")[0])
