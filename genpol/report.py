@@ -5,8 +5,15 @@ A run is a directory holding ``config.yaml`` (the resolved config every run save
 directory, a ``runs/`` tree or a folder of separate launches all work. Runs are grouped by
 configuration: the config keys whose values differ between runs, except the seed and the keys that
 do not change what a run computes (run_dir, logging, video, checkpoint cadence, device, threads).
+A key that a run's ``config.yaml`` lacks because genpol added it after the run started counts as
+what that run computed, as the resume check reads it (``genpol.runners.scaffold``): the value that
+reproduces the old behaviour (``LEGACY_VALUES``) or else the key's default; and the ``dataset.*``
+keys of a run without a dataset (``dataset.actions`` outside offline_to_online), which it never
+read, count as their defaults.
 
-It writes to ``<dir>/report`` (or ``--out``):
+It writes to ``<dir>/report`` (or ``--out``), a folder of its own: an ``--out`` that is a run
+directory or holds runs is refused (exit 2), and a re-run replaces the ``curves/`` and ``tb/`` of a
+folder only where the report wrote them before (its ``.genpol-report`` marker).
 
 * ``report.md``: per configuration, the number of seeds, the **median** of the final metric over
   seeds and its **95 % confidence interval: a percentile bootstrap of the median**. Up to 7 seeds the
@@ -17,7 +24,9 @@ It writes to ``<dir>/report`` (or ``--out``):
 * ``curves/<configuration>.png``: the learning curve (``charts/episodic_return`` from each run's
   ``progress.jsonl`` against env steps) as the **mean over seeds with a 95 % Student-t interval**
   (mean +- t_{0.975, n-1} s / sqrt(n)), after interpolating every seed onto the first seed's steps up
-  to the shortest run.
+  to the shortest run. The file is named by the configuration's label where that is a short, plain
+  file name; otherwise by the label with other characters as ``_``, cut to 120 characters, and 8 hex
+  digits of the full label's SHA-256 appended, so no two configurations share a file.
 * ``tb/``: TensorBoard HParams, one session per run (the configuration keys and the seed as hparams,
   the summary's metrics as ``hparam/<name>``): ``tensorboard --logdir <dir>/report/tb``.
 * ``report.json``: the table's numbers at full precision, and the runs behind each row.
@@ -29,6 +38,7 @@ not counted.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import re
@@ -41,12 +51,15 @@ from typing import Any, Sequence
 
 import numpy as np
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
+from genpol.algorithms.registry import LEARNERS
 from genpol.callbacks.logging import read_metrics
+from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
 from genpol.files import write_text_atomic
+from genpol.runners.scaffold import NO_DEFAULT, LEGACY_VALUES, schema_default
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -56,6 +69,14 @@ NOT_CONFIGURATION = ("seed", "run_dir", "logger.", "pipeline.video", "pipeline.c
 EXACT_BOOTSTRAP_MAX_SEEDS = 7
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
+NAME_MAX_CHARS = 120  # of a label in a file name; the digest adds 9 (ext4 and most others allow 255 bytes)
+REPORT_MARKER = ".genpol-report"  # in an output folder: the report wrote it; a re-run may replace its curves/, tb/
+REPORT_FILES = ("report.md", "report.json", "curves", "tb")  # what the report writes into its folder
+
+
+class OutputFolderError(ValueError):
+    """An output folder (``--out``) the report must not write into: a run directory, a folder holding runs, or
+    one holding files of the report's names that it did not write."""
 
 
 @dataclass
@@ -85,15 +106,19 @@ class Row:
     mean: float
 
 
+def run_config_files(root: Path) -> list[Path]:
+    """The ``config.yaml`` of every run directory under ``root`` (``root`` itself included), sorted by path."""
+    # Hydra's own copy of the composed config (.hydra/config.yaml) is not a run
+    return [path for path in sorted(root.rglob("config.yaml")) if path.parent.name != ".hydra"]
+
+
 def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
     """The finished runs under ``root`` (sorted by path), the unfinished run directories, and the damaged
     ones (a config.yaml or summary.json that cannot be parsed: named with a warning, not a traceback)."""
     root = Path(root)
     runs, unfinished, damaged = [], [], []
-    for config_path in sorted(root.rglob("config.yaml")):
+    for config_path in run_config_files(root):
         directory = config_path.parent
-        if directory.name == ".hydra":  # Hydra's own copy of the composed config, not a run
-            continue
         summary_path = directory / "summary.json"
         if not summary_path.exists():
             unfinished.append(directory)
@@ -110,12 +135,56 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
     return runs, unfinished, damaged
 
 
-def configuration_keys(runs: Sequence[Run]) -> list[str]:
-    """The config keys whose values differ between runs (except ``NOT_CONFIGURATION``), sorted."""
-    keys = set().union(*(run.config for run in runs)) if runs else set()
+def run_schema(config: dict[str, Any]) -> TrainConfig:
+    """The schema a run's flattened ``config`` was saved from, for ``scaffold.schema_default`` to read defaults
+    from: ``TrainConfig`` with the learner, policy and pipeline schemas (the dataclasses themselves, whose
+    fields hold the defaults) that the config names, or None for one this process does not know (a learner of
+    the user's own whose module is not imported): its keys then have no default here."""
+    learner_row = LEARNERS.get(config.get("learner.name"))
+    return TrainConfig(learner=learner_row.schema if learner_row is not None else None,
+                       policy=POLICY_SCHEMAS.get(config.get("policy.family")),
+                       pipeline=PIPELINE_SCHEMAS.get(config.get("pipeline.name")))
+
+
+def _default_of(schema: TrainConfig, key: str) -> Any:
+    """The schema default of ``key``, or ``NO_DEFAULT`` where its schema lacks the key or leaves it required."""
+    default = schema_default(schema, key)
+    return NO_DEFAULT if default == MISSING else default  # MISSING ("???"): a field that must be set, as env.id
+
+
+def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The flattened ``config`` of a run as what the run computed, over ``keys`` (those of every run reported), so
+    that runs of one configuration saved by different genpol versions group together. The resume check
+    (``genpol.runners.scaffold.compare_saved_config``) reads a saved config the same way:
+
+    * a key its schema declares but its config.yaml lacks was added to genpol after the run started: the run
+      computed ``LEGACY_VALUES``' value where the key has one (the behaviour before the key), else the default;
+      a key its schema does not declare (a SAC key in a PPO run) stays missing;
+    * ``dataset.*`` in a run without a dataset, and ``dataset.actions`` outside offline_to_online, were never
+      read: they count as their defaults, whatever the run saved.
+    """
+    schema = run_schema(config)
+    unread = ("dataset.",) if config.get("dataset.path") is None else ()
+    if config.get("pipeline.name") != "offline_to_online":
+        unread += ("dataset.actions",)
+    computed = dict(config)
+    for key in keys:
+        default = _default_of(schema, key)
+        if default is NO_DEFAULT:
+            continue
+        if key.startswith(unread):
+            computed[key] = default
+        elif key not in config:
+            computed[key] = LEGACY_VALUES.get(key, default)
+    return computed
+
+
+def configuration_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
+    """The keys whose values differ between the flattened ``configs`` (except ``NOT_CONFIGURATION``), sorted."""
+    keys = set().union(*configs) if configs else set()
     varying = [key for key in keys
                if not key.startswith(NOT_CONFIGURATION)
-               and len({json.dumps(run.config.get(key), sort_keys=True) for run in runs}) > 1]
+               and len({json.dumps(config.get(key), sort_keys=True) for config in configs}) > 1]
     return sorted(varying)
 
 
@@ -165,12 +234,16 @@ def _one_run_per_seed(label: str, members: list[Run]) -> list[Run]:
 
 
 def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
-    """One row per configuration, in the order of their first run."""
-    keys = configuration_keys(runs)
+    """One row per configuration (the runs' computed configs, ``computed_config``), in the order of their first run."""
+    all_keys = sorted(set().union(*(run.config for run in runs))) if runs else []
+    configs = [computed_config(run.config, all_keys) for run in runs]
+    keys = configuration_keys(configs)
     groups: dict[str, list[Run]] = {}
-    for run in runs:
-        label = ", ".join(f"{key}={run.config.get(key)}" for key in keys) or "all runs"
+    settings: dict[str, dict[str, Any]] = {}  # label -> the configuration's values of ``keys``
+    for run, config in zip(runs, configs):
+        label = ", ".join(f"{key}={config.get(key)}" for key in keys) or "all runs"
         groups.setdefault(label, []).append(run)
+        settings.setdefault(label, {key: config.get(key) for key in keys})
     rows = []
     for label, members in groups.items():
         members = _one_run_per_seed(label, members)
@@ -179,8 +252,8 @@ def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
             continue
         values = np.array([run.summary[metric] for run in measured], float)
         low, high = bootstrap_median_ci(values)
-        rows.append(Row(label, {key: members[0].config.get(key) for key in keys}, measured, values,
-                        float(np.median(values)), low, high, float(values.mean())))
+        rows.append(Row(label, settings[label], measured, values, float(np.median(values)), low, high,
+                        float(values.mean())))
     return rows
 
 
@@ -195,7 +268,17 @@ def markdown_table(rows: Sequence[Row], metric: str, curve_files: dict[str, str]
 
 
 def _slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_")[:120] or "all_runs"
+    """The file and folder name of a row (``curves/<name>.png``, ``tb/<name>/``): the label itself where it is a
+    plain name (letters, digits, ``_.=-``) of at most ``NAME_MAX_CHARS`` characters; otherwise the label with every
+    other run of characters as ``_``, cut to ``NAME_MAX_CHARS``, and ``-`` with 8 hex digits of the full label's
+    SHA-256 appended. Two labels that differ only after the cut (many keys vary when runs of two learners are
+    reported together) or only in replaced characters get two names, and a row keeps its name across reports."""
+    if label == "all runs":  # the one row of runs that share one configuration
+        return "all_runs"
+    plain = re.sub(r"[^A-Za-z0-9_.=-]+", "_", label).strip("_")
+    if plain == label and len(label) <= NAME_MAX_CHARS:
+        return label
+    return f"{plain[:NAME_MAX_CHARS]}-{hashlib.sha256(label.encode()).hexdigest()[:8]}"
 
 
 def seed_curves(runs: Sequence[Run], curve_metric: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -257,21 +340,62 @@ def write_hparams(rows: Sequence[Row], out_dir: Path) -> None:
                 writer.add_hparams(hparams, metrics, run_name=".")
 
 
+def _written_by_report(out_dir: Path) -> bool:
+    """Whether the report wrote ``out_dir``: it holds the report's marker, or (a report written before the
+    marker) a ``report.json`` of the report's own shape."""
+    if (out_dir / REPORT_MARKER).is_file():
+        return True
+    try:
+        earlier = json.loads((out_dir / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(earlier, dict) and {"metric", "rows"} <= set(earlier)
+
+
+def check_out_dir(out_dir: Path, named: str) -> None:
+    """``OutputFolderError`` for an output folder the report would damage: a run directory (its ``tb/`` is the
+    run's TensorBoard events), a folder holding runs (the root itself, say: the report's files would lie among
+    them), or one holding ``report.md``, ``report.json``, ``curves/`` or ``tb/`` that the report did not write.
+    ``named`` is how the message names the folder (``--out <path>``)."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise OutputFolderError(f"{named} is a file, not a folder; choose a folder for the report")
+    if (out_dir / "config.yaml").is_file():
+        raise OutputFolderError(f"{named} is a run directory (it holds config.yaml); the report would write among the "
+                                "run's files: choose a folder of its own")
+    runs = run_config_files(out_dir)
+    if runs:
+        raise OutputFolderError(f"{named} holds {len(runs)} run director{'y' if len(runs) == 1 else 'ies'} "
+                                f"({runs[0].parent}{', ...' if len(runs) > 1 else ''}); the report would write among "
+                                "them: choose a folder without runs")
+    foreign = [f"{name}/" if (out_dir / name).is_dir() else name for name in REPORT_FILES if (out_dir / name).exists()]
+    if foreign and not _written_by_report(out_dir):
+        raise OutputFolderError(f"{named} holds {', '.join(foreign)} that genpol.report did not write (no "
+                                f"{REPORT_MARKER} there); the report would replace them: choose another folder")
+
+
 def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "eval_return_mean",
            curve_metric: str = "charts/episodic_return") -> dict[str, Any]:
-    """Write the report of the runs under ``root`` (see the module docstring); returns ``report.json``."""
+    """Write the report of the runs under ``root`` (see the module docstring); returns ``report.json``.
+
+    ``OutputFolderError`` for an ``out_dir`` that is not the report's own to write (``check_out_dir``)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
+    named = f"--out {out_dir}" if out_dir is not None else f"the default --out, {root / 'report'},"
     out_dir = Path(out_dir) if out_dir is not None else root / "report"
+    check_out_dir(out_dir, named)  # before anything is read or written; it also means no run lies under out_dir
     runs, unfinished, damaged = find_runs(root)
-    runs = [run for run in runs if out_dir not in run.directory.parents]
     if not runs:
         raise FileNotFoundError(f"no finished run under {root} (a run directory holds config.yaml and summary.json)")
     rows = summarize(runs, metric)
     if not rows:
         raise KeyError(f"no run under {root} has '{metric}' in its summary.json; choose another --metric")
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the marker first: a report that fails half-way still leaves its curves/ and tb/ to the next one to replace
+    write_text_atomic(out_dir / REPORT_MARKER, "genpol.report wrote this folder; a new report replaces its curves/ "
+                                               "and tb/\n")
     for stale in ("curves", "tb"):  # a re-run replaces them (TensorBoard would show old sessions twice)
         shutil.rmtree(out_dir / stale, ignore_errors=True)
     curve_files = {}
@@ -319,6 +443,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         result = report(args.root, args.out, args.metric, args.curve)
+    except OutputFolderError as error:  # bad input, exit 2 as genpol's other entry points
+        print(f"genpol.report: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     except (FileNotFoundError, KeyError) as error:
         message = error.args[0] if isinstance(error, KeyError) else error  # str(KeyError) quotes its message
         raise SystemExit(f"genpol.report: {message}") from None

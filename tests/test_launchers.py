@@ -185,6 +185,127 @@ def test_report_names_a_directory_without_runs(tmp_path):
         main([str(tmp_path / "nowhere")])
 
 
+def saved_run(run_dir: Path, overrides: list[str], value: float, curve_scale: float) -> Path:
+    """A finished run's files without its training: ``config.yaml`` written by the resume check's own writer
+    (what every run saves), a ``summary.json`` holding ``value`` and a ``progress.jsonl`` whose episodic return
+    is ``curve_scale`` x the step."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    run_dir.mkdir(parents=True)
+    check_resume_config(run_dir, validate(compose_config(["env=multigoal", f"run_dir={run_dir}", *overrides])))
+    (run_dir / "summary.json").write_text(json.dumps({"eval_return_mean": value}))
+    (run_dir / "progress.jsonl").write_text("".join(
+        json.dumps({"global_step": step, "charts/episodic_return": curve_scale * step}) + "\n" for step in (16, 32)))
+    return run_dir
+
+
+def test_report_names_configurations_apart_when_their_labels_share_the_first_120_characters(tmp_path):
+    """Two PPO runs that differ in total_steps only, reported beside a SAC run: every learner key differs between
+    the learners, so the labels list them all and the PPO rows' labels agree up to total_steps, far past 120
+    characters. Each row gets its own curve and its own TensorBoard session (the names were the label cut to 120
+    characters: one PNG for both rows, and their sessions merged in one folder), and keeps it in a re-run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from genpol.report import report
+
+    saved_run(tmp_path / "ppo_256", ["total_steps=256"], 1.0, 1.0)
+    saved_run(tmp_path / "ppo_512", ["total_steps=512"], 2.0, 2.0)
+    saved_run(tmp_path / "sac", ["learner=sac", "policy=tanh_gaussian", "total_steps=512"], 3.0, 3.0)
+    rows = report(tmp_path)["rows"]
+    ppo_256, ppo_512, sac = rows
+    assert [row["values"] for row in rows] == [[1.0], [2.0], [3.0]]
+    assert ppo_256["configuration"][:120] == ppo_512["configuration"][:120] != sac["configuration"][:120]
+    assert ppo_256["configuration"].endswith("total_steps=256") and ppo_512["configuration"].endswith("total_steps=512")
+    # a key of SAC's alone stays missing in a PPO run (not LEGACY_VALUES' 1e-5: PPO never had it)
+    assert ppo_256["settings"]["learner.critic_layer_norm_eps"] is None
+    assert sac["settings"]["learner.critic_layer_norm_eps"] == 1e-5
+
+    curves = [row["curve"] for row in rows]
+    assert len(set(curves)) == 3 and all(len(Path(curve).name) <= 255 for curve in curves)
+    names = sorted(Path(curve).stem for curve in curves)
+    assert sorted(path.name for path in (tmp_path / "report" / "tb").iterdir()) == names
+    assert sorted(path.name for path in (tmp_path / "report" / "curves").iterdir()) == [f"{name}.png" for name in names]
+    for row in rows:  # each session holds its own run's metric, one session per folder
+        session = tmp_path / "report" / "tb" / Path(row["curve"]).stem
+        assert [path.name for path in session.iterdir()] == ["seed_0"]
+        events = EventAccumulator(str(session / "seed_0"))
+        events.Reload()
+        assert [event.value for event in events.Scalars("hparam/eval_return_mean")] == row["values"]
+    assert [row["curve"] for row in report(tmp_path)["rows"]] == curves  # stable: a re-run finds the same names
+
+
+def test_report_groups_a_run_saved_before_a_key_existed_with_what_it_computed(joblib_sweep, tmp_path):
+    """A run whose config.yaml predates a key (here the key deleted from one seed's file) is one configuration
+    with the runs that computed the same, as the resume check decides (genpol.runners.scaffold): it split into
+    ``key=keep`` and ``key=None``, one seed each."""
+    import yaml
+
+    from genpol.report import report
+
+    # two real seeds of one configuration (learner.epochs=1), without a dataset: the missing keys are a PPO field
+    # added at its default, and dataset.truncated_rows, which a run without a dataset never reads
+    for job in ("0", "2"):
+        shutil.copytree(joblib_sweep / job, tmp_path / "sweep" / job)
+    old = tmp_path / "sweep" / "2" / "config.yaml"
+    config = yaml.safe_load(old.read_text())
+    del config["dataset"]["truncated_rows"], config["learner"]["advantage_std"]
+    old.write_text(yaml.safe_dump(config))
+    rows = report(tmp_path / "sweep")["rows"]
+    assert [(row["configuration"], row["seeds"]) for row in rows] == [("all runs", [0, 1])]
+
+    # with a dataset, a run saved before dataset.truncated_rows dropped truncated rows (LEGACY_VALUES), the default
+    # now keeps them: seed 1 computed what seed 2 asked for explicitly, not what seed 0 did
+    offline = ["pipeline=offline_to_online", f"dataset.path={tmp_path / 'data.hdf5'}"]
+    for seed, truncated_rows in ((0, "keep"), (1, "keep"), (2, "drop")):
+        saved_run(tmp_path / "offline" / str(seed),
+                  [*offline, f"seed={seed}", f"dataset.truncated_rows={truncated_rows}"], float(seed), 1.0)
+    old = tmp_path / "offline" / "1" / "config.yaml"
+    old.write_text("".join(line for line in old.read_text().splitlines(keepends=True) if "truncated_rows" not in line))
+    rows = report(tmp_path / "offline")["rows"]
+    assert [(row["configuration"], row["seeds"]) for row in rows] == [
+        ("dataset.truncated_rows=keep", [0]), ("dataset.truncated_rows=drop", [1, 2])]
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_report_refuses_an_out_folder_holding_runs_and_replaces_only_its_own(joblib_sweep, tmp_path, capsys):
+    """``--out <a run directory>`` deleted the run's tb/ (its TensorBoard events) and wrote the report among its
+    files; ``--out <the root>`` said "no finished run", which was false (the runs were skipped for lying under the
+    output folder). Both, and a folder holding a tb/ the report did not write, are refused in one line naming
+    --out (exit 2), and nothing there changes; a folder the report wrote has its curves/ replaced on a re-run."""
+    from genpol.report import main
+
+    sweep = tmp_path / "sweep"
+    shutil.copytree(joblib_sweep, sweep, ignore=shutil.ignore_patterns("report"))
+    assert any((sweep / "0" / "tb").rglob("events.out.tfevents.*"))  # the run's own TensorBoard events
+    before = folder_bytes(sweep)
+    foreign = tmp_path / "mine"
+    (foreign / "tb").mkdir(parents=True)
+    (foreign / "tb" / "notes.txt").write_text("not the report's")
+    refusals = {sweep / "0": "is a run directory (it holds config.yaml)",
+                sweep: f"holds 4 run directories ({sweep / '0'}, ...)",
+                foreign: "holds tb/ that genpol.report did not write"}
+    for out, reason in refusals.items():
+        with pytest.raises(SystemExit) as stop:
+            main([str(sweep), "--out", str(out)])
+        assert stop.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"genpol.report: --out {out} {reason}") and error.count("\n") == 1, error
+    assert folder_bytes(sweep) == before and (foreign / "tb" / "notes.txt").read_text() == "not the report's"
+
+    out = tmp_path / "report"
+    main([str(sweep), "--out", str(out)])
+    (out / "curves" / "stale.png").write_bytes(b"a curve of an earlier report")
+    main([str(sweep), "--out", str(out)])
+    assert sorted(path.name for path in (out / "curves").iterdir()) == ["learner.epochs=1.png", "learner.epochs=2.png"]
+    assert folder_bytes(sweep) == before
+
+
 # -- submitit: requeue resumes -----------------------------------------------------------------
 
 REQUEUE = ["env=multigoal", "seed=0", "total_steps=8192", "learner.rollout_steps=16", "learner.epochs=1",

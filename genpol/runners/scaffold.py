@@ -48,7 +48,7 @@ LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "
                  "learner.critic_layer_norm_eps": 1e-5, "dataset.truncated_rows": "drop",
                  "dataset.actions": "min_max"}
 
-_NO_DEFAULT = object()
+NO_DEFAULT = object()
 
 
 VIDEO_OWNER = ".run_dir"  # in a videos folder: the absolute run directory its videos belong to
@@ -83,7 +83,7 @@ def video_folder(video_root: str | Path, run_dir: Path) -> Path:
     return folder  # the digest's folder, claimed by a run whose directory shares its digest: as unlikely as a hash collision
 
 
-def _schema_default(cfg: Any, key: str) -> Any:
+def schema_default(cfg: Any, key: str) -> Any:
     """The dataclass default of a dotted config key (``dataset.format``), or a sentinel if it has none.
 
     A key missing from a saved config but at its default is a field added to genpol after the run
@@ -93,14 +93,14 @@ def _schema_default(cfg: Any, key: str) -> Any:
     for parent in parents:
         node = getattr(node, parent, None)
     if not dataclasses.is_dataclass(node):
-        return _NO_DEFAULT
+        return NO_DEFAULT
     for schema_field in dataclasses.fields(node):
         if schema_field.name == name:
             if schema_field.default is not dataclasses.MISSING:
                 return schema_field.default
             if schema_field.default_factory is not dataclasses.MISSING:
                 return schema_field.default_factory()
-    return _NO_DEFAULT
+    return NO_DEFAULT
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -136,7 +136,7 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
         unused += ("dataset.actions",)
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith((*RESUMABLE_CHANGES, *unused))
-                     and not (key not in saved and now[key] == LEGACY_VALUES.get(key, _schema_default(cfg, key))))
+                     and not (key not in saved and now[key] == LEGACY_VALUES.get(key, schema_default(cfg, key))))
     if saved.get("total_steps") != now.get("total_steps") and now.get("learner.lr_schedule") == "linear":
         # the rate decays linearly to 0 at total_steps: another budget re-times every remaining update
         raise ConfigError(f"{run_dir} decays its learning rate linearly over total_steps={saved.get('total_steps')} "
