@@ -57,6 +57,16 @@ def _suggest_gym_id(env_id: str) -> str:
     return f" Did you mean {', '.join('gym:' + c for c in close)}?" if close else ""
 
 
+def _newer_version_hint(gym_id: str) -> str:
+    """`` Use gym:Hopper-v5.`` for an id of a version that gymnasium still registers but no longer builds
+    (the mujoco-py ``-v2``/``-v3`` of D4RL's era), where a newer version of the same env is registered."""
+    name, _, version = gym_id.rpartition("-v")
+    newer = sorted((key for key in gym.registry if key.rpartition("-v")[0] == name
+                    and key.rpartition("-v")[2].isdigit() and version.isdigit()
+                    and int(key.rpartition("-v")[2]) > int(version)), key=lambda key: int(key.rpartition("-v")[2]))
+    return f" Use gym:{newer[-1]}." if newer else ""
+
+
 # Ids that appeared in gymnasium's registry while genpol imported a module (the module's own
 # registrations), for the error that lists what a module registers.
 _REGISTERED_ON_IMPORT: dict[str, set[str]] = {}
@@ -165,16 +175,19 @@ class GymVectorEnv(VectorEnv):
                 if render and index == 0:
                     extra = {"render_mode": "rgb_array", "width": render_size[0], "height": render_size[1]}
                 try:
-                    env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
-                except TypeError:  # envs without width/height arguments (classic control)
-                    extra.pop("width", None), extra.pop("height", None)
                     try:
                         env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
-                    except TypeError as error:  # an argument the env's constructor does not take
-                        if not env_kwargs:
-                            raise
-                        raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs)}: "
-                                       f"{error}") from None
+                    except TypeError:  # envs without width/height arguments (classic control)
+                        extra.pop("width", None), extra.pop("height", None)
+                        env = gym.make(gym_id, disable_env_checker=True, **kwargs, **extra)
+                except TypeError as error:  # an argument the env's constructor does not take
+                    if not env_kwargs:
+                        raise
+                    raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs)}: "
+                                   f"{error}") from None
+                except (ImportError, gym.error.Error) as error:  # registered, but its package is missing or retired
+                    raise EnvError(f"gym:{gym_id} is registered but cannot be built: {error}"
+                                   f"{_newer_version_hint(gym_id)}") from None
                 remove_generated_model_file(env.unwrapped)
                 if is_goal_space(env.observation_space):
                     env = FlattenGoalObservation(env)  # [observation, achieved_goal, desired_goal]

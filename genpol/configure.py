@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -102,9 +103,22 @@ def validate(cfg: DictConfig) -> Any:
             raise ConfigError("the policy group's yaml has no schema: list schema_<name> in its defaults, or set "
                               "family: <module:ClassName> of a head of your own that declares a Config")
         check_group_names(config)
+        check_learning_rates_finite(config)
         check_groups(config)
         check_learner(config)
     return config
+
+
+def check_learning_rates_finite(config: TrainConfig) -> None:
+    """``ConfigError`` for an infinite learning rate (``lr``, ``*_lr``) in any group: ``> 0`` lets inf through (NaN it
+    does not), and the run then stopped at its first update with non-finite parameters."""
+    for group in ("learner", "policy", "pipeline"):
+        node = getattr(config, group)
+        for schema_field in dataclasses.fields(node):
+            value = getattr(node, schema_field.name)
+            if (schema_field.name == "lr" or schema_field.name.endswith("_lr")) and isinstance(value, float) \
+                    and not math.isfinite(value):
+                raise ConfigError(f"{group}.{schema_field.name} must be finite, got {value!r}")
 
 
 def check_group_names(config: TrainConfig) -> None:

@@ -401,3 +401,23 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
                                           rf".*: choose the .* with the group itself \({re.escape(group)}\), not {key}$"):
         validate(compose_config(["env=pendulum", override]))
     assert getattr(validate(compose_config(["env=pendulum", group, *beside])), group.split("=")[0])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["learner.lr=inf"], r"^learner.lr must be finite, got inf$"),
+    (["learner=sac", "policy=tanh_gaussian", "learner.critic_lr=inf"], r"^learner.critic_lr must be finite, got inf$"),
+    (["learner=trpo", "learner.adam_eps=-1e-5"], r"^learner.adam_eps must be > 0"),
+    (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.pretrain_lr=1e-5"],  # the floor stays at 1e-4
+     r"^pipeline.pretrain_min_lr must be in \[0, pipeline.pretrain_lr=1e-05\], got 0.0001$"),
+    (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.pretrain_min_lr=-1"],
+     r"^pipeline.pretrain_min_lr must be in \[0, "),
+    (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.ema_every=0"], r"^pipeline.ema_every must be >= 1"),
+    (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.pretrain_weight_decay=-5"],
+     r"^pipeline.pretrain_weight_decay must be >= 0"),
+])
+def test_values_that_trained_wrong_or_failed_late_are_refused_up_front(overrides, message):
+    """Each of these passed validation: an infinite rate stopped the run at its first update, a pretraining floor
+    above the rate made the cosine climb (1e-5 up to 1e-4), a negative one ascended the loss, ema_every=0 divided
+    by zero after pretraining began, and a negative weight decay or TRPO's Adam epsilon failed inside torch."""
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config(["env=pendulum", *overrides]))

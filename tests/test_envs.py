@@ -128,6 +128,10 @@ def test_unknown_ids_name_the_culprit_and_suggest():
         envs.make("mjx:Whatever")
     with pytest.raises(EnvError, match="genpol:MultiGoal"):
         envs.make("genpol:MultiGoals")
+    # registered but not buildable (D4RL's mujoco-py era; a missing extra): one EnvError, not the package's traceback
+    with pytest.raises(EnvError, match=r"^gym:Hopper-v3 is registered but cannot be built: .* Use gym:Hopper-v5\.$"), \
+            pytest.warns(DeprecationWarning, match="Hopper-v3 is out of date"):  # gymnasium's own, at the make
+        envs.make("gym:Hopper-v3")
 
 
 def test_multigoal_softlearning_reward_by_hand():

@@ -232,6 +232,7 @@ class TRPOConfig(RolloutConfig):
                  self.line_search_shrink)
         require(self.line_search_max_iter >= 1, "learner.line_search_max_iter", ">= 1", self.line_search_max_iter)
         require(self.critic_lr > 0, "learner.critic_lr", "> 0", self.critic_lr)
+        require(self.adam_eps > 0, "learner.adam_eps", "> 0", self.adam_eps)
         require(self.critic_epochs >= 1, "learner.critic_epochs", ">= 1", self.critic_epochs)
         require(self.critic_minibatch_size >= 1, "learner.critic_minibatch_size", ">= 1",
                  self.critic_minibatch_size)

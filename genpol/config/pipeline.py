@@ -95,7 +95,15 @@ class OfflineToOnlinePipelineConfig(OnlinePipelineConfig):
         require(self.pretrain_steps >= 0, "pipeline.pretrain_steps", ">= 0", self.pretrain_steps)
         require(self.pretrain_batch_size >= 1, "pipeline.pretrain_batch_size", ">= 1", self.pretrain_batch_size)
         require(self.pretrain_lr > 0, "pipeline.pretrain_lr", "> 0", self.pretrain_lr)
+        # the cosine runs from pretrain_lr down to pretrain_min_lr: a larger floor would climb, a negative one ascend
+        require(0 <= self.pretrain_min_lr <= self.pretrain_lr, "pipeline.pretrain_min_lr",
+                f"in [0, pipeline.pretrain_lr={self.pretrain_lr}]", self.pretrain_min_lr)
+        require(self.pretrain_weight_decay >= 0, "pipeline.pretrain_weight_decay", ">= 0", self.pretrain_weight_decay)
         require(0.0 < self.ema_decay < 1.0, "pipeline.ema_decay", "in (0, 1)", self.ema_decay)
+        require(self.ema_start >= 0, "pipeline.ema_start", ">= 0", self.ema_start)
+        require(self.ema_every >= 1, "pipeline.ema_every", ">= 1", self.ema_every)
+        require(self.pretrain_checkpoint_every >= 0, "pipeline.pretrain_checkpoint_every", ">= 0",
+                self.pretrain_checkpoint_every)
         require(self.pretrain_log_every >= 1, "pipeline.pretrain_log_every", ">= 1", self.pretrain_log_every)
         require(self.pretrain_eval_every >= 0, "pipeline.pretrain_eval_every", ">= 0", self.pretrain_eval_every)
         require(set(self.online_reset) <= set(ONLINE_RESETS) and len(set(self.online_reset)) == len(self.online_reset),
