@@ -153,6 +153,54 @@ def test_nan_parameter_stops_training(tmp_path, monkeypatch):
     assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "critic")
 
 
+def test_a_non_finite_optimizer_moment_stops_training_with_exit_3s_error(tmp_path, monkeypatch):
+    """Adam's moments are not parameters: an overflowing second moment (a critic lr of 1e3 under SAC) passed the
+    guard and the checkpoint's refusal said CheckpointError (exit 2, the code of a bad disk); it is a NonFiniteError
+    (exit 3), and the previous checkpoint stays the last."""
+    from genpol.algorithms.onpolicy import OnPolicyAlgorithm
+
+    original, calls = OnPolicyAlgorithm.update, {"n": 0}
+
+    def poisoned(self):
+        stats = original(self)
+        calls["n"] += 1
+        if calls["n"] == 2:
+            next(iter(self.updater.optimizer.state.values()))["exp_avg_sq"].fill_(float("inf"))
+        return stats
+
+    monkeypatch.setattr(OnPolicyAlgorithm, "update", poisoned)
+    with pytest.raises(NonFiniteError, match=r"refusing to write a checkpoint at step 256: .*optimizer.* holds NaN or "
+                                             r"inf; training stopped. The last good checkpoint is .*step_000000000128"):
+        tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["step_000000000128"]
+
+
+def test_a_policy_that_diverges_mid_iteration_is_named_beside_the_data_it_then_collected(tmp_path, monkeypatch):
+    """SAC acts and updates within an iteration: once its actor turns NaN, the actions and then the observations
+    it collects are NaN too. Only the observations were named (the env blamed for the policy's actions); the
+    error names the actions, the losses and the parameter together."""
+    from genpol.algorithms.sac import SAC
+
+    original, calls = SAC.actor_step, {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        stats = original(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 40:
+            with torch.no_grad():
+                next(self.head.parameters()).fill_(float("nan"))
+        return stats
+
+    monkeypatch.setattr(SAC, "actor_step", poisoned)
+    with pytest.raises(NonFiniteError) as error:
+        train("pendulum", total_steps=512, run_dir=tmp_path / "run",
+              overrides=["learner=sac", "policy=tanh_gaussian", "learner.learning_starts=64", "pipeline.video=false",
+                         "learner.iteration_steps=128", "pipeline.eval_episodes=1", "logger.progress_bar=false",
+                         "learner.batch_size=32", "policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16,16]"])
+    message = str(error.value)
+    assert "env data 'actions'" in message and "parameter '" in message and "iteration 1" in message, message
+
+
 # ---------------------------------------------------------------- checkpoint writes
 @pytest.mark.parametrize("failing", ["policy.json", "weights.pt", "state.pt", "manifest.json"])
 def test_a_full_disk_at_any_file_of_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch, failing):

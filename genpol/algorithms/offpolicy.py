@@ -272,8 +272,9 @@ class OffPolicyAlgorithm(Algorithm):
         self._checked_position = end
         rows = (torch.arange(start, end) if start < end else
                 torch.cat([torch.arange(start, len(self.replay)), torch.arange(0, end)]))
-        return {"observations": self.replay.obs[rows], "next observations": self.replay.next_obs[rows],
-                "rewards": self.replay.rewards[rows]}
+        # the actions first: non-finite ones mean the policy diverged mid-iteration, whatever the env then returned
+        return {"actions": self.replay.actions[rows], "observations": self.replay.obs[rows],
+                "next observations": self.replay.next_obs[rows], "rewards": self.replay.rewards[rows]}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -149,8 +149,11 @@ class OnPolicyAlgorithm(Algorithm):
         return {"head": self.head, "critic": self.critic}
 
     def recent_data(self) -> dict[str, torch.Tensor]:
-        """The rollout (complete after ``update``, which resets only its write position)."""
-        return {"observations": self.storage.obs, "rewards": self.storage.rewards}
+        """The rollout (complete after ``update``, which resets only its write position), and the values of the
+        final observations it bootstraps truncated episodes from (a non-finite final observation shows there)."""
+        storage = self.storage
+        return {"observations": storage.obs, "rewards": storage.rewards,
+                "final observations' values": storage.truncation_values.where(storage.truncated, 0.0)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"critic": self.critic.state_dict(), "updater": self.updater.state_dict(),

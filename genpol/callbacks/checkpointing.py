@@ -8,7 +8,8 @@ from typing import Any, Sequence
 import torch
 
 from genpol.callbacks.base import Callback
-from genpol.checkpoint import CheckpointError, list_checkpoints, save_checkpoint
+from genpol.checkpoint import list_checkpoints, save_checkpoint
+from genpol.errors import NonFiniteError
 from genpol.files import fsync_path
 
 
@@ -64,8 +65,10 @@ class Checkpointer(Callback):
         weights, state = runner.policy_weights(), runner.training_state()
         bad = _non_finite_tensor({"policy": weights, "training_state": state})
         if bad is not None:
-            raise CheckpointError(f"refusing to write a checkpoint at step {runner.global_step}: {bad} holds NaN "
-                                  f"or inf; the last good checkpoint is {self.latest()}")
+            # a NaN is a NonFiniteError (exit 3) wherever it is found: here it is in what the guard after each
+            # iteration does not check (the optimizers' moments, a normalizer's statistics)
+            raise NonFiniteError(f"refusing to write a checkpoint at step {runner.global_step}: {bad} holds NaN "
+                                 f"or inf; training stopped. The last good checkpoint is {self.latest()}")
         for path in self.synced_first:
             if path.exists():
                 fsync_path(path)

@@ -95,9 +95,8 @@ class EnvRunner(abc.ABC):
             steps_before = self.global_step
             metrics = self.iterate()
             elapsed = time.perf_counter() - start
-            check_finite(self, self.algorithm.recent_data(), "env data")
-            check_finite(self, metrics, "logged value")
-            check_finite(self, module_tensors(self.algorithm.networks()), "parameter")
+            check_finite(self, [("env data", self.algorithm.recent_data()), ("logged value", metrics),
+                                ("parameter", module_tensors(self.algorithm.networks()))])
             self.wall_time += elapsed
             self.iteration += 1
             self.close_episodes()

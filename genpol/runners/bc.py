@@ -91,8 +91,7 @@ class BCRunner:
             metrics = {"pretrain/loss": float(torch.stack(losses).mean()),
                        "pretrain/learning_rate": self.scheduler.get_last_lr()[0],
                        "pretrain/steps_per_second": len(losses) / elapsed}
-            check_finite(self, metrics, "logged value")
-            check_finite(self, module_tensors({"head": self.head}), "parameter")
+            check_finite(self, [("logged value", metrics), ("parameter", module_tensors({"head": self.head}))])
             self.callbacks.on_iteration_end(self, metrics)
             stop_if_requested(self)
         self.use_ema_weights()

@@ -118,13 +118,15 @@ def _first_non_finite(named: dict[str, Any]) -> str | None:
     return None
 
 
-def check_finite(runner: Any, named: dict[str, Any], what: str) -> None:
-    """Raise ``NonFiniteError`` if any tensor or float in ``named`` is NaN or inf."""
-    culprit = _first_non_finite(named)
-    if culprit is None:
+def check_finite(runner: Any, groups: list[tuple[str, dict[str, Any]]]) -> None:
+    """Raise ``NonFiniteError`` if any tensor or float of the ``(what, named)`` groups is NaN or inf, naming the
+    first culprit of every group that has one: a diverged policy shows in its parameters, its losses and the
+    data it then collected at once, and naming only one of them blamed the env for the policy's NaN actions."""
+    culprits = [f"{what} '{culprit}'" for what, named in groups if (culprit := _first_non_finite(named)) is not None]
+    if not culprits:
         return
     last = runner.callbacks.last_checkpoint()
-    where = f"{what} '{culprit}'"
+    where = ", ".join(culprits)
     raise NonFiniteError(
         f"non-finite values in {where} at iteration {runner.iteration + 1} (step {runner.global_step}); "
         f"training stopped. The last good checkpoint is {last or 'none (none was written yet)'}"

@@ -95,8 +95,7 @@ class OfflineRLRunner:
             metrics = {f"pretrain/{key}": float(torch.stack([named[key] for named in steps]).mean())
                        for key in steps[0]}
             metrics["pretrain/steps_per_second"] = len(steps) / elapsed
-            check_finite(self, metrics, "logged value")
-            check_finite(self, module_tensors(self.algorithm.networks()), "parameter")
+            check_finite(self, [("logged value", metrics), ("parameter", module_tensors(self.algorithm.networks()))])
             if self.algorithm.cfg.offline_lr_decay:
                 metrics["pretrain/learning_rate"] = self.algorithm.actor_optimizer.param_groups[0]["lr"]
             self.callbacks.on_iteration_end(self, metrics)
