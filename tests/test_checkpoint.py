@@ -2,6 +2,7 @@
 (after SIGKILL: tests/test_crash.py)."""
 
 import json
+import re
 import signal
 import time
 
@@ -423,3 +424,25 @@ def test_a_run_with_nothing_left_to_train_does_not_write_its_last_checkpoint_aga
     checkpointer.on_train_start(fresh)
     checkpointer.on_train_end(fresh)  # a run of 0 steps still ends with its checkpoint
     assert checkpointer.last_path == tmp_path / "fresh" / "step_000000000000"
+
+
+def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_path):
+    """A hand edit that breaks config.yaml raised yaml's own traceback (exit 1); a deleted one let the run resume
+    with any config (a new learning rate silently; new network sizes as a size-mismatch traceback)."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = validate(compose_config([f"run_dir={run_dir}"]))
+    check_resume_config(run_dir, cfg)
+    make_checkpoint(run_dir)
+    (run_dir / "config.yaml").write_text("learner:\n  lr: [0.001\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(run_dir / 'config.yaml'))} cannot be read \(.*\); fix the "
+                                          r"file, or start anew in another run_dir$"):
+        check_resume_config(run_dir, cfg)
+    (run_dir / "config.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"holds checkpoints but no config.yaml"):
+        check_resume_config(run_dir, cfg)
+    assert not (run_dir / "config.yaml").exists()

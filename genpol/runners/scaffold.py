@@ -111,6 +111,10 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         log.info("%s holds an earlier start that saved no checkpoint: starting afresh with this config", run_dir)
     elif path.exists():
         compare_saved_config(run_dir, path, cfg, current)
+    elif holds_progress(run_dir):  # deleted by hand: the resume could not be checked against what the run was
+        raise ConfigError(f"{run_dir} holds checkpoints but no config.yaml, so a resume cannot be checked against "
+                          "the config the run trained with; put its config.yaml back, or start anew in another "
+                          "run_dir")
         # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
         # for genpol.report, which groups runs by it
     write_text_atomic(path, OmegaConf.to_yaml(current))
@@ -128,7 +132,11 @@ def holds_progress(run_dir: Path) -> bool:
 def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: dict[str, Any]) -> None:
     """``ConfigError`` naming every key whose value differs from the saved ``config.yaml`` in a way that
     changes what the run computes."""
-    saved = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
+    try:
+        saved = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
+    except Exception as error:  # noqa: BLE001 - yaml's and OmegaConf's parse errors: a hand edit broke the file
+        raise ConfigError(f"{path} cannot be read ({type(error).__name__}: {' '.join(str(error).split())[:300]}); "
+                          "fix the file, or start anew in another run_dir") from None
     now = flatten_keys(current)
     # a run without a dataset (both then and now) reads none of dataset.*, and only offline_to_online maps actions
     unused = ("dataset.",) if saved.get("dataset.path") is None and now.get("dataset.path") is None else ()
