@@ -168,8 +168,18 @@ class TrainedPolicy:
         with each in turn before the next ``predict``, as its evaluation does."""
         parameter = next(self.head.parameters(), None)  # None: a head without weights (a scripted one)
         device = parameter.device if parameter is not None else torch.device("cpu")
-        obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
+        if isinstance(raw_obs, tuple) and len(raw_obs) == 2 and isinstance(raw_obs[1], dict):
+            raise TypeError("TrainedPolicy.predict takes an observation, got gymnasium's (observation, info) pair: "
+                            "pass obs from `obs, info = env.reset()`")
+        try:
+            obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
+        except (TypeError, ValueError, RuntimeError) as error:  # a dict, a ragged list: torch's message names neither
+            raise TypeError(f"TrainedPolicy.predict: observations must be an array [D] or [..., D] with D = "
+                            f"{self.obs_dim} ({self.env_id}), got {type(raw_obs).__name__} ({error})") from None
         self._check_obs_shape(tuple(obs.shape), "predict", "[D] or [..., D]")
+        if not bool(torch.isfinite(obs).all()):  # the network would return NaN actions, silently
+            raise ValueError(f"TrainedPolicy.predict: observations hold NaN or inf (first at flat index "
+                             f"{int((~torch.isfinite(obs)).flatten().nonzero()[0])})")
         leading = obs.shape[:-1]
         obs = obs.reshape(-1, obs.shape[-1])
         kind, state = self.spec["obs_normalization"], self.obs_statistics

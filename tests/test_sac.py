@@ -67,6 +67,13 @@ def test_sac_checkpoint_evaluates_and_predicts(sac_run):
     policy = load_policy(root / "run")
     action = policy.predict(np.zeros(11))
     assert action.shape == (3,) and np.all(np.abs(action) <= 1.0)
+    # what a user may pass by mistake: named, not a torch message or a silent NaN action
+    with pytest.raises(TypeError, match=r"got gymnasium's \(observation, info\) pair"):
+        policy.predict((np.zeros(11), {}))
+    with pytest.raises(TypeError, match=r"observations must be an array \[D\] or \[\.\.\., D\] with D = 11 .*got dict"):
+        policy.predict({"observation": np.zeros(11)})
+    with pytest.raises(ValueError, match=r"observations hold NaN or inf \(first at flat index 4\)"):
+        policy.predict(np.where(np.arange(11) == 4, np.nan, 0.0))
     results = evaluate(root / "run", episodes=2, video=False)
     assert np.isfinite(results["deterministic_return_mean"])
     # the run's own final evaluation is reproduced from its checkpoint (same seeds, deterministic)
