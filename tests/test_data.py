@@ -238,7 +238,8 @@ def test_a_dataset_over_max_transitions_is_refused_before_its_arrays_are_read(tm
 def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
     """Pretraining, then fine-tuning, through the command line; a resume onto data made again at the same
     path (another seed) is refused, naming dataset.path: the run's bounds and order belong to the old data."""
-    def make_data(seed):
+    def make_data(seed):  # made again: deleted first, as genpol.data.collect refuses an existing file
+        (tmp_path / "hopper_random-v5.hdf5").unlink(missing_ok=True)
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "400", "--num-envs", "2",
                       "--seed", str(seed), "--d4rl", str(tmp_path / "hopper_random-v5.hdf5")])
 
@@ -344,3 +345,24 @@ def test_a_minari_write_that_fails_midway_leaves_nothing_under_its_id(tmp_path):
     written = write_minari("genpol/tiny/broken-v0", [{**episode, "rewards": np.zeros(5)}], *spaces, root=tmp_path)
     assert written == minari_dataset_path("genpol/tiny/broken-v0", tmp_path)
     assert load_minari("genpol/tiny/broken-v0", root=tmp_path).observations.shape == (5, 3)
+
+
+def test_data_of_another_task_with_the_same_sizes_is_refused(tmp_path):
+    """HalfCheetah and Walker2d share their sizes (17/6): Walker2d data trained a HalfCheetah run and scored it
+    against HalfCheetah's references. The data say where they were recorded (``metadata/env``, which
+    genpol.data.collect writes; else a D4RL file's name); a version or backend apart is the same task."""
+    rng = np.random.default_rng(0)
+    arrays = dict(observations=rng.normal(size=(20, 17)), actions=rng.uniform(-1, 1, (20, 6)), rewards=np.ones(20),
+                  terminals=np.zeros(20, bool), timeouts=np.arange(20) == 19)
+    recorded = write_d4rl(tmp_path / "cheetah_data.hdf5", **arrays, metadata={"env": "gym:Walker2d-v5"})
+    with pytest.raises(DatasetError, match=r"cheetah_data.hdf5 was recorded in gym:Walker2d-v5 \(its metadata/env\), "
+                                           r"but the run's env is gym:HalfCheetah-v5"):
+        load_d4rl(recorded).check_dims(17, 6, "gym:HalfCheetah-v5")
+    for same_task in ("gym:Walker2d-v4", "envpool:Walker2d-v5"):
+        load_d4rl(recorded).check_dims(17, 6, same_task)
+    named = write_d4rl(tmp_path / "walker2d_medium-v2.hdf5", **arrays)  # no metadata: D4RL's own files
+    with pytest.raises(DatasetError, match=r"walker2d_medium-v2.hdf5 is named for walker2d, but the run's env is "
+                                           r"gym:HalfCheetah-v5"):
+        load_d4rl(named).check_dims(17, 6, "gym:HalfCheetah-v5")
+    load_d4rl(write_d4rl(tmp_path / "data.hdf5", **arrays)).check_dims(17, 6, "gym:HalfCheetah-v5")  # says nothing
+    load_d4rl(recorded).check_dims(17, 6, "custom:my_pkg.sim:make_env")  # a custom simulator's id names no task

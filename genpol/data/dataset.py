@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -9,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from genpol.data.scores import d4rl_env_name
 from genpol.errors import DatasetError
 
 
@@ -19,6 +22,14 @@ def check_size(source: str, transitions: int, max_transitions: int | None) -> No
         raise DatasetError(f"{source} holds {transitions:,} transitions, more than dataset.max_transitions="
                            f"{max_transitions:,}; genpol keeps every transition in memory, so raise "
                            "dataset.max_transitions if this machine has room for it")
+
+
+def task_of(env_id: str) -> str | None:
+    """The task an env id names, apart from its backend and version: ``gym:Hopper-v5``, ``envpool:Hopper-v5`` and
+    ``Hopper-v4`` -> ``hopper``; None for a custom simulator's ``module:factory`` (its name says nothing)."""
+    if env_id.startswith("custom:") or env_id.count(":") > 1:
+        return None
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", env_id.rpartition(":")[2]).lower()) or None
 
 
 @dataclass
@@ -135,10 +146,36 @@ class OfflineDataset:
                              self.actions.max(0))
 
     def check_dims(self, obs_dim: int, act_dim: int, env_id: str) -> None:
-        """Raise a ``DatasetError`` naming both sides when the dataset does not fit the env."""
+        """Raise a ``DatasetError`` naming both sides when the dataset does not fit the env: other sizes, or data
+        that say they were recorded in another task (HalfCheetah and Walker2d share their sizes, 17/6)."""
         if (self.obs_dim, self.act_dim) != (obs_dim, act_dim):
             raise DatasetError(f"{self.source}: observations/actions have {self.obs_dim}/{self.act_dim} dims, "
                                f"but {env_id} has {obs_dim}/{act_dim}")
+        recorded, where = self.recorded_env()
+        if recorded is not None and None not in (task_of(recorded), task_of(env_id)) \
+                and task_of(recorded) != task_of(env_id):
+            raise DatasetError(f"{self.source} was recorded in {recorded} ({where}), but the run's env is {env_id}; "
+                               "use data of that task (a version or backend apart is the same task)")
+        run_d4rl_name = d4rl_env_name(env_id)
+        if recorded is None and None not in (self.env_name, run_d4rl_name) and self.env_name != run_d4rl_name:
+            raise DatasetError(f"{self.source} is named for {self.env_name}, but the run's env is {env_id}; use data "
+                               "of that task, or rename the file if its name is wrong")
+
+    def recorded_env(self) -> tuple[str | None, str]:
+        """The env id the data say they were recorded in, and where they say it: ``metadata/env`` of a D4RL file
+        (``genpol.data.collect`` writes it), a Minari dataset's ``env_spec``; ``(None, "")`` where they do not."""
+        value = self.metadata.get("metadata/env")
+        if value is not None:
+            return (value.decode() if isinstance(value, bytes) else str(value)), "its metadata/env"
+        spec = self.metadata.get("env_spec")
+        if isinstance(spec, str):
+            try:
+                spec_id = json.loads(spec).get("id")
+            except (ValueError, AttributeError):
+                spec_id = None
+            if isinstance(spec_id, str):
+                return spec_id, "its env_spec"
+        return None, ""
 
     def chunks(self, horizon: int, normalization: Normalization, scale_observations: bool = True,
                action_transform: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
