@@ -81,7 +81,7 @@ def train(
     learner: str | None = None,
     *,
     total_steps: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     run_dir: str | Path | None = None,
     overrides: Sequence[str] = (),
     config_dirs: Sequence[str | Path] = (),
@@ -97,7 +97,7 @@ def train(
         learner: a learner group (``"ppo"``, ``"sac"``; ``genpol.algorithms.registry``); None: the bundle's,
             else ``ppo``.
         total_steps: env steps (default: the config's).
-        seed: the run's seed.
+        seed: the run's seed (default: the config's, 0).
         run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
             existing run resumes.
         overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``.
@@ -120,11 +120,15 @@ def train(
         warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
                       stacklevel=2)
         learner = updater
+    arguments = {"seed": seed, "total_steps": total_steps}
+    for key, value in arguments.items():  # both given: one silently won (seed the override, total_steps the argument)
+        named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}{key}=", item)]
+        if value is not None and named and named[-1] != str(value):
+            raise ConfigError(f"train(): {key}={value} and the override {key}={named[-1]} differ: give one")
     groups = [*(_env_overrides(env) if env is not None else []),
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    items = [*groups, f"seed={seed}", f"run_dir={quoted(run_dir)}", *extra]
-    if total_steps is not None:
-        items.append(f"total_steps={total_steps}")
+    items = [*groups, *(f"{key}={value}" for key, value in arguments.items() if value is not None),
+             f"run_dir={quoted(run_dir)}", *extra]
     return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)
 
 

@@ -446,3 +446,16 @@ def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_
     with pytest.raises(ConfigError, match=r"holds checkpoints but no config.yaml"):
         check_resume_config(run_dir, cfg)
     assert not (run_dir / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("arguments, override", [({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024")])
+def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override):
+    """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override):
+    one of the two was dropped without a word. Given alike, or once, they are used."""
+    from genpol.api import train
+
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^train\(\): {key}={arguments[key]} and the override {override} differ: "
+                                          r"give one$"):
+        train("pendulum", overrides=[override], run_dir=tmp_path / "run", **arguments)
+    assert not (tmp_path / "run").exists()
