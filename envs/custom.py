@@ -187,6 +187,10 @@ class CustomVectorEnv(VectorEnv):
             if not isinstance(bound, torch.Tensor) or tuple(bound.shape) != (env.act_dim,) or not bound.is_floating_point():
                 problems.append(f"{name} must be a float tensor [act_dim] = [{env.act_dim}], got "
                                 f"{list(bound.shape) if isinstance(bound, torch.Tensor) else type(bound).__name__}")
+        if not problems and not bool((env.action_low < env.action_high).all()):  # the rescaling would mirror actions
+            bad = int((env.action_low >= env.action_high).nonzero()[0])
+            problems.append(f"action_low must be below action_high in every dimension, got "
+                            f"{float(env.action_low[bad])} >= {float(env.action_high[bad])} in dimension {bad}")
         if problems:
             raise EnvError(f"{env_id}: {'; '.join(problems)}")
         self.action_low = env.action_low.to(self.device, torch.float32)

@@ -393,6 +393,9 @@ def test_old_policy_specs_without_imports_still_build_their_env():
                  r"the factory takes no 'render' argument, which a video .* needs", id="factory-cannot-render"),
     pytest.param(lambda: envs.make("custom:custom_envs.batched"),
                  r"a custom env id is 'custom:<module>:<factory>'", id="custom-id-without-factory"),
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_with_reversed_bounds"),
+                 r"action_low must be below action_high in every dimension, got 2.0 >= -2.0 in dimension 1$",
+                 id="reversed-action-bounds"),
 ])
 def test_bad_inputs_give_one_line_errors_naming_the_culprit(make, message):
     with warnings.catch_warnings():

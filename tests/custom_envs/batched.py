@@ -177,3 +177,11 @@ def make_not_an_env(num_envs: int, device: torch.device, seed: int | None = None
     import gymnasium as gym
 
     return gym.make("Pendulum-v1")
+
+
+def make_env_with_reversed_bounds(num_envs: int, device: torch.device, seed: int | None = None, **_: Any) -> BatchedReach:
+    """A mistake: low and high swapped in one dimension (genpol's rescaling would mirror that action)."""
+    env = BatchedReach(num_envs, device, seed, 50, False, (64, 64))
+    env.action_low, env.action_high = env.action_low.clone(), env.action_high.clone()
+    env.action_low[1], env.action_high[1] = env.action_high[1].item(), env.action_low[1].item()
+    return env
