@@ -184,6 +184,12 @@ def test_datasets_that_hold_nothing_or_are_another_format_are_named(tmp_path):
     table.write_text("obs,act\n")
     with pytest.raises(DatasetError, match=r"^dataset.path=.*data.csv is a file but not a D4RL file \(.hdf5 or .h5\)"):
         load_dataset(str(table))
+    # a mistyped file name was read as a Minari id ("no Minari dataset 'empty.hdf'")
+    with pytest.raises(DatasetError,
+                       match=rf"^dataset.path=.*empty.hdf: no such file; did you mean {tmp_path / 'empty.hdf5'}\?$"):
+        load_dataset(str(tmp_path / "empty.hdf"))
+    with pytest.raises(DatasetError, match=r"^dataset.path=.*other.hdf: no such file \(genpol reads D4RL files"):
+        load_dataset(str(tmp_path / "other.hdf"))
 
 
 def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_absent(tmp_path):

@@ -10,6 +10,7 @@ and ``timeouts``.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import shutil
 import uuid
@@ -147,6 +148,13 @@ def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path 
         raise DatasetError(f"dataset.path={path_or_id} is a file but not a D4RL file (.hdf5 or .h5); genpol reads "
                            "D4RL files and Minari dataset ids "
                            "(dataset.format=d4rl reads an HDF5 file of another suffix)")
+    if format == "auto" and Path(path_or_id).suffix.lower().startswith(".h"):  # a mistyped file name, not an id
+        path = Path(path_or_id)
+        siblings = [entry.name for entry in path.parent.iterdir()] if path.parent.is_dir() else []
+        close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.8)
+        raise DatasetError(f"dataset.path={path_or_id}: no such file" + (
+            f"; did you mean {path.parent / close[0]}?" if close else
+            " (genpol reads D4RL files ending .hdf5 or .h5, and Minari dataset ids)"))
     if format in ("minari", "auto"):
         return load_minari(path_or_id, minari_root, max_transitions)
     raise DatasetError(f"unknown dataset format '{format}'; choose auto, d4rl or minari")
