@@ -49,8 +49,6 @@ LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "
                  "dataset.actions": "min_max"}
 
 NO_DEFAULT = object()
-
-
 VIDEO_OWNER = ".run_dir"  # in a videos folder: the absolute run directory its videos belong to
 
 
@@ -80,7 +78,7 @@ def video_folder(video_root: str | Path, run_dir: Path) -> Path:
                 return folder
         except OSError:  # an unwritable root: the recorder fails there, where a failed video is handled
             return folder
-    return folder  # the digest's folder, claimed by a run whose directory shares its digest: as unlikely as a hash collision
+    return folder  # the digest's, claimed by a run whose path shares the digest: as unlikely as a hash collision
 
 
 def schema_default(cfg: Any, key: str) -> Any:
@@ -111,12 +109,12 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         log.info("%s holds an earlier start that saved no checkpoint: starting afresh with this config", run_dir)
     elif path.exists():
         compare_saved_config(run_dir, path, cfg, current)
+        # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
+        # for genpol.report, which groups runs by it
     elif holds_progress(run_dir):  # deleted by hand: the resume could not be checked against what the run was
         raise ConfigError(f"{run_dir} holds checkpoints but no config.yaml, so a resume cannot be checked against "
                           "the config the run trained with; put its config.yaml back, or start anew in another "
                           "run_dir")
-        # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
-        # for genpol.report, which groups runs by it
     write_text_atomic(path, OmegaConf.to_yaml(current))
 
 
