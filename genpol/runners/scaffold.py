@@ -24,7 +24,7 @@ from genpol import collectives, distributed
 from genpol.allocator import retain_freed_memory
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
-from genpol.checkpoint import PREFIX, load_latest, remove_temporary
+from genpol.checkpoint import PREFIX, list_checkpoints, load_latest, remove_temporary
 from genpol.config import ConfigError, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
@@ -170,9 +170,9 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
 def _online_steps_trained(run_dir: Path) -> int | None:
     """The env steps the online phase has trained: its latest checkpoint's (``run_dir/checkpoints/step_<n>``),
     else a finished run's summary; None when neither is there (a run still pretraining)."""
-    checkpoints = [path for path in (run_dir / "checkpoints").glob(f"{PREFIX}*") if path.name[len(PREFIX):].isdigit()]
+    checkpoints = list_checkpoints(run_dir / "checkpoints")  # zero-padded step names: the last is the latest
     if checkpoints:
-        return max(int(path.name[len(PREFIX):]) for path in checkpoints)
+        return int(checkpoints[-1].name[len(PREFIX):])
     try:
         return int(json.loads((run_dir / "summary.json").read_text())["env_steps"])
     except (OSError, ValueError, KeyError, TypeError):
