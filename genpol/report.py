@@ -12,7 +12,7 @@ keys of a run without a dataset (``dataset.actions`` outside offline_to_online),
 read, count as their defaults.
 
 It writes to ``<dir>/report`` (or ``--out``), a folder of its own: an ``--out`` that is a run
-directory or holds runs is refused (exit 2), and a re-run replaces the ``curves/`` and ``tb/`` of a
+directory, holds runs or lies in a run's own folder (its ``tb/``) is refused (exit 2), and a re-run replaces the ``curves/`` and ``tb/`` of a
 folder only where the report wrote them before (its ``.genpol-report`` marker).
 
 * ``report.md``: per configuration, the number of seeds, the **median** of the final metric over
@@ -59,6 +59,7 @@ from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
 from genpol.files import write_text_atomic
+from genpol.report_folder import REPORT_MARKER, OutputFolderError, check_out_dir, run_config_files
 from genpol.runners.scaffold import NO_DEFAULT, LEGACY_VALUES, schema_default
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
@@ -70,13 +71,7 @@ EXACT_BOOTSTRAP_MAX_SEEDS = 7
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 NAME_MAX_CHARS = 120  # of a label in a file name; the digest adds 9 (ext4 and most others allow 255 bytes)
-REPORT_MARKER = ".genpol-report"  # in an output folder: the report wrote it; a re-run may replace its curves/, tb/
-REPORT_FILES = ("report.md", "report.json", "curves", "tb")  # what the report writes into its folder
 
-
-class OutputFolderError(ValueError):
-    """An output folder (``--out``) the report must not write into: a run directory, a folder holding runs, or
-    one holding files of the report's names that it did not write."""
 
 
 @dataclass
@@ -104,12 +99,6 @@ class Row:
     ci_low: float
     ci_high: float
     mean: float
-
-
-def run_config_files(root: Path) -> list[Path]:
-    """The ``config.yaml`` of every run directory under ``root`` (``root`` itself included), sorted by path."""
-    # Hydra's own copy of the composed config (.hydra/config.yaml) is not a run
-    return [path for path in sorted(root.rglob("config.yaml")) if path.parent.name != ".hydra"]
 
 
 def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
@@ -338,41 +327,6 @@ def write_hparams(rows: Sequence[Row], out_dir: Path) -> None:
                        if isinstance(value, (int, float)) and not isinstance(value, bool)}
             with SummaryWriter(str(out_dir / _slug(row.label) / f"seed_{run.seed}")) as writer:
                 writer.add_hparams(hparams, metrics, run_name=".")
-
-
-def _written_by_report(out_dir: Path) -> bool:
-    """Whether the report wrote ``out_dir``: it holds the report's marker, or (a report written before the
-    marker) a ``report.json`` of the report's own shape."""
-    if (out_dir / REPORT_MARKER).is_file():
-        return True
-    try:
-        earlier = json.loads((out_dir / "report.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(earlier, dict) and {"metric", "rows"} <= set(earlier)
-
-
-def check_out_dir(out_dir: Path, named: str) -> None:
-    """``OutputFolderError`` for an output folder the report would damage: a run directory (its ``tb/`` is the
-    run's TensorBoard events), a folder holding runs (the root itself, say: the report's files would lie among
-    them), or one holding ``report.md``, ``report.json``, ``curves/`` or ``tb/`` that the report did not write.
-    ``named`` is how the message names the folder (``--out <path>``)."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise OutputFolderError(f"{named} is a file, not a folder; choose a folder for the report")
-    if (out_dir / "config.yaml").is_file():
-        raise OutputFolderError(f"{named} is a run directory (it holds config.yaml); the report would write among the "
-                                "run's files: choose a folder of its own")
-    runs = run_config_files(out_dir)
-    if runs:
-        raise OutputFolderError(f"{named} holds {len(runs)} run director{'y' if len(runs) == 1 else 'ies'} "
-                                f"({runs[0].parent}{', ...' if len(runs) > 1 else ''}); the report would write among "
-                                "them: choose a folder without runs")
-    foreign = [f"{name}/" if (out_dir / name).is_dir() else name for name in REPORT_FILES if (out_dir / name).exists()]
-    if foreign and not _written_by_report(out_dir):
-        raise OutputFolderError(f"{named} holds {', '.join(foreign)} that genpol.report did not write (no "
-                                f"{REPORT_MARKER} there); the report would replace them: choose another folder")
 
 
 def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "eval_return_mean",

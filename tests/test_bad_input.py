@@ -21,6 +21,7 @@ from genpol.envs import EnvError
 from genpol.errors import CheckpointError, ConfigError
 from genpol.evaluate import positional_run_dir
 from genpol.report import report
+from genpol.report_folder import OutputFolderError
 
 PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
 
@@ -221,6 +222,25 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
     with pytest.warns(RuntimeWarning, match=damaged):
         row = report(tmp_path)["rows"][0]
     assert row["seeds"] == [0, 1] and row["values"] == [10.0, 11.0], row
+
+
+def test_report_of_one_run_writes_its_own_folder_there_and_refuses_the_runs_tb(tmp_path):
+    """The root may be one run: the default ``<run>/report`` is a new folder the report owns (a re-run replaces
+    it); ``out_dir=<run>/tb`` put the report's TensorBoard events among the run's, which TensorBoard then read
+    as the run's: refused, naming the run's folder, and nothing of the run changes."""
+    run = tmp_path / "run"
+    (run / "tb").mkdir(parents=True)
+    (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"the run's events")
+    (run / "config.yaml").write_text("seed: 0\nlearner:\n  lr: 0.001\n")
+    (run / "summary.json").write_text(json.dumps({"eval_return_mean": 10.0}))
+    (run / "progress.jsonl").write_text(json.dumps({"global_step": 1, "charts/episodic_return": 1.0}) + "\n")
+    for _ in range(2):
+        assert report(run)["rows"][0]["values"] == [10.0]
+    assert (run / "report" / "report.md").is_file()
+    with pytest.raises(OutputFolderError, match=rf"^--out {run / 'tb' / 'r'} lies inside {run / 'tb'}, a folder "
+                                                rf"of the run {run};"):
+        report(run, run / "tb" / "r")
+    assert [path.name for path in (run / "tb").iterdir()] == ["events.out.tfevents.1.host"]
 
 
 def test_report_counts_a_seed_once_and_does_not_split_rows_by_threads_or_workers(tmp_path):

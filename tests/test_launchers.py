@@ -276,7 +276,7 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 def test_report_refuses_an_out_folder_holding_runs_and_replaces_only_its_own(joblib_sweep, tmp_path, capsys):
     """``--out <a run directory>`` deleted the run's tb/ (its TensorBoard events) and wrote the report among its
     files; ``--out <the root>`` said "no finished run", which was false (the runs were skipped for lying under the
-    output folder). Both, and a folder holding a tb/ the report did not write, are refused in one line naming
+    output folder); ``--out <a run>/tb`` wrote the report's events among the run's. All, and a folder holding a tb/ the report did not write, are refused in one line naming
     --out (exit 2), and nothing there changes; a folder the report wrote has its curves/ replaced on a re-run."""
     from genpol.report import main
 
@@ -289,6 +289,8 @@ def test_report_refuses_an_out_folder_holding_runs_and_replaces_only_its_own(job
     (foreign / "tb" / "notes.txt").write_text("not the report's")
     refusals = {sweep / "0": "is a run directory (it holds config.yaml)",
                 sweep: f"holds 4 run directories ({sweep / '0'}, ...)",
+                sweep / "0" / "tb": f"lies inside {sweep / '0' / 'tb'}, a folder of the run {sweep / '0'}",
+                sweep / "0" / "checkpoints" / "r": f"lies inside {sweep / '0' / 'checkpoints'}, a folder of the run",
                 foreign: "holds tb/ that genpol.report did not write"}
     for out, reason in refusals.items():
         with pytest.raises(SystemExit) as stop:
