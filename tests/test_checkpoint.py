@@ -298,6 +298,36 @@ def test_a_linear_learning_rate_refuses_another_budget_on_resume(tmp_path):
             check_resume_config(run_dir, extended)
 
 
+def test_an_exploration_schedule_over_total_steps_refuses_another_budget_until_it_ends(tmp_path):
+    """Consistency-AC's epsilon decays over explore_fraction x total_steps: a run of 100k steps resumed at step
+    5000 with total_steps=1M took epsilon from 0.505 to 0.951, silently. Refused while the decay is under way;
+    once it has ended under both budgets (10k of 100k, 10k of 20k) the run may be extended; a constant
+    epsilon may always be."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import check_resume_config
+
+    base = ["env=multigoal", "policy=consistency", "learner=consistency_ac"]
+    for name, extra, step, new_total, refused in [("decaying", [], 5000, 1_000_000, True),
+                                                  ("ended", [], 10_000, 20_000, False),
+                                                  ("ended-not-under-the-new", [], 10_000, 1_000_000, True),
+                                                  ("constant", ["learner.explore_initial=0.01"], 5000, 1_000_000,
+                                                   False)]:
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        command = [*base, f"run_dir={run_dir}", *extra]
+        check_resume_config(run_dir, validate(compose_config([*command, "total_steps=100000"])))
+        make_checkpoint(run_dir, step=step)
+        extended = validate(compose_config([*command, f"total_steps={new_total}"]))
+        if refused:
+            with pytest.raises(ConfigError, match=rf"^{run_dir} decays its exploration epsilon from 1.0 to 0.01 over "
+                                                  rf"learner.explore_fraction=0.1 of total_steps=100000: resuming "
+                                                  rf"with total_steps={new_total} would change the epsilon"):
+                check_resume_config(run_dir, extended)
+        else:
+            check_resume_config(run_dir, extended)
+
+
 def test_the_api_trains_in_the_run_dir_its_overrides_name(tmp_path, monkeypatch):
     """``train(overrides=["run_dir=..."])``, as on the command line, trains there (the config recorded it while
     the run went to a new folder); a different ``run_dir`` argument beside it is refused."""

@@ -262,6 +262,16 @@ class QGradientConfig(SACConfig):
         require(self.batching == "sb3", "learner.batching", "sb3 (one actor step per critic step)", self.batching)
         require(not self.compile, "learner.compile", "false (not supported by this learner yet)", self.compile)
 
+    def total_steps_clock(self, trained: int, saved_total: int, new_total: int) -> tuple[str, str] | None:
+        """The epsilon of uniform random actions decays over explore_fraction x total_steps: another budget
+        re-times it, unless the decay ended under both budgets by ``trained`` env steps."""
+        ended = trained >= self.explore_fraction * max(saved_total, new_total)
+        if self.explore_initial == self.explore_final or ended:
+            return None
+        return (f"decays its exploration epsilon from {self.explore_initial} to {self.explore_final} over "
+                f"learner.explore_fraction={self.explore_fraction} of total_steps={saved_total}",
+                "the epsilon of every env step left in the decay")
+
 
 @dataclass
 class ExpoConfig(SACConfig):

@@ -39,6 +39,15 @@ class RolloutConfig:
             require(getattr(self, "advantage_estimation", "rollout") == "rollout", "learner.bootstrap_truncation",
                     "true with advantage_estimation=minibatch (which masks truncations)", self.bootstrap_truncation)
 
+    def total_steps_clock(self, trained: int, saved_total: int, new_total: int) -> tuple[str, str] | None:
+        """``(what this learner times by total_steps, what a resume with new_total would change)`` after
+        ``trained`` env steps, or None: a linear learning rate (PPO's and TRPO's ``lr_schedule``) decays to 0 at
+        total_steps, so another budget re-times every update left."""
+        if getattr(self, "lr_schedule", None) == "linear":
+            return (f"decays its learning rate linearly over total_steps={saved_total} (learner.lr_schedule=linear)",
+                    "the rate of every update left")
+        return None
+
 
 @dataclass
 class PPOConfig(RolloutConfig):

@@ -143,12 +143,13 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith((*RESUMABLE_CHANGES, *unused))
                      and not (key not in saved and now[key] == LEGACY_VALUES.get(key, schema_default(cfg, key))))
-    if saved.get("total_steps") != now.get("total_steps") and now.get("learner.lr_schedule") == "linear":
-        # the rate decays linearly to 0 at total_steps: another budget re-times every remaining update
-        raise ConfigError(f"{run_dir} decays its learning rate linearly over total_steps={saved.get('total_steps')} "
-                          f"(learner.lr_schedule=linear): resuming with total_steps={now.get('total_steps')} would "
-                          "change the rate of every update left; resume with the saved total_steps, or start anew")
     trained = _online_steps_trained(run_dir) if now.get("pipeline.name") != "gorl" else None
+    clock = getattr(cfg.learner, "total_steps_clock", None)  # a learner of the user's may time nothing by it
+    if saved.get("total_steps") != now.get("total_steps") and clock is not None:
+        timed = clock(trained or 0, saved.get("total_steps", now["total_steps"]), now["total_steps"])
+        if timed is not None:  # a schedule over total_steps: another budget re-times what is left of it
+            raise ConfigError(f"{run_dir} {timed[0]}: resuming with total_steps={now['total_steps']} would change "
+                              f"{timed[1]}; resume with the saved total_steps, or start anew")
     if trained is not None and now["total_steps"] < min(saved.get("total_steps", trained), trained):
         # the run would end at once, and config.yaml (what genpol.report groups runs by) would understate it
         raise ConfigError(f"{run_dir} has trained {trained} env steps (total_steps={saved.get('total_steps')}): "
