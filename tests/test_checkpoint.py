@@ -328,6 +328,32 @@ def test_an_exploration_schedule_over_total_steps_refuses_another_budget_until_i
             check_resume_config(run_dir, extended)
 
 
+def test_a_resumed_phase_frees_the_loaded_checkpoint_before_it_runs(tmp_path):
+    """run_phase kept the loaded checkpoint in scope through the whole run: a resumed off-policy run held a
+    second copy of its replay (measured with a weakref on the loaded rows) past what its memory check allowed.
+    The runner copies what it needs in ``load``; by ``run`` the loaded tensors are gone."""
+    import gc
+    import weakref
+
+    from genpol.runners.scaffold import Phase, run_phase
+
+    weights = {"head": {"w": torch.randn(4, 3)}, "obs_normalizer": None}
+    save_checkpoint(tmp_path / "checkpoints", 10, SPEC, weights, {"replay": torch.randn(1000, 3)}, keep=1)
+
+    class Runner:
+        def load(self, loaded_weights, state):
+            self.replay = state["replay"].clone()
+            self.loaded = weakref.ref(state["replay"])
+
+        def run(self):
+            gc.collect()
+            self.alive_while_running = self.loaded() is not None
+
+    runner = Runner()
+    run_phase(runner, Phase(tmp_path, None, None, "online", 0, 1, SPEC), "cpu")
+    assert runner.replay.shape == (1000, 3) and not runner.alive_while_running
+
+
 def test_the_api_trains_in_the_run_dir_its_overrides_name(tmp_path, monkeypatch):
     """``train(overrides=["run_dir=..."])``, as on the command line, trains there (the config recorded it while
     the run went to a new folder); a different ``run_dir`` argument beside it is refused."""

@@ -278,13 +278,20 @@ def phase_callbacks(phase: Phase) -> PhaseCallbacks:
     return PhaseCallbacks(callbacks, checkpointer, summary)
 
 
-def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Callable[[], None] | None = None) -> None:
-    """Resume ``runner`` from the phase's latest checkpoint (if any), run it, then ``close()``."""
-    remove_temporary(phase.checkpoints_dir)
+def _resume(runner: Any, phase: Phase, device: str | torch.device) -> None:
+    """Load the phase's latest checkpoint (if any) into ``runner``. Once loaded, the checkpoint's tensors are
+    garbage: held through the run, a resumed off-policy run kept a second copy of its replay beside the live
+    one (and a third while the next checkpoint is written), past what its memory check allowed."""
     latest = load_latest(phase.checkpoints_dir, map_location=device)
     if latest is not None:
         log.info("resuming %s from %s", phase.label, latest[0])
         runner.load(latest[1], latest[2])
+
+
+def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Callable[[], None] | None = None) -> None:
+    """Resume ``runner`` from the phase's latest checkpoint (if any), run it, then ``close()``."""
+    remove_temporary(phase.checkpoints_dir)
+    _resume(runner, phase, device)  # its own frame: the loaded state (an off-policy replay's copy) is freed
     if collectives.world_size() > 1:
         distributed.prepare_runner(runner)
     try:

@@ -138,8 +138,8 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             stage_dir = run_dir / f"stage_{stage}"
             if stage > 0:
                 previous = run_dir / f"stage_{stage - 1}"
-                latest = load_latest(previous / "checkpoints", map_location=device)
-                env.load_state_dict(latest[2]["env"])  # as the previous encoder phase left it
+                # as the previous encoder phase left it (the rest of that checkpoint is not kept through the stage)
+                env.load_state_dict(load_latest(previous / "checkpoints", map_location=device)[2]["env"])
                 freeze_observations(env, best_weights.get("obs_normalizer"))
                 decoder = torch.load(previous / "decoder.pt", map_location=device, weights_only=True)
                 head.load_decoder(decoder["decoder"])
