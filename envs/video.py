@@ -11,7 +11,7 @@ imageio-ffmpeg finds (or ships) the ffmpeg binary; the pipe is genpol's own, for
   process. JAX warns that this "will likely lead to a deadlock" (each video of a Playground run did), and
   imageio-ffmpeg's own issue #58 reports such hangs. ``start_new_session=True`` detaches ffmpeg from the
   terminal's process group in C, between fork and exec, so an interrupt still reaches genpol alone.
-* **Atomic.** ffmpeg writes ``.<name>.partial``; the file is renamed to ``<name>`` once ffmpeg has exited
+* **Atomic.** ffmpeg writes ``.<name>.<pid>.partial``; the file is renamed to ``<name>`` once ffmpeg has exited
   cleanly, so a killed run leaves no truncated mp4 under the published name (resuming re-records it).
 
 Encoding: H.264 (libx264), yuv420p (what QuickTime and browsers play), constant rate factor 15 (imageio's
@@ -43,7 +43,8 @@ class Mp4Stream:
 
     def __init__(self, path: str | Path, fps: float = 30):
         self.path = Path(path)
-        self.partial = self.path.with_name(f".{self.path.name}.partial")
+        # the pid: two processes writing one name (two evaluations of a run) must not share a partial file
+        self.partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         self.fps = Fraction(fps).limit_denominator()
         self.frames = 0
         self.size: tuple[int, int] | None = None  # (height, width)

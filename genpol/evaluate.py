@@ -65,18 +65,23 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
 
 
 def run_of(checkpoint: Path) -> Path:
-    """The run directory a checkpoint belongs to: the nearest folder above it holding ``config.yaml``
-    (``<run>/checkpoints/step_*``, ``<run>/pretrain/checkpoints/step_*``, GoRL's ``<run>/stage_k/best/...``),
-    or the checkpoint's own folder for one copied out of its run."""
-    for folder in (checkpoint, *checkpoint.parents):
-        if (folder / "config.yaml").is_file():
-            return folder
+    """The run directory a checkpoint belongs to: ``<run>/checkpoints/step_*``, a phase's
+    ``<run>/pretrain/checkpoints/step_*``, GoRL's ``<run>/stage_k/best/step_*``: the folder holding
+    ``config.yaml`` one or two levels above the checkpoint's ``checkpoints/`` or ``best/``. Anything else (a
+    checkpoint copied out of its run, say into a project whose own ``config.yaml`` lies above it) is its own
+    folder: ``evaluation.json`` and the videos' folder name are never another directory's."""
+    if checkpoint.parent.name in ("checkpoints", "best"):
+        for folder in checkpoint.parents[1:3]:
+            if (folder / "config.yaml").is_file():
+                return folder
     return checkpoint
 
 
 def _evaluate_mode(policy: TrainedPolicy, cfg: EvaluateConfig, mode: str, video_dir: Path | None,
                    videos: list[str]) -> tuple[Any, Any, Any]:
-    env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir, video_prefix=mode)
+    # the checkpoint's name in the video's: evaluating another checkpoint of the run keeps this one's videos
+    env = policy.make_env(num_envs=cfg.episodes, device=cfg.device, video_dir=video_dir,
+                          video_prefix=f"{mode}-{policy.source.name}")
     try:
         results = evaluate_episodes(env, lambda obs: policy.act(obs, deterministic=mode == "deterministic"),
                                     cfg.seed)

@@ -1,6 +1,8 @@
 """The command line and the Python API, end to end with tiny budgets."""
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,7 +61,8 @@ def test_evaluate_reports_both_modes_and_writes_videos(trained_run):
     assert set(report) >= {"deterministic_return_mean", "stochastic_return_mean", "checkpoint", "videos"}
     assert report["episodes"] == 3
     names = sorted(p.split("/")[-1] for p in report["videos"])
-    assert names == ["deterministic-episode0.mp4", "stochastic-episode0.mp4"]
+    checkpoint = Path(report["checkpoint"]).name  # evaluating another checkpoint keeps this one's videos
+    assert names == [f"deterministic-{checkpoint}-episode0.mp4", f"stochastic-{checkpoint}-episode0.mp4"]
     for path in report["videos"]:
         assert_nonblank_mp4(path)
     assert json.loads((run_dir / "evaluation.json").read_text()) == report
@@ -119,6 +122,13 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     checkpoint = sorted((run / "checkpoints").glob("step_*"))[-1]
     evaluate(checkpoint, episodes=1)
     assert (run / "evaluation.json").is_file() and not (checkpoint / "evaluation.json").exists()
+    # a checkpoint copied into a project with a config.yaml of its own: the project's evaluation.json was replaced
+    project = tmp_path / "project"
+    shutil.copytree(checkpoint, project / "exported" / checkpoint.name)
+    (project / "config.yaml").write_text("mine: true\n")
+    (project / "evaluation.json").write_text("the project's own")
+    evaluate(project / "exported" / checkpoint.name, episodes=1)
+    assert (project / "evaluation.json").read_text() == "the project's own"
     (tmp_path / "not_a_folder").write_text("")  # a video that cannot be written
     result = run_cli("-m", "genpol.evaluate", str(run), "episodes=1", "video=true",
                      f"video_dir={tmp_path / 'not_a_folder'}")

@@ -137,7 +137,9 @@ def evaluate_and_collect(tmp_path, name, env_id):
     finish(evaluation), finish(collection)
     results = json.loads((tmp_path / name / "evaluation.json").read_text())
     assert results["env"] == env_id and results["deterministic_length_mean"] == 20
-    assert [Path(p).name for p in results["videos"]] == ["deterministic-episode0.mp4", "stochastic-episode0.mp4"]
+    checkpoint = Path(results["checkpoint"]).name
+    assert [Path(p).name for p in results["videos"]] == [f"deterministic-{checkpoint}-episode0.mp4",
+                                                         f"stochastic-{checkpoint}-episode0.mp4"]
     for path in results["videos"]:
         assert_nonblank_mp4(path, size=(64, 64))
     with h5py.File(dataset) as data:
