@@ -3,7 +3,10 @@ video, evaluation), RLPD with an offline dataset made in the real simulator, off
 an off-policy learner, and a learning test on Pendulum."""
 
 import json
+import re
+import shutil
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -11,6 +14,7 @@ import torch
 from genpol.api import compose_config, evaluate, load_policy, train
 from genpol.config import ConfigError
 from genpol.configure import validate
+from genpol.data import DatasetError
 
 from conftest import assert_nonblank_mp4, run_cli
 
@@ -83,8 +87,12 @@ def test_sac_checkpoint_evaluates_and_predicts(sac_run):
 
 def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_dataset):
     """The bundle through the API, eager (its compiled step runs in the smoke test and the parity
-    harness; compiling here cost most of this test's time)."""
-    overrides = ["+experiment=rlpd", f"dataset.path={hopper_dataset}", "learner.compile=false",
+    harness; compiling here cost most of this test's time). A resume after the file was made again with other
+    data stopped in the offline replay's load_state_dict with a bare ValueError (exit 1): a DatasetError
+    naming dataset.path, before anything is built, as the offline-to-online pipeline does."""
+    data = tmp_path / "hopper.hdf5"
+    shutil.copyfile(hopper_dataset, data)
+    overrides = ["+experiment=rlpd", f"dataset.path={data}", "learner.compile=false",
                  "learner.learning_starts=128", "learner.num_qs=4", "learner.utd=3", "learner.iteration_steps=128",
                  "learner.batch_size=16", "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]",
                  "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
@@ -99,6 +107,11 @@ def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_datase
     assert state["critic_steps"] == 128 * 3 and state["actor_steps"] == 128
     assert state["replay"]["offline"]["fingerprint"]["transitions"] > 500
     assert state["critic"]["weights.0"].shape[0] == 4  # the ensemble's heads
+    with h5py.File(data, "r+") as file:  # the same path, other data
+        file["rewards"][0] += 1.0
+    with pytest.raises(DatasetError, match=rf"^dataset.path: {re.escape(str(data))} is not the data "):
+        train(env="hopper", policy="tanh_gaussian", learner="sac", total_steps=384, run_dir=tmp_path / "run",
+              overrides=overrides)
 
 
 def test_offline_ratio_without_a_dataset_is_a_clear_error(tmp_path):

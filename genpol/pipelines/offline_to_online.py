@@ -53,7 +53,7 @@ from genpol.callbacks import Evaluation
 from genpol.checkpoint import list_checkpoints
 from genpol.config import ConfigError, TrainConfig
 from genpol.files import write_text_atomic
-from genpol.data import DatasetError, Normalization, OfflineDataset, load_dataset, normalized_score, reference_returns
+from genpol.data import Normalization, OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.heads.base import Capability, PolicyHead, check_capabilities
 from genpol.heads.chunking import imitation_horizon
 from genpol.policy import evaluate_episodes, make_policy_spec
@@ -61,7 +61,7 @@ from genpol.runners.bc import BCRunner
 from genpol.runners.offline_rl import OfflineRLRunner
 from genpol.runners.offpolicy import agent_action_transform, dataset_transitions
 from genpol.pipelines.online import off_policy_env_settings, run_online
-from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase
+from genpol.runners.scaffold import Phase, check_same_dataset, phase_callbacks, prepare_run, run_phase
 from genpol.storage.replay import OfflineReplay
 
 log = logging.getLogger(__name__)
@@ -140,22 +140,6 @@ def _action_transform(cfg: TrainConfig, dataset: OfflineDataset, norm: Normaliza
         raise ConfigError(f"dataset.actions=env: {cfg.env.full_id} has unbounded actions, so the env's box cannot "
                           "be the agent's [-1, 1]; use dataset.actions=min_max")
     return transform
-
-
-def check_same_dataset(run_dir: Path, dataset: OfflineDataset) -> None:
-    """Record the dataset's fingerprint in ``run_dir/dataset.json`` at the first start; on a resume, refuse data
-    that changed since (a file made again at the same path): the pretraining's order and the min-max bounds of
-    the saved policy and of the training env's checkpoint belong to the data the run started with."""
-    record = run_dir / "dataset.json"
-    now = dataset.fingerprint()
-    if record.exists() and holds_progress(run_dir):
-        saved = json.loads(record.read_text())
-        if saved["fingerprint"] != now:
-            raise DatasetError(f"dataset.path: {dataset.source} is not the data {run_dir} started with "
-                               f"({saved['source']}: {saved['fingerprint']}, now {now}); resume with that data, "
-                               "or use another run_dir")
-        return
-    write_text_atomic(record, json.dumps({"source": dataset.source, "fingerprint": now}, indent=2))
 
 
 def start_online_phase(cfg: TrainConfig, head: PolicyHead, algorithm: Any | None) -> None:

@@ -49,7 +49,7 @@ def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     if cfg.dataset.path is not None:
         from genpol.runners.offpolicy import load_offline_transitions
 
-        offline, extra, normalized = load_offline_transitions(cfg, env)
+        offline, extra, normalized = load_offline_transitions(cfg, env, run_dir)
     return run_online(cfg, run_dir, env, head, stack, normalized, extra_summary=extra, offline=offline)
 
 

@@ -7,6 +7,7 @@ steps after every env step.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.data.dataset import Normalization
 from genpol.runners.base import EnvRunner
+from genpol.runners.scaffold import check_same_dataset
 from genpol.storage.replay import OfflineReplay, offline_transitions
 
 
@@ -73,12 +75,16 @@ def agent_action_transform(env: VectorEnv, act_dim: int) -> Any:
     return lambda actions: 2 * (actions - low) / (high - low) - 1
 
 
-def load_offline_transitions(cfg: TrainConfig, env: VectorEnv) -> tuple[OfflineReplay, dict[str, Any], Any]:
+def load_offline_transitions(cfg: TrainConfig, env: VectorEnv,
+                             run_dir: Path | None = None) -> tuple[OfflineReplay, dict[str, Any], Any]:
     """``dataset.path`` as offline transitions in the online agent's spaces (raw observations,
     actions mapped into [-1, 1] by the env's bounds), its summary fields, and the normalized-score
-    function of its task (None when neither the dataset nor D4RL has reference returns for it)."""
+    function of its task (None when neither the dataset nor D4RL has reference returns for it). A resume
+    of ``run_dir`` with other data is refused (``check_same_dataset``; None: no run, as in a benchmark)."""
     dataset = load_dataset(cfg.dataset.path, cfg.dataset.format, cfg.dataset.minari_root,
                            cfg.dataset.max_transitions)
+    if run_dir is not None:
+        check_same_dataset(run_dir, dataset)
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=agent_action_transform(env, dataset.act_dim),
                                   **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)

@@ -28,6 +28,7 @@ from genpol.checkpoint import PREFIX, list_checkpoints, load_latest, remove_temp
 from genpol.config import ConfigError, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
+from genpol.data import DatasetError, OfflineDataset
 from genpol.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -299,3 +300,20 @@ def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Call
     finally:
         if close is not None:
             close()
+
+
+def check_same_dataset(run_dir: Path, dataset: OfflineDataset) -> None:
+    """Record the dataset's fingerprint in ``run_dir/dataset.json`` at the first start; on a resume, refuse data
+    that changed since (a file made again at the same path): the pretraining's order and the min-max bounds of
+    the saved policy and of the training env's checkpoint belong to the data the run started with, and an
+    online run's offline replay (RLPD's half of every batch) restores its sampler against them."""
+    record = run_dir / "dataset.json"
+    now = dataset.fingerprint()
+    if record.exists() and holds_progress(run_dir):
+        saved = json.loads(record.read_text())
+        if saved["fingerprint"] != now:
+            raise DatasetError(f"dataset.path: {dataset.source} is not the data {run_dir} started with "
+                               f"({saved['source']}: {saved['fingerprint']}, now {now}); resume with that data, "
+                               "or use another run_dir")
+        return
+    write_text_atomic(record, json.dumps({"source": dataset.source, "fingerprint": now}, indent=2))
