@@ -116,6 +116,18 @@ def test_a_minari_dataset_without_episodes_is_named(tmp_path):
         load_minari("genpol/t/empty-v0", root=tmp_path)
 
 
+def test_a_failed_write_leaves_neither_the_file_nor_a_temporary_one(tmp_path):
+    """write_d4rl (genpol.data.collect's writer) left ``.x.hdf5.tmp-<pid>`` behind when a write failed, as large
+    as the data written so far; now the temporary file goes, and an earlier file at the path stays whole."""
+    obs, act, rewards = tiny_d4rl(tmp_path / "data.hdf5")
+    before = (tmp_path / "data.hdf5").read_bytes()
+    with pytest.raises(ValueError):
+        write_d4rl(tmp_path / "data.hdf5", obs, act, rewards, np.zeros(len(obs), bool), np.zeros(len(obs), bool),
+                   infos={"qpos": np.array(["not a number"] * len(obs))})
+    assert [path.name for path in tmp_path.iterdir()] == ["data.hdf5"]
+    assert (tmp_path / "data.hdf5").read_bytes() == before
+
+
 def test_bad_dataset_files_name_the_culprit(tmp_path):
     with pytest.raises(DatasetError, match=r"no D4RL dataset file at .*missing.hdf5"):
         load_d4rl(tmp_path / "missing.hdf5")
@@ -140,6 +152,22 @@ def test_bad_dataset_files_name_the_culprit(tmp_path):
         handle["next_observations"] = np.zeros((len(handle["observations"]) - 1, 11), np.float32)
     with pytest.raises(DatasetError, match=r"next.hdf5: 'next_observations' has shape \(\d+, 11\), 'observations'"):
         load_d4rl(tmp_path / "next.hdf5")
+    # entries of the wrong kind were numpy's TypeError / ValueError tracebacks
+    for key, value, shown in [("rewards", np.float32(1.0), r"dtype float32 and shape \(\)"),
+                              ("actions", np.array([[b"a"]] * 5), r"dtype \|S1 and shape \(5, 1\)")]:
+        tiny_d4rl(tmp_path / f"{key}.hdf5")
+        with h5py.File(tmp_path / f"{key}.hdf5", "r+") as handle:
+            del handle[key]
+            handle[key] = value
+        with pytest.raises(DatasetError, match=rf"{key}.hdf5: '{key}' must be a numeric array with a row per "
+                                               rf"transition, got {shown}"):
+            load_d4rl(tmp_path / f"{key}.hdf5")
+    # a metadata entry is read whole outside the memory check: a large one is skipped, named
+    tiny_d4rl(tmp_path / "bomb.hdf5")
+    with h5py.File(tmp_path / "bomb.hdf5", "r+") as handle:
+        handle.create_dataset("metadata/blob", data=np.zeros(1 << 18, np.float64), compression="gzip")
+    with pytest.warns(UserWarning, match=r"bomb.hdf5: skipping metadata/blob, 2097152 bytes"):
+        assert "metadata/blob" not in load_d4rl(tmp_path / "bomb.hdf5").metadata
     tiny_d4rl(tmp_path / "good.hdf5")
     with pytest.raises(DatasetError, match=r"observations/actions have 11/3 dims, but gym:HalfCheetah-v5 has 17/6"):
         load_d4rl(tmp_path / "good.hdf5").check_dims(17, 6, "gym:HalfCheetah-v5")

@@ -9,7 +9,6 @@ as truncated. ``next_observations`` is read at the truncated ends only (``Offlin
 
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ import h5py
 import numpy as np
 
 from genpol.data.dataset import DatasetError, OfflineDataset, check_size
+from genpol.files import replaced_atomically
 from genpol.memory import require_memory
 from genpol.data.scores import d4rl_env_name
 
@@ -29,6 +29,9 @@ REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 # the behaviour policy's log-probs) would only take memory, and of ``next_observations`` only the rows
 # that end a truncated episode are read (``_end_next_observations``): elsewhere s' is the next row
 READ_KEYS = (*REQUIRED_KEYS, "timeouts")
+# metadata holds names and a few numbers (the env id, reference returns, the collecting policy): a larger entry
+# would be read whole outside the memory check, so it is skipped (a 200 KB gzip file once asked for 200 MB)
+METADATA_MAX_BYTES = 1 << 20
 
 
 def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[str, Any]:
@@ -39,6 +42,10 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     if missing:
         present = sorted(key for key in handle.keys() if isinstance(handle[key], h5py.Dataset))
         raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
+    for key, node in arrays.items():  # a string, compound or scalar entry reached numpy's casts as a traceback
+        if node.dtype.kind not in "biuf" or node.ndim == 0:
+            raise DatasetError(f"{path}: '{key}' must be a numeric array with a row per transition, got dtype "
+                               f"{node.dtype} and shape {node.shape}")
     shape = arrays["observations"].shape
     check_size(str(path), shape[0] if shape else 0, max_transitions)
     # the arrays as read, then float32 copies of them in the dataset and the replay: three times the file's
@@ -49,6 +56,10 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     if isinstance(metadata, h5py.Group):
         def visit(name: str, node: Any) -> None:
             if isinstance(node, h5py.Dataset):
+                if node.size * node.dtype.itemsize > METADATA_MAX_BYTES:  # outside the memory check above
+                    warnings.warn(f"{path}: skipping metadata/{name}, {node.size * node.dtype.itemsize} bytes "
+                                  f"(metadata entries above {METADATA_MAX_BYTES} are not read)", stacklevel=4)
+                    return
                 data[f"metadata/{name}"] = node[()]
 
         metadata.visititems(visit)
@@ -137,11 +148,11 @@ def write_d4rl(path: str | Path, observations: np.ndarray, actions: np.ndarray, 
                terminals: np.ndarray, timeouts: np.ndarray, next_observations: np.ndarray | None = None,
                infos: dict[str, np.ndarray] | None = None, metadata: dict[str, Any] | None = None,
                dtype: type = np.float32) -> Path:
-    """Write a D4RL-format file (atomically: a temporary file renamed into place)."""
+    """Write a D4RL-format file (``replaced_atomically``: a temporary file renamed into place, none left
+    behind by a failed write)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with h5py.File(tmp, "w") as handle:
+    with replaced_atomically(path) as tmp, h5py.File(tmp, "w") as handle:
         handle.create_dataset("observations", data=np.asarray(observations, dtype=dtype), compression="gzip")
         handle.create_dataset("actions", data=np.asarray(actions, dtype=dtype), compression="gzip")
         handle.create_dataset("rewards", data=np.asarray(rewards, dtype=dtype))
@@ -154,5 +165,4 @@ def write_d4rl(path: str | Path, observations: np.ndarray, actions: np.ndarray, 
             handle.create_dataset(f"infos/{key}", data=np.asarray(value, dtype=dtype))
         for key, value in (metadata or {}).items():
             handle[f"metadata/{key}"] = np.bytes_(value) if isinstance(value, str) else value
-    os.replace(tmp, path)
     return path

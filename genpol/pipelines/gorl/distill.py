@@ -11,7 +11,6 @@ same result. Neither touches the training env or torch's global generator.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -19,16 +18,14 @@ from typing import Any, Callable
 import torch
 
 from genpol.envs import VectorEnv
-from genpol.files import fsync_path
+from genpol.files import replaced_atomically
 from genpol.heads.latent import LatentDecoderHead
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
-    """``torch.save`` to a temporary name in the same directory, fsync, then rename over ``path``."""
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    torch.save(payload, tmp)
-    fsync_path(tmp)
-    os.replace(tmp, path)
+    """``torch.save`` replacing ``path`` whole (``replaced_atomically``: a failed save leaves no partial file)."""
+    with replaced_atomically(path) as tmp:
+        torch.save(payload, tmp)
 
 
 @torch.no_grad()
