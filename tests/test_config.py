@@ -220,7 +220,8 @@ def test_the_replay_check_counts_the_checkpoints_host_copy_only_when_the_replay_
 def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
     """The rollout's bytes for a Gaussian head on Hopper, by hand (11 observation floats, five float and
     two bool fields, a record of action 3 + log-prob 1 + mean 3 + log-std 3 floats: 106 bytes a step,
-    and the observation after the rollout, 44 bytes an env) and against the tensors a filled RolloutStorage holds; a config of 10^9 steps is refused naming
+    and the observation after the rollout, 44 bytes an env; and the shuffled copy an epoch gathers, measured
+    against the bytes one epoch of minibatches holds) and against the tensors a filled RolloutStorage holds; a config of 10^9 steps is refused naming
     learner.rollout_steps, and measuring the record draws nothing from the run's random stream."""
     from types import SimpleNamespace
 
@@ -232,7 +233,10 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
 
     head = GaussianHead(11, 3)
     torch.manual_seed(7)
-    assert rollout_bytes(head, 64, 2, 11, torch.device("cpu")) == 64 * 2 * (44 + 20 + 2 + 40) + 2 * 44
+    # and an epoch's shuffled copy: observation, advantages, returns, values and the record, 44 + 12 + 40 bytes,
+    # counted with 4 bytes to spare for the sub-sequence path's two flags and rewards
+    assert rollout_bytes(head, 64, 2, 11, torch.device("cpu")) == (64 * 2 * (44 + 20 + 2 + 40) + 2 * 44
+                                                                   + 64 * 2 * (44 + 16 + 40))
     after = torch.rand(3)
     torch.manual_seed(7)
     assert torch.equal(after, torch.rand(3))  # the random stream untouched
@@ -243,6 +247,15 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
     held = [*(value for value in vars(storage).values() if isinstance(value, torch.Tensor)),
             *storage.records.values()]
     assert sum(t.numel() * t.element_size() for t in held) == 64 * 2 * (44 + 20 + 2 + 40) + 2 * 44
+    for _ in range(63):
+        storage.add(torch.zeros(2, 11), record, torch.zeros(2), torch.zeros(2), torch.zeros(2, dtype=torch.bool),
+                    torch.zeros(2, dtype=torch.bool))
+    batches = list(storage.minibatches(32))  # what one epoch gathers: the storages its minibatches slice
+    gathered = {tensor.untyped_storage().data_ptr(): tensor.untyped_storage().nbytes() for batch in batches
+                for tensor in (batch.obs, batch.advantages, batch.returns, batch.values, *batch.record.values())}
+    _, one_sample = head.sample(torch.zeros(1, 11))
+    assert sum(gathered.values()) == 64 * 2 * (44 + 12 + 40)
+    assert RolloutStorage.epoch_copy_bytes(64, 2, 11, one_sample) == 64 * 2 * (44 + 16 + 40)
     cfg = validate(compose_config(["env=hopper", "learner.rollout_steps=1000000000", "run_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match=r"learner.rollout_steps=1000000000 needs [0-9.]+ [GT]B for the rollout storage "
                                           r"of env.num_envs=8 envs and the model, but cpu has .* available: lower "

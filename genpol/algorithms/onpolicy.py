@@ -29,12 +29,14 @@ Pending = tuple[Record, torch.Tensor]  # (the head's record, V(obs)) of an act, 
 
 
 def rollout_bytes(head: PolicyHead, rollout_steps: int, num_envs: int, obs_dim: int, device: torch.device) -> int:
-    """Bytes of ``head``'s rollout of ``rollout_steps x num_envs`` steps (``RolloutStorage.bytes_for``),
-    its record measured on one sample drawn with the random state forked (the run's draws are not
-    disturbed)."""
+    """Bytes of ``head``'s rollout of ``rollout_steps x num_envs`` steps (``RolloutStorage.bytes_for``) and of
+    the shuffled copy each epoch gathers from it (``RolloutStorage.epoch_copy_bytes``: the check counted the
+    rollout once, and the first minibatch doubled it), its record measured on one sample drawn with the
+    random state forked (the run's draws are not disturbed)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         _, record = head.sample(torch.zeros(1, obs_dim, device=device))
-    return RolloutStorage.bytes_for(rollout_steps, num_envs, obs_dim, record)
+    return (RolloutStorage.bytes_for(rollout_steps, num_envs, obs_dim, record)
+            + RolloutStorage.epoch_copy_bytes(rollout_steps, num_envs, obs_dim, record))
 
 
 def model_bytes(*modules: nn.Module) -> int:
