@@ -188,6 +188,22 @@ def test_chunks_stay_inside_episodes_and_are_scaled(tmp_path):
         data.chunks(8, norm)
 
 
+def test_chunks_that_cannot_fit_are_refused_before_they_are_gathered(tmp_path, monkeypatch):
+    """The pairs repeat each action horizon times (max_transitions x horizon floats): they were gathered with no
+    check. 7 pairs of 4 actions: 7 x (44 + (12 + 8) x 4) + the scaled copies (16 x 44 + 16 x 12 bytes) = 1764."""
+    from genpol import memory
+    from genpol.errors import ConfigError
+
+    tiny_d4rl(tmp_path / "d.hdf5")
+    data = load_d4rl(tmp_path / "d.hdf5")
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1763)
+    with pytest.raises(ConfigError, match=r"^dataset.max_transitions=16 needs 1.8 kB for the \(observation, 4 "
+                                          r"actions\) pairs imitation trains on, but cpu has 1.8 kB available"):
+        data.chunks(4, data.normalization())
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1764)
+    assert data.chunks(4, data.normalization())[1].shape == (7, 12)
+
+
 def expert_dataset(path, episodes=64):
     """A scripted MultiGoal expert (go straight to the goal on the +x axis) rolled out in the env."""
     env = envs.make("genpol:MultiGoal", num_envs=episodes, seed=0, rescale_actions=False,

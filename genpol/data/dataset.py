@@ -13,6 +13,7 @@ import torch
 
 from genpol.data.scores import d4rl_env_name
 from genpol.errors import DatasetError
+from genpol.memory import require_memory
 
 
 def check_size(source: str, transitions: int, max_transitions: int | None) -> None:
@@ -191,6 +192,12 @@ class OfflineDataset:
         if not starts:
             raise DatasetError(f"{self.source}: no episode has {horizon} steps, the action chunk length")
         index = np.concatenate(starts)
+        # the pairs hold every action horizon times over: refused before they are gathered, as the file was
+        act_dim = self.actions.shape[1]
+        require_memory("dataset.max_transitions", len(self.rewards),
+                       len(index) * (4 * self.observations.shape[1] + (4 * act_dim + 8) * horizon)
+                       + self.observations.nbytes + self.actions.nbytes, "cpu",
+                       f"the (observation, {horizon} actions) pairs imitation trains on")
         windows = index[:, None] + np.arange(horizon)[None, :]
         return (torch.as_tensor(obs[index], dtype=torch.float32),
                 torch.as_tensor(actions[windows].reshape(len(index), -1), dtype=torch.float32))
