@@ -61,6 +61,23 @@ def _write_files(tmp: Path, policy_spec: dict[str, Any], policy_weights: dict[st
         fsync_path(directory)
 
 
+def replay_growth_bytes(tree: Any) -> int:
+    """Bytes the replay buffers in a training state (``ReplayBuffer.state_dict``: rows of ``size``, of a
+    ``capacity``) add to a checkpoint by the time they are full: their saved rows' bytes per row times the
+    rows still empty. 0 for a state without one, or with an empty one (nothing to measure a row by)."""
+    if isinstance(tree, dict):
+        size, capacity = tree.get("size"), tree.get("capacity")
+        if isinstance(size, int) and isinstance(capacity, int) and 0 < size < capacity:
+            row_bytes = sum(value.nelement() * value.element_size() for key, value in tree.items()
+                            if key != "generator" and isinstance(value, torch.Tensor) and value.ndim
+                            and value.shape[0] == size) // size
+            return row_bytes * (capacity - size)
+        return sum(replay_growth_bytes(value) for value in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(replay_growth_bytes(value) for value in tree)
+    return 0
+
+
 def tensor_bytes(tree: Any) -> int:
     """Bytes of the tensors in a nested dict / list / tuple (what ``torch.save`` writes, less its framing)."""
     if isinstance(tree, torch.Tensor):
@@ -95,17 +112,20 @@ def save_checkpoint(
         raise CheckpointError(
             f"checkpoint {final} needs about {human_bytes(needed)} and {checkpoints_dir} has {human_bytes(free)} free; "
             f"{intact}. Free disk space, or save less (learner.save_replay=false, a smaller learner.buffer_size)")
-    # and the run's steady state: keep checkpoints of about this size plus the one being written. Found
-    # at the first checkpoint, not when the disk fills hours later (the sizes of later ones are alike:
-    # buffers are allocated at their configured size)
-    if keep is not None and len(previous) < keep:
-        steady = needed * (keep + 1 - len(previous))
+    # and the run's steady state: keep checkpoints of their full size (a replay saves its filled rows, so it
+    # grows to its capacity) plus the one being written. Found at the first checkpoint, not when the disk
+    # fills hours later
+    if keep is not None:
+        full = needed + replay_growth_bytes(training_state)
+        steady = (keep + 1) * full - sum(file.stat().st_size for checkpoint in previous for file in checkpoint.rglob("*")
+                                         if file.is_file())
         if steady > free:
+            grows = " (its replay full)" if full > needed else ""
             raise CheckpointError(
-                f"pipeline.keep_checkpoints={keep}: the run will hold {keep} checkpoints of about {human_bytes(needed)} "
-                f"and write one more beside them, {human_bytes(steady)} more than now, but {checkpoints_dir} has "
-                f"{human_bytes(free)} free; {intact}. Lower pipeline.keep_checkpoints, free disk space, or save less "
-                "(learner.save_replay=false, a smaller learner.buffer_size)")
+                f"pipeline.keep_checkpoints={keep}: the run will hold {keep} checkpoints of about {human_bytes(full)}"
+                f"{grows} and write one more beside them, {human_bytes(steady)} more than now, but {checkpoints_dir} "
+                f"has {human_bytes(free)} free; {intact}. Lower pipeline.keep_checkpoints, free disk space, or save "
+                "less (learner.save_replay=false, a smaller learner.buffer_size)")
     try:
         _write_files(tmp, policy_spec, policy_weights, training_state)
     # a full disk, a read-only or vanished directory (torch.save reports a failed write as a RuntimeError)

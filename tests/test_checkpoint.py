@@ -354,6 +354,35 @@ def test_a_resumed_phase_frees_the_loaded_checkpoint_before_it_runs(tmp_path):
     assert runner.replay.shape == (1000, 3) and not runner.alive_while_running
 
 
+def test_the_disk_check_counts_the_replay_at_its_capacity(tmp_path, monkeypatch):
+    """A replay saves its filled rows, so the first checkpoint of an off-policy run is its smallest: the check of
+    keep_checkpoints took it as the size of every later one (Humanoid, 1M buffer: 123 MB asked, 12.3 GB
+    needed once full). A buffer of 1000 rows filled to 100: 900 rows more to come, of 105 bytes each
+    (observation and next observation 2 x 44, actions 12, reward 4, done 1)."""
+    import collections
+
+    import genpol.checkpoint as checkpoint_module
+    from genpol.checkpoint import replay_growth_bytes
+    from genpol.storage.replay import ReplayBuffer
+
+    replay = ReplayBuffer(1000, 11, 3)
+    for _ in range(100):
+        replay.add(torch.zeros(1, 11), torch.zeros(1, 3), torch.zeros(1), torch.zeros(1, 11), torch.zeros(1, dtype=torch.bool))
+    state = {"algorithm": {"replay": {"online": replay.state_dict()}}}
+    row = sum(value[0].nelement() * value.element_size() for key, value in state["algorithm"]["replay"]["online"].items()
+              if key != "generator" and isinstance(value, torch.Tensor) and value.ndim)
+    assert row == 105 and replay_growth_bytes(state) == 900 * 105 and replay_growth_bytes({"x": torch.zeros(5)}) == 0
+    weights = {"head": {"w": torch.zeros(4, 3)}}
+    full = checkpoint_module.tensor_bytes(weights) + checkpoint_module.tensor_bytes(state) + 900 * row
+    usage = checkpoint_module.shutil.disk_usage
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage",
+                        lambda path: collections.namedtuple("usage", "total used free")(*usage(path)[:2], 3 * full - 1))
+    with pytest.raises(CheckpointError, match=r"keep_checkpoints=2: the run will hold 2 checkpoints of about .* \(its "
+                                              r"replay full\) and write one more beside them"):
+        save_checkpoint(tmp_path / "checkpoints", 100, SPEC, weights, state, keep=2)
+    save_checkpoint(tmp_path / "checkpoints", 100, SPEC, weights, state, keep=1)
+
+
 def test_the_api_trains_in_the_run_dir_its_overrides_name(tmp_path, monkeypatch):
     """``train(overrides=["run_dir=..."])``, as on the command line, trains there (the config recorded it while
     the run went to a new folder); a different ``run_dir`` argument beside it is refused."""
