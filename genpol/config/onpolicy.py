@@ -76,7 +76,8 @@ class PPOConfig(RolloutConfig):
     """PPO's epsilon: ratios are clipped to [1 - clip_range, 1 + clip_range]. With a diffusion head it
     is the last denoising step's clip (policy.clip_base sets the noisiest step's)."""
     clip_range_vf: Optional[float] = None
-    """Value clipping range around the old prediction (None: no value clipping)."""
+    """Value clipping range around the old prediction (None: no value clipping): the mean of the larger of the
+    unclipped and clipped squared errors, as CleanRL and SPO (stable-baselines3 takes the clipped error alone)."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
     vf_coef: float = 0.5

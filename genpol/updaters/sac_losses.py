@@ -17,8 +17,9 @@ temperature       ``-mean(log_alpha (log pi + H_target))``   ``alpha (H - H_targ
                   (``form="log_alpha"``)                     (``form="alpha"``)
 ================  =========================================  =========================================
 
-For E = 2 heads, ``"sb3"`` is exactly E / 2 = 1 times ``"mean"``; for RLPD's 10 it is 5 times, so
-the two reductions are a learning-rate scale apart, not different fixed points.
+For E = 2 heads, ``"sb3"`` is exactly E / 2 = 1 times ``"mean"``; for RLPD's 10 it is 5 times: the same
+fixed points, and under Adam, which divides the scale out of its step, the same updates but through Adam's
+epsilon (not a learning-rate scale, as it would be under SGD).
 
 Alpha (the entropy coefficient) is detached wherever it multiplies a term of another network's loss,
 so a caller cannot leak critic or actor gradients into ``log_alpha`` by passing ``log_alpha.exp()``.
