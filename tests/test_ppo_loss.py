@@ -101,6 +101,49 @@ def test_ppo_update_matches_stable_baselines3(tmp_path, ent_coef):
     assert not torch.allclose(head.log_std, torch.full_like(head.log_std, -0.2))  # the update moved it
 
 
+@pytest.mark.parametrize("target_kl", [None, 0.003])
+def test_shuffled_minibatches_and_the_kl_stop_match_stable_baselines3(monkeypatch, target_kl):
+    """4 epochs of 4 shuffled minibatches of 64 (the test above runs one), SB3's joint clip at 0.5 (it fires:
+    lr 3e-3), and with target_kl SB3's early stop at the minibatch whose approximate KL passes 1.5 x target_kl:
+    genpol's MinibatchUpdater, given SB3's permutations, ends with SB3's parameters (float32 rounding)."""
+    from genpol.storage import rollout as rollout_module
+
+    steps, lr = 256, 3e-3
+    torch.manual_seed(0)
+    head, critic = GaussianHead(3, 1, hidden_sizes=(64, 64), log_std_init=-0.2), ValueNetwork(3, (64, 64))
+    model = PPO("MlpPolicy", gym.make("Pendulum-v1"), n_steps=steps, batch_size=64, n_epochs=4, learning_rate=lr,
+                clip_range=0.2, max_grad_norm=0.5, target_kl=target_kl, device="cpu", seed=0)
+    model.set_logger(configure(None, []))
+    copy_weights_into_sb3(head, critic, model.policy)
+    generator = torch.Generator().manual_seed(1)
+    obs = torch.randn(steps, 3, generator=generator)
+    with torch.no_grad():
+        actions, record = head.sample(obs)
+    advantages, returns = torch.randn(steps, generator=generator) * 2 + 0.5, 5 * torch.randn(steps, generator=generator)
+    old_values = torch.randn(steps, generator=generator)
+    buffer = model.rollout_buffer
+    buffer.reset()
+    buffer.observations[:], buffer.actions[:] = obs.numpy()[:, None], actions.numpy()[:, None]
+    buffer.log_probs[:], buffer.advantages[:] = record["log_prob"].numpy()[:, None], advantages.numpy()[:, None]
+    buffer.returns[:], buffer.values[:], buffer.full = returns.numpy()[:, None], old_values.numpy()[:, None], True
+    np.random.seed(123)  # SB3's buffer permutes with numpy's global generator
+    model.train()
+    storage = RolloutStorage(steps, 1, 3)
+    storage.obs[:, 0] = obs
+    storage.records = {key: value[:, None].clone() for key, value in record.items()}
+    storage.advantages[:, 0], storage.returns[:, 0], storage.values[:, 0] = advantages, returns, old_values
+    np.random.seed(123)
+    monkeypatch.setattr(rollout_module.torch, "randperm",
+                        lambda n, generator=None, device=None: torch.as_tensor(np.random.permutation(n)))
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=0.2, vf_coef=0.5), lr=lr, epochs=4,
+                               minibatch_size=64, max_grad_norm=0.5, target_kl=target_kl, joint_clip=True)
+    stats = updater.update(storage, torch.Generator())
+    # stopped early with the KL (SB3 logs epochs, not steps: equal parameters say it stopped at the same one)
+    assert stats["gradient_steps"] == 16 if target_kl is None else stats["gradient_steps"] < 16
+    for ours, theirs in zip(genpol_params(head, critic), sb3_params(model.policy)):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-7)
+
+
 def test_ppo_clip_loss_hand_computed_boundaries():
     """Three samples, clip 0.2, no normalization: r = 1.5 (A > 0, clipped), r = 0.5 (A < 0, clipped),
     r = 1.1 (A > 0, inside)."""

@@ -95,3 +95,36 @@ def test_minibatches_cover_every_sample_once_per_epoch():
     assert torch.equal(ids, torch.arange(15))
     for batch in batches:  # record rows stay aligned with their observations
         assert torch.equal(batch.record["id"], batch.obs[:, 0] * 3 + batch.obs[:, 1])
+
+
+def test_gae_over_a_vectorized_rollout_matches_stable_baselines3():
+    """3 envs x 64 steps with terminations, time-limit truncations and a step flagged both (gymnasium can):
+    genpol's advantages and returns against SB3's ``RolloutBuffer.compute_returns_and_advantage``, the oracle
+    taking the truncated steps' bootstrap as SB3's on-policy loop does (reward += gamma V(final observation)
+    where a time limit cut an episode that did not terminate). Exactly equal."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.buffers import RolloutBuffer
+
+    steps, envs, gamma, gae_lambda = 64, 3, 0.99, 0.95
+    rng = np.random.default_rng(0)
+    rewards, values, final_values = (rng.normal(size=(steps, envs)).astype(np.float32) for _ in range(3))
+    terminated = rng.random((steps, envs)) < 0.05
+    truncated = (rng.random((steps, envs)) < 0.05) & ~terminated
+    terminated[10, 0] = truncated[10, 0] = True
+    last_values = rng.normal(size=envs).astype(np.float32)
+    done = terminated | truncated
+    oracle = RolloutBuffer(steps, gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1, 1, (1,)), gamma=gamma,
+                           gae_lambda=gae_lambda, n_envs=envs)
+    bootstrapped = rewards + gamma * final_values * (truncated & ~terminated)
+    for t in range(steps):
+        oracle.add(np.zeros((envs, 1)), np.zeros((envs, 1)), bootstrapped[t], done[t - 1] if t else np.zeros(envs, bool),
+                   torch.tensor(values[t]), torch.zeros(envs))
+    oracle.compute_returns_and_advantage(torch.tensor(last_values), done[-1])
+    storage = RolloutStorage(steps, envs, 1)
+    for t in range(steps):
+        storage.add(torch.zeros(envs, 1), {"x": torch.zeros(envs)}, torch.tensor(values[t]), torch.tensor(rewards[t]),
+                    torch.tensor(terminated[t]), torch.tensor(truncated[t]), torch.tensor(final_values[t]))
+    storage.compute_advantages(torch.tensor(last_values), gamma, gae_lambda)
+    assert np.array_equal(storage.advantages.numpy(), oracle.advantages)
+    assert np.array_equal(storage.returns.numpy(), oracle.returns)
