@@ -18,6 +18,8 @@ format (one entry per env), so checkpoints move between worker counts.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 import traceback
 import warnings
@@ -29,6 +31,11 @@ import torch
 import torch.multiprocessing as mp
 
 from .core import EnvError, StepResult, VectorEnv
+
+
+class WorkerDied(EnvError):
+    """An env worker process ended without answering (its own cause, apart from an env it could not build)."""
+
 
 SEED_KEYS = ("seed", "pending_seed")  # the gym / dm_control backends' "seed of the next reset"
 SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one entry per env
@@ -80,6 +87,11 @@ def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, 
     """
     from . import make_backend  # the package imports this module: import it at use
 
+    # Ctrl-C in a terminal and a scheduler's SIGTERM reach the whole process group: a worker they killed
+    # took the env state with it, and the parent's stop could write no checkpoint. The parent handles the
+    # stop and closes the workers (SIGKILL if they do not answer); a parent that dies is noticed below.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)
     rows = slice(first, first + count)
     try:
@@ -203,6 +215,8 @@ class SubprocVectorEnv(VectorEnv):
             for w in range(len(self._processes)):
                 try:
                     self._receive(w)
+                except WorkerDied:
+                    raise
                 except EnvError as error:
                     # this process built its own slice, so the worker lacks something this process has
                     raise EnvError(
@@ -225,9 +239,19 @@ class SubprocVectorEnv(VectorEnv):
 
     def _dead(self, w: int) -> EnvError:
         self._processes[w].join(timeout=1)
-        return EnvError(f"env worker {w + 1} exited unexpectedly (exit code {self._processes[w].exitcode}; its "
-                        "traceback is on stderr). Workers start with 'spawn', which re-imports the main "
-                        "script: a script must create envs under `if __name__ == '__main__':`")
+        code = self._processes[w].exitcode
+        said = f"env worker {w + 1} exited unexpectedly (exit code {code}"
+        if code is not None and code < 0:
+            return WorkerDied(f"{said}: killed by {signal.Signals(-code).name}, which workers do not ignore (they "
+                              "ignore SIGINT and SIGTERM: the main process stops the run); the out-of-memory "
+                              "killer or a kill aimed at the worker, say")
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main_file is not None and not os.path.exists(main_file):  # python - < script.py: '<stdin>'
+            return WorkerDied(f"{said}; its traceback is on stderr). Workers start with 'spawn', which re-imports "
+                              f"the main script, and {main_file} is not a file: save the script to a file, run "
+                              "it with python -c, or use env.workers=1")
+        return WorkerDied(f"{said}; its traceback is on stderr). Workers start with 'spawn', which re-imports the "
+                          "main script: a script must create envs under `if __name__ == '__main__':`")
 
     def _receive(self, w: int) -> Any:
         """Worker w's reply on its pipe; its exception re-raised here."""

@@ -3,6 +3,7 @@ between worker counts, and clear errors."""
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -94,8 +95,15 @@ def test_errors_name_the_culprit():
         env.reset()
         with pytest.raises(EnvError, match=r"expects actions of shape \[num_envs, act_dim\] = \[2, 3\]"):
             env.step(torch.zeros(2, 4))
-        os.kill(env.find(SubprocVectorEnv)._processes[0].pid, signal.SIGKILL)
-        with pytest.raises(EnvError, match="env worker 1 exited unexpectedly"):
+        # Ctrl-C and a scheduler's SIGTERM reach the whole process group: they killed the worker, and the
+        # parent's stop could not save the env state; the worker ignores them (the parent stops the run)
+        worker = env.find(SubprocVectorEnv)._processes[0]
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            os.kill(worker.pid, stop)
+            time.sleep(0.2)
+            assert env.step(torch.zeros(2, 3))[0].shape == (2, 11) and worker.is_alive()
+        os.kill(worker.pid, signal.SIGKILL)
+        with pytest.raises(EnvError, match=r"^env worker 1 exited unexpectedly \(exit code -9: killed by SIGKILL"):
             env.step(torch.zeros(2, 3))
     with pytest.raises(ConfigError, match=r"env.workers must be in \[1, num_envs=2\], got 3"):
         validate(compose_config(["run_dir=/tmp/x", "env.num_envs=2", "env.workers=3"]))
@@ -128,3 +136,21 @@ def test_an_exception_in_a_worker_comes_back_and_the_worker_keeps_serving():
             env.load_state_dict(state)
         obs = env.step(torch.zeros(2, 3))[0]
     assert obs.shape == (2, 11) and torch.isfinite(obs).all()
+
+
+def test_a_script_read_from_standard_input_is_told_why_workers_fail():
+    """``python - < script.py`` (a notebook-like heredoc): spawn cannot re-import a main script named '<stdin>',
+    and the error said to add the ``__main__`` guard (the script had one) after a worker error about building
+    the env (a built-in one). It names the cause and the ways out."""
+    import subprocess
+    import sys
+
+    script = ("from genpol import envs\n"
+              "if __name__ == '__main__':\n"
+              "    envs.make('gym:Pendulum-v1', num_envs=2, workers=2)\n")
+    result = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 1
+    assert ("env worker 1 exited unexpectedly (exit code 1; its traceback is on stderr). Workers start with 'spawn', "
+            "which re-imports the main script, and <stdin> is not a file: save the script to a file, run it with "
+            "python -c, or use env.workers=1") in result.stderr, result.stderr[-2000:]
