@@ -99,10 +99,18 @@ def train(
         total_steps: env steps (default: the config's).
         seed: the run's seed (default: the config's, 0).
         run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
-            existing run resumes.
-        overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``.
+            existing run resumes when called with the same groups and overrides (the config is composed
+            again and compared with the saved one: only budgets, logging and evaluation may change).
+        overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``. One that selects
+            a group, the seed or total_steps given as an argument too must agree with it (else ConfigError).
         config_dirs: folders of your own config groups (see ``compose_config``).
         updater: the old name of ``learner`` (accepted with a warning).
+
+    Raises (in ``genpol.errors``, ``EnvError`` in ``genpol.envs``; the CLI's exit codes in brackets): ``ConfigError`` for a config that
+    cannot train or differs from the run's saved one, ``EnvError``, ``DatasetError``, ``CheckpointError`` (2);
+    ``NonFiniteError`` when training diverged (3); ``TrainingInterrupted`` after Ctrl-C or SIGTERM, with a
+    checkpoint written: the same call resumes (4). ``TrainingInterrupted`` is a ``RuntimeError``, not a
+    ``KeyboardInterrupt``.
     """
     from genpol.train import run_training
 
@@ -113,6 +121,7 @@ def train(
             raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={in_overrides[-1]} differ: "
                               "give one")
         run_dir = in_overrides[-1]
+    claimed = run_dir is None
     if run_dir is None:
         run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
     run_dir = Path(run_dir)
@@ -127,9 +136,23 @@ def train(
             raise ConfigError(f"train(): {key}={value} and the override {key}={named[-1]} differ: give one")
     groups = [*(_env_overrides(env) if env is not None else []),
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
+    chosen = {"env": None if env is None else _env_overrides(env)[0].split("=", 1)[1], "policy": policy,
+              "learner": learner}
+    for group, keys in (("env", "env"), ("policy", "policy"), ("learner", "learner|updater")):
+        # an argument and an override selecting the group: the override won, against the docstring's promise
+        named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}(?:{keys})=", item)]
+        if chosen[group] is not None and named and named[-1] != chosen[group]:
+            raise ConfigError(f"train(): {group}={chosen[group]} and the override {group}={named[-1]} differ: "
+                              "give one")
     items = [*groups, *(f"{key}={value}" for key, value in arguments.items() if value is not None),
              f"run_dir={quoted(run_dir)}", *extra]
-    return run_training(validate(compose_config(items, config_dirs=config_dirs)), run_dir)
+    try:
+        config = validate(compose_config(items, config_dirs=config_dirs))
+    except Exception:
+        if claimed and not any(run_dir.iterdir()):  # the folder this call made for a run that never started
+            run_dir.rmdir()
+        raise
+    return run_training(config, run_dir)
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, checkpoint: str | None = None,

@@ -230,7 +230,7 @@ def load_training_state(checkpoint: str | Path, map_location: str | torch.device
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory from either itself or a run directory (its latest checkpoint)."""
+    """A checkpoint directory from itself, a run directory or the run's ``checkpoints/`` (the latest one)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"expected a run or checkpoint directory (a str or Path), got {path!r}")
     path = Path(path)
@@ -238,6 +238,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(f"{path} does not exist: expected a run directory or one of its checkpoints")
     if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
         return path
+    if path.name == "checkpoints" and not (path / "checkpoints").exists():  # a run's checkpoints folder itself
+        path = path.parent
     found = list_checkpoints(path / "checkpoints")
     if not found:
         raise CheckpointError(f"no checkpoint in {path}: expected {path / 'checkpoints'}/{PREFIX}*")

@@ -38,6 +38,10 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     torch.set_num_threads(cfg.torch_threads)
     retain_freed_memory()
     try:
+        if cfg.checkpoint and not Path(cfg.checkpoint).resolve().is_relative_to(Path(cfg.run_dir).resolve()):
+            # the run_dir was ignored: another run's checkpoint was evaluated and its evaluation.json written
+            raise ConfigError(f"checkpoint={cfg.checkpoint} is not a checkpoint of run_dir={cfg.run_dir}: give one "
+                              "of that run's checkpoints, or the other checkpoint as run_dir alone")
         policy = TrainedPolicy.load(cfg.checkpoint or cfg.run_dir, device=cfg.device)
         run_dir = run_of(policy.source)  # run_dir may name one of its checkpoints
         results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,

@@ -181,6 +181,8 @@ class TrainedPolicy:
             raise ValueError(f"TrainedPolicy.predict: observations hold NaN or inf (first at flat index "
                              f"{int((~torch.isfinite(obs)).flatten().nonzero()[0])})")
         leading = obs.shape[:-1]
+        if obs.numel() == 0:  # a reshape of 0 rows failed inside the head with torch's message
+            raise ValueError(f"TrainedPolicy.predict: an empty batch of observations, shape {tuple(obs.shape)}")
         obs = obs.reshape(-1, obs.shape[-1])
         kind, state = self.spec["obs_normalization"], self.obs_statistics
         if kind == "running":

@@ -130,6 +130,9 @@ def test_a_failed_start_leaves_the_run_dir_reusable_and_a_started_run_protected(
         policy.predict(np.zeros(5))
     with pytest.raises(ValueError, match=r"got shape \(\)$"):
         policy.predict(np.float32(1.0))
+    with pytest.raises(ValueError, match=r"^TrainedPolicy.predict: an empty batch of observations, shape \(0, 3\)$"):
+        policy.predict(np.zeros((0, 3)))  # was torch's reshape error from inside the head
+    assert load_policy(run_dir / "checkpoints").source == policy.source  # the run's checkpoints folder: its latest
     with pytest.raises(TypeError, match=r"^TrainedPolicy.act takes a torch tensor of normalized observations \[B, 3\]"):
         policy.act(np.zeros((1, 3)))
     with pytest.raises(ValueError, match=r"with D = 3 \(gym:Pendulum-v1\), got shape \(2, 7\)$"):

@@ -533,14 +533,23 @@ def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_
     assert not (run_dir / "config.yaml").exists()
 
 
-@pytest.mark.parametrize("arguments, override", [({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024")])
-def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override):
-    """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override):
-    one of the two was dropped without a word. Given alike, or once, they are used."""
+@pytest.mark.parametrize("arguments, override", [({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024"),
+                                                 ({"env": "pendulum"}, "env=gym"), ({"policy": "gaussian"}, "policy=fpo"),
+                                                 ({"learner": "ppo"}, "learner=sac"), ({"learner": "ppo"}, "updater=sac")])
+def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, monkeypatch, arguments, override):
+    """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override), and
+    ``train(env="pendulum", overrides=["env=gym", ...])`` trained the override's env: one of the two was dropped
+    without a word. Given alike, or once, they are used. A call that claimed a new run folder and then failed
+    its config leaves none behind (five typos left five empty runs/<date>_<time>)."""
     from genpol.api import train
 
     key = override.split("=")[0]
-    with pytest.raises(ConfigError, match=rf"^train\(\): {key}={arguments[key]} and the override {override} differ: "
-                                          r"give one$"):
-        train("pendulum", overrides=[override], run_dir=tmp_path / "run", **arguments)
+    group = {"updater": "learner"}.get(key, key)
+    with pytest.raises(ConfigError, match=rf"^train\(\): {group}={arguments[group]} and the override "
+                                          rf"{override.replace(key, group)} differ: give one$"):
+        train(**{"env": "pendulum", **arguments}, overrides=[override], run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError):
+        train("pendulum", overrides=["learner.lr=-1"])
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

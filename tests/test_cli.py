@@ -129,6 +129,9 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     (project / "evaluation.json").write_text("the project's own")
     evaluate(project / "exported" / checkpoint.name, episodes=1)
     assert (project / "evaluation.json").read_text() == "the project's own"
+    # a checkpoint of another folder beside a run_dir: the run_dir was ignored
+    with pytest.raises(ConfigError, match=r"checkpoint=.*exported/step_\d+ is not a checkpoint of run_dir="):
+        evaluate(run, episodes=1, checkpoint=str(project / "exported" / checkpoint.name))
     (tmp_path / "not_a_folder").write_text("")  # a video that cannot be written
     result = run_cli("-m", "genpol.evaluate", str(run), "episodes=1", "video=true",
                      f"video_dir={tmp_path / 'not_a_folder'}")
