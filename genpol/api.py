@@ -106,8 +106,9 @@ def train(
         config_dirs: folders of your own config groups (see ``compose_config``).
         updater: the old name of ``learner`` (accepted with a warning).
 
-    Raises (in ``genpol.errors``, ``EnvError`` in ``genpol.envs``; the CLI's exit codes in brackets): ``ConfigError`` for a config that
-    cannot train or differs from the run's saved one, ``EnvError``, ``DatasetError``, ``CheckpointError`` (2);
+    Raises (in ``genpol.errors``, ``EnvError`` in ``genpol.envs``; the CLI's exit codes in brackets):
+    ``ConfigError`` for a config that cannot train or differs from the run's saved one, ``EnvError``,
+    ``DatasetError``, ``CheckpointError`` (2);
     ``NonFiniteError`` when training diverged (3); ``TrainingInterrupted`` after Ctrl-C or SIGTERM, with a
     checkpoint written: the same call resumes (4). ``TrainingInterrupted`` is a ``RuntimeError``, not a
     ``KeyboardInterrupt``.

@@ -24,7 +24,7 @@ from genpol.memory import check_device
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
 from genpol.config.base import require
 from genpol.errors import ConfigError, HeadCapabilityError
-from genpol.heads import head_class
+from genpol.heads import HEADS, head_class
 from genpol.heads.base import Capability, check_capabilities
 
 __all__ = ["register_configs", "validate", "check_known_keys", "check_device", "type_own_head", "check_groups",
@@ -344,7 +344,10 @@ def check_learner(cfg: Any) -> None:
         if cfg.pipeline.name == "offline_to_online":
             check_capabilities(head, "pipeline=offline_to_online (behaviour cloning)", {Capability.IMITATION})
     except HeadCapabilityError as error:
-        raise ConfigError(f"policy={cfg.policy.family} with learner={cfg.learner.name}: {error}") from None
+        needs = set(row.needs) | ({Capability.IMITATION} if cfg.pipeline.name == "offline_to_online" else set())
+        able = [f"policy={family}" for family, cls in HEADS.items() if needs <= set(cls.capabilities)]
+        raise ConfigError(f"policy={cfg.policy.family} with learner={cfg.learner.name}: {error}; the heads that "
+                          f"have what it needs: {', '.join(able) or 'none of genpol'}") from None
     chunk = (getattr(cfg.policy, "act_steps", 1), getattr(cfg.policy, "horizon_steps", 1))
     if chunk != (1, 1) and row.off_policy:
         raise ConfigError(f"learner={cfg.learner.name} learns from one-step transitions (its critics value single "
