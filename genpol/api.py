@@ -125,7 +125,7 @@ def train(
     claimed = run_dir is None
     if run_dir is None:
         run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).expanduser()  # "~/runs/x" made a folder named ~ in the working directory
     if updater is not None:
         warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
                       stacklevel=2)

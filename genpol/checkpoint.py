@@ -233,7 +233,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory from itself, a run directory or the run's ``checkpoints/`` (the latest one)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"expected a run or checkpoint directory (a str or Path), got {path!r}")
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"{path} does not exist: expected a run directory or one of its checkpoints")
     if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):

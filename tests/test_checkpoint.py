@@ -536,11 +536,10 @@ def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_
 @pytest.mark.parametrize("arguments, override", [({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024"),
                                                  ({"env": "pendulum"}, "env=gym"), ({"policy": "gaussian"}, "policy=fpo"),
                                                  ({"learner": "ppo"}, "learner=sac"), ({"learner": "ppo"}, "updater=sac")])
-def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, monkeypatch, arguments, override):
+def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override):
     """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override), and
     ``train(env="pendulum", overrides=["env=gym", ...])`` trained the override's env: one of the two was dropped
-    without a word. Given alike, or once, they are used. A call that claimed a new run folder and then failed
-    its config leaves none behind (five typos left five empty runs/<date>_<time>)."""
+    without a word. Given alike, or once, they are used."""
     from genpol.api import train
 
     key = override.split("=")[0]
@@ -549,7 +548,19 @@ def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, monke
                                           rf"{override.replace(key, group)} differ: give one$"):
         train(**{"env": "pendulum", **arguments}, overrides=[override], run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_api_leaves_no_folder_for_a_failed_config_and_expands_home(tmp_path, monkeypatch):
+    """A call that claimed a new run folder and then failed its config left it behind (five typos: five empty
+    runs/<date>_<time>); run_dir="~/x" made a folder named ~ in the working directory."""
+    from genpol.api import train
+
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError):
         train("pendulum", overrides=["learner.lr=-1"])
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # "~/x" made a folder named ~ in the working directory
+    train("pendulum", total_steps=64, run_dir="~/x",
+          overrides=["learner.rollout_steps=32", "env.num_envs=2", "learner.epochs=1", "learner.minibatch_size=32",
+                     "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"])
+    assert (tmp_path / "home" / "x" / "summary.json").is_file() and not (tmp_path / "~").exists()
