@@ -276,3 +276,39 @@ def test_head_ratio_entropy_candidates_and_capabilities():
     check_capabilities(head, "SAC", {Capability.REPARAMETERIZED, Capability.LOG_PROB, Capability.CANDIDATES})
     with pytest.raises(HeadCapabilityError, match="gaussian head cannot be trained by SAC"):
         check_capabilities(GaussianHead(4, 2), "SAC", {Capability.LOG_PROB})
+
+
+def test_two_steps_of_the_sac_algorithm_equal_two_of_stable_baselines3():
+    """The tests above wire genpol's losses by hand; this runs genpol's ``SAC`` class itself (its
+    ``sb3_gradient_step``: temperature, target, critics, actor on the updated critics, Polyak) against SB3's
+    ``SAC.train`` on the same batch and draws, twice, so the second step reads the targets the first moved."""
+    from genpol.algorithms.sac import SAC as GenpolSAC
+    from genpol.config.offpolicy import SACConfig
+    from genpol.storage.replay import ReplayBatch
+
+    model, batch = make_sb3(), make_batch(seed=2)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    obs, actions, next_obs = batch["obs"], batch["actions"], batch["next_obs"]
+    rewards, dones = batch["rewards"], batch["dones"]
+    model.replay_buffer.sample = lambda batch_size, env=None: ReplayBufferSamples(obs, actions, next_obs, dones[:, None],
+                                                                                  rewards[:, None])
+    algorithm = GenpolSAC(head_like(model), SACConfig(batch_size=BATCH, buffer_size=100), num_envs=1, obs_dim=3,
+                          act_dim=1, capacity=100, device=torch.device("cpu"))
+    algorithm.critic.load_heads(list(model.critic.q_networks))
+    algorithm.critic_target.load_heads(list(model.critic_target.q_networks))
+    with torch.no_grad():
+        algorithm.log_alpha.fill_(LOG_ALPHA)
+    algorithm.sampler.sample = lambda n: ReplayBatch(obs, actions, rewards, next_obs, dones)
+    for step in range(2):
+        torch.manual_seed(5 + step)
+        model.train(gradient_steps=1, batch_size=BATCH)
+        torch.manual_seed(5 + step)
+        algorithm.sb3_gradient_step()
+    for ours, theirs in zip(algorithm.head.parameters(), model.actor.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+    for critic, sb3_critic in ((algorithm.critic, model.critic), (algorithm.critic_target, model.critic_target)):
+        ours = [p for i in range(2) for p in critic.head_module(i).parameters()]
+        theirs = [p for network in sb3_critic.q_networks for p in network.parameters()]
+        for a, b in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert algorithm.log_alpha.item() == pytest.approx(model.log_ent_coef.item(), abs=1e-7)
