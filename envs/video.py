@@ -32,6 +32,21 @@ import numpy as np
 CONSTANT_RATE_FACTOR = 15  # 0 lossless .. 51 worst; imageio's quality 7 is int((1 - 0.7) * 51)
 
 
+def _remove_partials_of_dead_writers(path: Path) -> None:
+    """Delete ``.<name>.<pid>.partial`` files next to ``path`` whose process is gone (killed while writing):
+    each kill would otherwise leave one behind, as large as the frames it had encoded."""
+    for partial in path.parent.glob(f".{path.name}.*.partial"):
+        pid = partial.name[len(path.name) + 2:-len(".partial")]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            partial.unlink(missing_ok=True)
+        except PermissionError:  # alive, another user's
+            pass
+
+
 class Mp4Stream:
     """One mp4 at ``path``: ``append`` RGB frames ``[H, W, 3]`` (uint8, or floats in [0, 1]; an alpha channel
     is dropped), all of one size, then ``finish``
@@ -45,6 +60,7 @@ class Mp4Stream:
         self.path = Path(path)
         # the pid: two processes writing one name (two evaluations of a run) must not share a partial file
         self.partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
+        _remove_partials_of_dead_writers(self.path)
         self.fps = Fraction(fps).limit_denominator()
         self.frames = 0
         self.size: tuple[int, int] | None = None  # (height, width)

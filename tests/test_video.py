@@ -1,5 +1,6 @@
 """Videos: the mp4 stream (``genpol.envs.video``) and the recorder that writes one per episode of env 0."""
 
+import os
 import warnings
 
 import numpy as np
@@ -170,3 +171,19 @@ def test_runs_named_alike_get_their_own_video_folder_and_find_it_again(tmp_path)
     legacy.mkdir()
     assert video_folder(root, tmp_path / "old_run") == legacy
     assert video_folder(root, tmp_path / "elsewhere" / "old_run") != legacy
+
+
+def test_a_partial_file_of_a_killed_writer_is_removed_and_a_live_ones_kept(tmp_path):
+    """Partial files carry their writer's pid (two evaluations of one run must not share one): a writer killed
+    mid-video leaves its partial behind, which the next stream of that name removes; a live writer's stays."""
+    import subprocess
+    import sys
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    dead = tmp_path / f".a.mp4.{finished.pid}.partial"
+    alive = tmp_path / f".a.mp4.{os.getppid()}.partial"
+    dead.write_bytes(b"frames of a killed run"), alive.write_bytes(b"frames being written")
+    stream = Mp4Stream(tmp_path / "a.mp4")
+    assert not dead.exists() and alive.read_bytes() == b"frames being written"
+    stream.abort()
