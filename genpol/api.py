@@ -53,6 +53,10 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
             cause = f": {error.__cause__}" if error.__cause__ is not None else ""
             message = f"{error}{cause}".split("Config search path")[0]  # the folders searched: noise here
             message = re.sub(r"\s+schema_\w+", "", message)  # the schemas' entries are not choices
+            clash = re.search(r"In 'experiment/([\w-]+)'.*Key '\w+' not in '\w+'\s+full_key: (\w+)\.", message, re.S)
+            if clash:  # a group chosen beside the bundle wins over the bundle's choice, whose keys then fit nothing
+                message += (f" (the bundle +experiment={clash[1]} sets {clash[2]} keys of its own {clash[2]} group; "
+                            f"a {clash[2]}= given beside it replaced that group: give one of the two)")
             raise ConfigError(" ".join(message.split())) from error
 
 

@@ -64,6 +64,11 @@ def test_the_api_raises_config_error_with_hydras_reason(tmp_path):
     with pytest.raises(ConfigError, match=r"Could not find 'policy/gaussain' Available options in 'policy': ") as info:
         train(env="gym:Pendulum-v1", policy="gaussain", run_dir=tmp_path / "b")
     assert " gaussian " in str(info.value) and "schema_" not in str(info.value) and "\n" not in str(info.value)
+    # a group named beside a bundle wins over the bundle's choice: the bundle's keys then fit no schema
+    with pytest.raises(ConfigError, match=r"Key 'learning_starts' not in 'PPOConfig'.* \(the bundle \+experiment=sac "
+                                          r"sets learner keys of its own learner group; a learner= given beside it "
+                                          r"replaced that group: give one of the two\)$"):
+        compose_config(["learner=ppo", "+experiment=sac", "run_dir=/tmp/x"])
     # a lone string is one folder (or one override), not a sequence of one-letter ones
     (tmp_path / "mine" / "experiment").mkdir(parents=True)
     (tmp_path / "mine" / "experiment" / "short.yaml").write_text("# @package _global_\ntotal_steps: 77\n")
