@@ -117,8 +117,9 @@ def save_checkpoint(
     # fills hours later
     if keep is not None:
         full = needed + replay_growth_bytes(training_state)
-        steady = (keep + 1) * full - sum(file.stat().st_size for checkpoint in previous for file in checkpoint.rglob("*")
-                                         if file.is_file())
+        on_disk = sum(file.stat().st_size for checkpoint in previous for file in checkpoint.rglob("*")
+                      if file.is_file())
+        steady = (keep + 1) * full - on_disk
         if steady > free:
             grows = " (its replay full)" if full > needed else ""
             raise CheckpointError(

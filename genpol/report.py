@@ -12,8 +12,9 @@ keys of a run without a dataset (``dataset.actions`` outside offline_to_online),
 read, count as their defaults.
 
 It writes to ``<dir>/report`` (or ``--out``), a folder of its own: an ``--out`` that is a run
-directory, holds runs or lies in a run's own folder (its ``tb/``) is refused (exit 2), and a re-run replaces the ``curves/`` and ``tb/`` of a
-folder only where the report wrote them before (its ``.genpol-report`` marker).
+directory, holds runs or lies in a run's own folder (its ``tb/``) is refused (exit 2), and a re-run
+replaces the ``curves/`` and ``tb/`` of a folder only where the report wrote them before (its
+``.genpol-report`` marker).
 
 * ``report.md``: per configuration, the number of seeds, the **median** of the final metric over
   seeds and its **95 % confidence interval: a percentile bootstrap of the median**. Up to 7 seeds the

@@ -367,9 +367,11 @@ def test_the_disk_check_counts_the_replay_at_its_capacity(tmp_path, monkeypatch)
 
     replay = ReplayBuffer(1000, 11, 3)
     for _ in range(100):
-        replay.add(torch.zeros(1, 11), torch.zeros(1, 3), torch.zeros(1), torch.zeros(1, 11), torch.zeros(1, dtype=torch.bool))
+        replay.add(torch.zeros(1, 11), torch.zeros(1, 3), torch.zeros(1), torch.zeros(1, 11),
+                   torch.zeros(1, dtype=torch.bool))
     state = {"algorithm": {"replay": {"online": replay.state_dict()}}}
-    row = sum(value[0].nelement() * value.element_size() for key, value in state["algorithm"]["replay"]["online"].items()
+    saved = state["algorithm"]["replay"]["online"]
+    row = sum(value[0].nelement() * value.element_size() for key, value in saved.items()
               if key != "generator" and isinstance(value, torch.Tensor) and value.ndim)
     assert row == 105 and replay_growth_bytes(state) == 900 * 105 and replay_growth_bytes({"x": torch.zeros(5)}) == 0
     weights = {"head": {"w": torch.zeros(4, 3)}}
@@ -533,9 +535,9 @@ def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_
     assert not (run_dir / "config.yaml").exists()
 
 
-@pytest.mark.parametrize("arguments, override", [({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024"),
-                                                 ({"env": "pendulum"}, "env=gym"), ({"policy": "gaussian"}, "policy=fpo"),
-                                                 ({"learner": "ppo"}, "learner=sac"), ({"learner": "ppo"}, "updater=sac")])
+@pytest.mark.parametrize("arguments, override", [
+    ({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024"), ({"env": "pendulum"}, "env=gym"),
+    ({"policy": "gaussian"}, "policy=fpo"), ({"learner": "ppo"}, "learner=sac"), ({"learner": "ppo"}, "updater=sac")])
 def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override):
     """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override), and
     ``train(env="pendulum", overrides=["env=gym", ...])`` trained the override's env: one of the two was dropped

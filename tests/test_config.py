@@ -221,8 +221,9 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
     """The rollout's bytes for a Gaussian head on Hopper, by hand (11 observation floats, five float and
     two bool fields, a record of action 3 + log-prob 1 + mean 3 + log-std 3 floats: 106 bytes a step,
     and the observation after the rollout, 44 bytes an env; and the shuffled copy an epoch gathers, measured
-    against the bytes one epoch of minibatches holds) and against the tensors a filled RolloutStorage holds; a config of 10^9 steps is refused naming
-    learner.rollout_steps, and measuring the record draws nothing from the run's random stream."""
+    against the bytes one epoch of minibatches holds) and against the tensors a filled RolloutStorage holds;
+    a config of 10^9 steps is refused naming learner.rollout_steps, and measuring the record draws nothing from
+    the run's random stream."""
     from types import SimpleNamespace
 
     from genpol.algorithms.onpolicy import rollout_bytes

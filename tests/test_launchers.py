@@ -276,8 +276,9 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
 def test_report_refuses_an_out_folder_holding_runs_and_replaces_only_its_own(joblib_sweep, tmp_path, capsys):
     """``--out <a run directory>`` deleted the run's tb/ (its TensorBoard events) and wrote the report among its
     files; ``--out <the root>`` said "no finished run", which was false (the runs were skipped for lying under the
-    output folder); ``--out <a run>/tb`` wrote the report's events among the run's. All, and a folder holding a tb/ the report did not write, are refused in one line naming
-    --out (exit 2), and nothing there changes; a folder the report wrote has its curves/ replaced on a re-run."""
+    output folder); ``--out <a run>/tb`` wrote the report's events among the run's. All, and a folder holding
+    a tb/ the report did not write, are refused in one line naming --out (exit 2), and nothing there changes; a
+    folder the report wrote has its curves/ replaced on a re-run."""
     from genpol.report import main
 
     sweep = tmp_path / "sweep"

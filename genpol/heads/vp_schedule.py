@@ -21,12 +21,13 @@ diffusion") written in ``alpha_bar``:
 
 with ``a_t = sqrt(alpha_bar) a + sqrt(1 - alpha_bar) xi``; for the exact denoiser of a density it
 holds pointwise. MaxEntDP approximates the integral by a Riemann sum (right endpoints in t, left in
-``alpha_bar``) on ``levels`` points spaced as a sampler of that many steps spaces them, and the expectation by ``draws`` noise samples per level, with ``eps_hat``
-re-derived from the clipped ``x0`` prediction, as its sampler does. The truncated, 20-point sum is
-biased for narrow densities (an N(0.2, 0.1^2) action: -0.64 nats per dimension at 20 levels,
-``tests/test_maxentdp.py``; averaged over the density's own samples -0.41, and -1.09 at 5 levels). For N(0, I) the expected integrand is ``(d - ||a||^2) / 2``, constant in
-``alpha_bar``, so any grid is exact up to the truncation (``(d - ||a||^2) / 2 x 1.1e-4``), and its mean
-over actions, the entropy's integrand, vanishes.
+``alpha_bar``) on ``levels`` points spaced as a sampler of that many steps spaces them, and the
+expectation by ``draws`` noise samples per level, with ``eps_hat`` re-derived from the clipped ``x0``
+prediction, as its sampler does. The truncated, 20-point sum is biased for narrow densities (an
+N(0.2, 0.1^2) action: -0.64 nats per dimension at 20 levels, ``tests/test_maxentdp.py``; averaged over
+the density's own samples -0.41, and -1.09 at 5 levels). For N(0, I) the expected integrand is
+``(d - ||a||^2) / 2``, constant in ``alpha_bar``, so any grid is exact up to the truncation
+(``(d - ||a||^2) / 2 x 1.1e-4``), and its mean over actions, the entropy's integrand, vanishes.
 """
 
 from __future__ import annotations
