@@ -139,10 +139,10 @@ def train(
         named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}{key}=", item)]
         if value is not None and named and named[-1] != str(value):
             raise ConfigError(f"train(): {key}={value} and the override {key}={named[-1]} differ: give one")
-    groups = [*(_env_overrides(env) if env is not None else []),
+    env_items = _env_overrides(env) if env is not None else []
+    groups = [*env_items,
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    chosen = {"env": None if env is None else _env_overrides(env)[0].split("=", 1)[1], "policy": policy,
-              "learner": learner}
+    chosen = {"env": env_items[0].split("=", 1)[1] if env_items else None, "policy": policy, "learner": learner}
     for group, keys in (("env", "env"), ("policy", "policy"), ("learner", "learner|updater")):
         # an argument and an override selecting the group: the override won, against the docstring's promise
         named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}(?:{keys})=", item)]
