@@ -113,6 +113,36 @@ def test_nan_observation_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
     assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "observations")
 
 
+class NaNAtTimeLimit(gym.Wrapper):
+    """Pendulum cut at its 40th step, whose final observation there is NaN (and no other observation)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def reset(self, **kwargs):
+        self.steps = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, _, info = self.env.step(action)
+        self.steps += 1
+        cut = self.steps == 40
+        return (obs * np.nan if cut else obs), reward, terminated, cut, info
+
+
+gym.register("NaNFinalPendulum-v0", entry_point=lambda **kwargs: NaNAtTimeLimit(gym.make("Pendulum-v1", **kwargs)))
+
+
+def test_a_nan_final_observation_is_named_as_env_data(tmp_path):
+    """Its value bootstraps the cut episode: the check named the policy's loss and parameters instead (it read
+    the final observations' values after the update had zeroed them)."""
+    with pytest.raises(NonFiniteError) as error:
+        train("gym:NaNFinalPendulum-v0", total_steps=256, run_dir=tmp_path / "run",
+              overrides=[*TINY, "env.normalize_obs=false", "pipeline.video=false", "env.max_episode_steps=null"])
+    assert "env data 'final observations' values'" in str(error.value) and "iteration 1" in str(error.value)
+
+
 def test_nan_loss_stops_training(tmp_path, monkeypatch):
     from genpol.heads.gaussian import GaussianHead
 

@@ -133,13 +133,16 @@ class RolloutStorage:
         self.rewards[t] = reward
         self.terminated[t] = terminated
         self.truncated[t] = truncated
+        # written at every step, not zeroed by reset(): the runner's finiteness check reads them after the update
+        # has reset the write position, and found zeros where a non-finite final observation's value had been
         if truncation_value is not None:
             self.truncation_values[t] = truncation_value
+        else:
+            self.truncation_values[t] = 0.0
         self.step += 1
 
     def reset(self) -> None:
         self.step = 0
-        self.truncation_values.zero_()
 
     def compute_advantages(self, last_value: torch.Tensor, gamma: float, gae_lambda: float, reward_scale: float = 1.0,
                            last_obs: torch.Tensor | None = None, bootstrap_truncation: bool = True) -> None:
