@@ -66,13 +66,13 @@ def updates(rank: int, world: int) -> dict[str, Any]:
     ppo = MinibatchUpdater(head, critic, loss, lr=3e-2, max_grad_norm=0.5,
                            adaptive_lr=AdaptiveLR(3e-2, target_kl=1e-4))
     head.begin_update()
-    ppo_steps = [{k: float(v) for k, v in ppo.eager_step(mine).items()} for _ in range(3)]
+    ppo_steps = [{k: float(v) for k, v in ppo.eager_step(mine)[0].items()} for _ in range(3)]
     # a target_kl that one half's KL passes and the mean does not: a rank on its own would stop early
     with torch.no_grad():
         half_kls = [float(ppo.minibatch_loss(half.obs, half.record, half.advantages, half.returns, half.values)[1]
                           ["approx_kl"]) for half in (share(batch, 0, 2), share(batch, 1, 2))]
     ppo.target_kl = (sum(half_kls) / 2 + max(half_kls)) / 2 / 1.5
-    stepped = ppo.eager_step(mine) is not None
+    stepped = ppo.eager_step(mine)[1]
     after_ppo = {f"ppo.{k}": v.detach().clone() for k, v in [*head.state_dict().items(),
                                                                   *critic.state_dict().items()]}
     head, critic = networks()

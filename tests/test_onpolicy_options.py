@@ -223,7 +223,7 @@ def test_the_rule_steps_once_per_epoch_on_the_mean_kl(rule, expected):
 
     def step(batch):
         seen_lrs.append(updater.learning_rate)
-        return {"kl": torch.tensor(next(kls)), "policy": torch.tensor(0.0)}
+        return {"kl": torch.tensor(next(kls)), "policy": torch.tensor(0.0)}, True  # the diagnostics, stepped
 
     updater.eager_step = step
     stats = updater.update(FixedKLStorage(4), torch.Generator())

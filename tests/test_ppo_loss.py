@@ -140,8 +140,37 @@ def test_shuffled_minibatches_and_the_kl_stop_match_stable_baselines3(monkeypatc
     stats = updater.update(storage, torch.Generator())
     # stopped early with the KL (SB3 logs epochs, not steps: equal parameters say it stopped at the same one)
     assert stats["gradient_steps"] == 16 if target_kl is None else stats["gradient_steps"] < 16
+    if target_kl is not None:  # it stops in the first epoch, so SB3's logs (its KL's of the last epoch) are ours:
+        # the minibatch that stopped it is in both averages (it was left out of genpol's, hiding the KL that stopped)
+        logged = model.logger.name_to_value
+        for ours, theirs in (("policy", "policy_gradient_loss"), ("value", "value_loss"), ("approx_kl", "approx_kl"),
+                             ("clipfrac", "clip_fraction")):
+            assert stats[ours] == pytest.approx(float(logged[f"train/{theirs}"]), rel=1e-4), ours  # float32 sums
+        assert stats["entropy"] == pytest.approx(-float(logged["train/entropy_loss"]), rel=1e-5)
     for ours, theirs in zip(genpol_params(head, critic), sb3_params(model.policy)):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-7)
+
+
+def test_a_stop_at_the_first_minibatch_logs_the_kl_that_stopped_it():
+    """A rollout whose old log-probs are off by 0.3 nats everywhere: approx-KL = (e^0.3 - 1) - 0.3 = 0.050 at
+    the first minibatch, past 1.5 x 0.01. No step, and the logs say why (they were empty but for the counters)."""
+    torch.manual_seed(0)
+    head, critic = GaussianHead(3, 1, hidden_sizes=(16,)), ValueNetwork(3, (16,))
+    storage = RolloutStorage(64, 1, 3)
+    storage.obs.normal_()
+    with torch.no_grad():
+        _, record = head.sample(storage.obs[:, 0])
+    record["log_prob"] = record["log_prob"] - 0.3
+    storage.records = {key: value[:, None].clone() for key, value in record.items()}
+    storage.advantages.normal_()
+    before = [p.detach().clone() for p in [*head.parameters(), *critic.parameters()]]
+    updater = MinibatchUpdater(head, critic, PPOClipLoss(clip_range=0.2), lr=1e-3, epochs=2, minibatch_size=32,
+                               target_kl=0.01)
+    stats = updater.update(storage, torch.Generator().manual_seed(0))
+    assert stats["gradient_steps"] == 0 and stats["stopped_early"] == 1.0
+    assert stats["approx_kl"] == pytest.approx(np.expm1(0.3) - 0.3, rel=1e-4)
+    assert {"policy", "value", "clipfrac"} <= stats.keys()
+    assert all(torch.equal(a, b) for a, b in zip(before, [*head.parameters(), *critic.parameters()]))
 
 
 def test_ppo_clip_loss_hand_computed_boundaries():

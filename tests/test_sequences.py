@@ -73,13 +73,15 @@ def test_sequence_minibatches_cut_each_env_into_whole_subsequences_with_their_bo
         next(sequence_minibatches(obs, record, obs.squeeze(-1), flags, flags, obs.squeeze(-1), last_obs, 3, 1))
 
 
-def test_sequence_loss_feeds_the_recomputed_advantages_and_masks_truncated_value_errors():
+@pytest.mark.parametrize("clip_range_vf", [None, 0.2])
+def test_sequence_loss_feeds_the_recomputed_advantages_and_masks_truncated_value_errors(clip_range_vf):
     """The updater's loss on a [3, 1] sub-sequence equals PPO-clip's on sequence_gae's advantages and
-    value targets from the critic as it is, with the truncated step's value error zero."""
+    value targets from the critic as it is, with the truncated step's value error zero; also under
+    clip_range_vf with a critic 1.0 away from the old values (the clipped branch logged (1 - 0.2)^2 there)."""
     torch.manual_seed(0)
     head = GaussianHead(2, 1, hidden_sizes=[8])
     critic = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Flatten(0))
-    loss = PPOClipLoss(clip_range=0.2, vf_coef=0.25, normalize_advantage=False)
+    loss = PPOClipLoss(clip_range=0.2, vf_coef=0.25, normalize_advantage=False, clip_range_vf=clip_range_vf)
     updater = MinibatchUpdater(head, critic, loss, minibatch_size=3,
                                sequences=SequenceSettings(length=3, gamma=0.5, gae_lambda=0.5, reward_scale=10.0))
     obs = torch.randn(3, 1, 2)
@@ -90,18 +92,21 @@ def test_sequence_loss_feeds_the_recomputed_advantages_and_masks_truncated_value
     terminated = torch.zeros(3, 1, dtype=torch.bool)
     truncated = torch.tensor([[False], [True], [False]])
     bootstrap_obs = torch.randn(1, 2)
-    old_values = torch.zeros(3, 1)
-    total, named = updater.sequence_loss(obs, record, rewards, terminated, truncated, old_values, bootstrap_obs)
-
     with torch.no_grad():
         values = critic(obs.reshape(3, 2)).reshape(3, 1)
         targets, advantages = sequence_gae(10 * rewards, values, critic(bootstrap_obs), terminated, truncated, 0.5, 0.5)
-    value_error = ((targets - values) * (~truncated)).reshape(-1)
-    torch.testing.assert_close(named["value"], (value_error ** 2).mean())  # the unweighted value term
+    old_values = values - 1.0
+    total, named = updater.sequence_loss(obs, record, rewards, terminated, truncated, old_values, bootstrap_obs)
+
+    value_error = (targets - values).square()
+    if clip_range_vf is not None:  # by hand: the clipped prediction is old + 0.2 at every step
+        value_error = torch.maximum(value_error, (targets - (old_values + 0.2)).square())
+    value_error = value_error * (~truncated)
+    torch.testing.assert_close(named["value"], value_error.mean())  # the unweighted value term
     flat_record = {key: value.reshape(3, *value.shape[2:]) for key, value in record.items()}
     expected = loss(head.log_ratio(obs.reshape(3, 2), flat_record), advantages.reshape(-1),
                     critic(obs.reshape(3, 2)), torch.where(truncated, values, targets).reshape(-1),
-                    old_values.reshape(-1))
+                    torch.where(truncated, values, old_values).reshape(-1))
     torch.testing.assert_close(total, expected.total)
     assert advantages[1, 0] == 0  # the truncated step carries no advantage
 
@@ -187,7 +192,7 @@ def test_the_compiled_step_sees_one_minibatch_size(rollout_steps, minibatch_size
     def spy(*args):  # the compiled step's arguments: _sequence_arguments, or a Batch's fields in order
         batch = SequenceBatch(*args) if sequences is not None else Batch(*args)
         compiled_sizes.append(size(batch))
-        return eager_step(batch)
+        return eager_step(batch)[0]  # the compiled step returns the diagnostics alone (it never stops on a KL)
 
     def eager(batch):
         eager_sizes.append(size(batch))

@@ -11,6 +11,7 @@ from genpol.errors import ConfigError
 from genpol.heads import DiffusionHead, GaussianHead, PolicyFlowHead, RatioTerms
 from genpol.nets import ValueNetwork
 from genpol.storage import RolloutStorage
+from genpol.updaters import MinibatchUpdater
 from genpol.updaters.losses import ASPOLoss, PPOClipLoss, SPOLoss
 from genpol.updaters.schedules import AdaptiveLR
 from genpol.updaters.trpo import TRPOUpdater, conjugate_gradient
@@ -325,3 +326,28 @@ def test_trpo_chunk_size_bounds_the_batch_of_every_graph():
         TRPOUpdater(head, ValueNetwork(4, (8,)), critic_epochs=0, chunk_size=32).policy_step(obs, record, advantages)
         assert graph_batches and max(graph_batches) == 32
         assert sum(graph_batches) % samples == 0  # every pass covers the whole rollout
+
+
+@pytest.mark.parametrize("rollout_steps", [T, 1])
+def test_an_undefined_explained_variance_is_not_logged(rollout_steps):
+    """Returns all equal (a one-step task with a sparse reward) or a one-sample rollout: the explained variance
+    is undefined. Logged as NaN it stopped the run as diverged (the runner checks every logged value): PPO's
+    and TRPO's stats are finite, without that key."""
+    torch.manual_seed(0)
+    head = GaussianHead(4, 2, hidden_sizes=(16,))
+    storage, *_ = trpo_batch(4, 2, head)
+    if rollout_steps == 1:
+        small = RolloutStorage(1, 1, 4)
+        small.obs[:], small.advantages[:], small.values[:] = storage.obs[:1], storage.advantages[:1], storage.values[:1]
+        small.records = {key: value[:1].clone() for key, value in storage.records.items()}
+        storage = small
+    storage.returns.fill_(0.0)
+    updaters = (MinibatchUpdater(head, ValueNetwork(4, (16,)), PPOClipLoss(normalize_advantage=False), epochs=1,
+                                 minibatch_size=64),
+                TRPOUpdater(head, ValueNetwork(4, (16,)), target_kl=0.01, critic_epochs=1, normalize_advantage=False))
+    for updater in updaters:
+        stats = updater.update(storage, torch.Generator().manual_seed(0))
+        assert "explained_variance" not in stats and all(np.isfinite(value) for value in stats.values()), stats
+    storage.returns.normal_()  # defined again: logged
+    if rollout_steps > 1:
+        assert np.isfinite(updaters[0].update(storage, torch.Generator().manual_seed(0))["explained_variance"])

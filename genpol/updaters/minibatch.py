@@ -45,11 +45,21 @@ def clip_gradient_norm(params: list[torch.Tensor], max_norm: float, eps: float =
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``1 - Var(targets - predictions) / Var(targets)``; NaN when the targets are constant."""
+    """``1 - Var(targets - predictions) / Var(targets)``; NaN when the targets are constant or one."""
+    if targets.numel() < 2:  # torch's var() of one sample warns, then gives NaN
+        return torch.tensor(float("nan"))
     var_targets = targets.var()
     if var_targets == 0:
         return torch.tensor(float("nan"))
     return 1 - (targets - predictions).var() / var_targets
+
+
+def explained_variance_stat(predictions: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    """``{"explained_variance": ...}``, or nothing where it is undefined: constant returns (a one-step task with
+    a sparse reward) or a one-sample rollout. Logged as NaN, it stopped healthy runs as diverged (the runner
+    checks every logged value); SB3 logs the NaN, having no such check."""
+    value = explained_variance(predictions, targets)
+    return {"explained_variance": float(value)} if torch.isfinite(value) else {}
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,9 @@ class MinibatchUpdater:
                       bootstrap_obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The surrogate loss of ``[L, B]`` sub-sequences (``SequenceBatch``'s fields), advantages and
         value targets from ``sequence_gae`` on the critic being trained, without gradient through
-        them. A truncated step's value target is the prediction itself: no value error there, as the
-        references' ``(vs - v) (1 - truncation)``; the mean still counts it."""
+        them. A truncated step's value target and old value are the prediction itself: no value error there,
+        with or without ``clip_range_vf``, as the references' ``(vs - v) (1 - truncation)``; the mean still
+        counts it."""
         settings = self.sequences
         length, batch = rewards.shape
         flat_obs = obs.reshape(length * batch, -1)
@@ -187,6 +198,9 @@ class MinibatchUpdater:
                 terminated, truncated, settings.gamma, settings.gae_lambda)
             cut = truncated & ~terminated  # a step with both flags is a termination (sequence_gae)
             returns = torch.where(cut, values.detach().reshape(length, batch), value_targets)
+            # and so is its old value: else clip_range_vf's clipped branch, (V - V_old -+ eps)^2, logged a value
+            # error there once the critic had moved (no gradient: the clamp is saturated)
+            old_values = torch.where(cut, values.detach().reshape(length, batch), old_values)
         flat_record = {key: tensor.reshape(length * batch, *tensor.shape[2:]) for key, tensor in record.items()}
         return self._loss(flat_obs, flat_record, advantages.reshape(-1), values, returns.reshape(-1),
                           old_values.reshape(-1))
@@ -203,8 +217,9 @@ class MinibatchUpdater:
                 named["kl"] = policy_kl(self.head, obs, record, terms)
         return out.total, named
 
-    def eager_step(self, batch: Batch | SequenceBatch) -> dict[str, torch.Tensor] | None:
-        """Loss, backward, clip, Adam; None (and no step) when approx-KL passes 1.5 x target_kl.
+    def eager_step(self, batch: Batch | SequenceBatch) -> tuple[dict[str, torch.Tensor], bool]:
+        """Loss, backward, clip, Adam; the diagnostics, and False (no step) when approx-KL passes
+        1.5 x target_kl.
 
         Under torchrun the gradients and the diagnostics are averaged over ranks in one all-reduce
         before the KL check and the clip, so every rank stops, clips and steps alike."""
@@ -215,19 +230,19 @@ class MinibatchUpdater:
                                                batch.values)
         synchronized = collectives.world_size() > 1
         if not synchronized and self._kl_too_large(named):
-            return None
+            return named, False
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if synchronized:
             named = collectives.average_gradients(self.actor_params + self.critic_params, named)
             if self._kl_too_large(named):
-                return None
+                return named, False
         if self.max_grad_norm is not None:
             for params in self.clip_groups:
                 if params:
                     clip_gradient_norm(params, self.max_grad_norm, self.clip_eps)
         self.optimizer.step()
-        return named
+        return named, True
 
     @staticmethod
     def _sequence_arguments(batch: SequenceBatch) -> tuple[Any, ...]:
@@ -259,26 +274,30 @@ class MinibatchUpdater:
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         """Run the epochs on a rollout whose advantages are computed; return mean diagnostics."""
-        # each step's diagnostics, averaged at the end: a running sum cost ~20 us of tensor adds per step
+        # each minibatch's diagnostics, averaged at the end: a running sum cost ~20 us of tensor adds per step.
+        # The minibatch that stops the epochs on target_kl is among them, as in SB3's logs: left out, the logged
+        # approx_kl hid the very value that stopped the update (and a stop at the first minibatch logged none).
         diagnostics: list[dict[str, torch.Tensor]] = []
-        stopped_early = False
+        stopped_early, steps = False, 0
         per_epoch = self.adaptive_lr is not None and self.adaptive_lr.every == "epoch"
         full_size = self._full_minibatch(storage) if self.compiled_step is not None else None
         for _ in range(self.epochs):
             epoch_kls: list[float] = []
             for batch in self._minibatches(storage, generator):
+                stepped = True
                 if self.compiled_step is None or self._size(batch) != full_size:
                     # eager; or a rollout's short last minibatch, whose other size would compile a second graph
-                    named = self.eager_step(batch)
+                    named, stepped = self.eager_step(batch)
                 elif self.sequences is not None:
                     named = self.compiled_step(*self._sequence_arguments(batch))
                 else:
                     named = self.compiled_step(batch.obs, batch.record, batch.advantages, batch.returns,
                                                batch.values)
-                if named is None:
+                diagnostics.append(named)
+                if not stepped:
                     stopped_early = True
                     break
-                diagnostics.append(named)
+                steps += 1
                 if per_epoch:
                     epoch_kls.append(float(named["kl"]))
                 elif self.adaptive_lr is not None:
@@ -291,8 +310,8 @@ class MinibatchUpdater:
                  (diagnostics[0] if diagnostics else {})}
         flat = storage.flat()
         # of the rollout's GAE returns, under either estimation (the per-minibatch targets are not kept)
-        stats["explained_variance"] = float(explained_variance(flat.values, flat.returns))
-        stats["gradient_steps"] = float(len(diagnostics))
+        stats.update(explained_variance_stat(flat.values, flat.returns))
+        stats["gradient_steps"] = float(steps)
         stats["stopped_early"] = float(stopped_early)
         stats["learning_rate"] = self.learning_rate
         return stats

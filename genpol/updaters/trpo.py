@@ -50,7 +50,7 @@ from genpol import collectives
 from genpol.heads.base import PolicyHead
 from genpol.storage import RolloutStorage
 from genpol.updaters.losses import estimated_kl, normalize_advantages
-from genpol.updaters.minibatch import explained_variance
+from genpol.updaters.minibatch import explained_variance_stat
 from genpol.updaters.schedules import policy_kl
 
 log = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ class TRPOUpdater:
                 self.critic_optimizer.step()
                 value_losses.append(value_loss.detach())
         stats["value"] = float(torch.stack(value_losses).mean())
-        stats["explained_variance"] = float(explained_variance(data.values, data.returns))
+        stats.update(explained_variance_stat(data.values, data.returns))
         stats["learning_rate"] = float(self.critic_optimizer.param_groups[0]["lr"])
         return stats
 
