@@ -134,6 +134,20 @@ def test_offline_to_online_with_sac_pretrains_then_mixes_the_data(tmp_path, hopp
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
 
 
+@pytest.mark.parametrize("learner, too_big", [("sac", "learner.buffer_size=100000000000"),
+                                               ("ppo", "learner.rollout_steps=1000000000")])
+def test_offline_to_online_checks_the_online_learners_memory_before_pretraining(tmp_path, hopper_dataset,
+                                                                              learner, too_big):
+    """The online learner is built after behaviour cloning: its memory check came after the pretraining, and the
+    key it named could not change any more (a rerun resumes, the config fixed), so the pretraining was lost."""
+    with pytest.raises(ConfigError, match=rf"^{too_big} needs .* lower {too_big.split('=')[0]}"):
+        train("hopper", "tanh_gaussian" if learner == "sac" else "gaussian", learner, total_steps=256,
+              run_dir=tmp_path / "run", overrides=[*(TINY_SAC if learner == "sac" else []), too_big,
+                                                   "pipeline=offline_to_online", f"dataset.path={hopper_dataset}",
+                                                   "pipeline.pretrain_steps=50", "pipeline.video=false"])
+    assert not (tmp_path / "run" / "pretrain").exists()
+
+
 def test_offline_to_online_maps_off_policy_actions_onto_the_envs_box(tmp_path, hopper_dataset):
     """A dataset whose actions span [-0.3, 0.3] of Hopper's [-1, 1]: an off-policy learner's agent acts in the
     env's box (``dataset.actions`` resolves to ``env``: RLPD's, EXPO's and Ding & Jin's code), so its warm-up and

@@ -143,4 +143,4 @@ class TD3(OffPolicyAlgorithm):
 
 
 register_learner(Learner("td3", TD3Config, TD3.build, off_policy=True, offline_phase="behaviour_cloning",
-                         torchrun=False, needs=TD3.needs))
+                         torchrun=False, needs=TD3.needs, check_memory=TD3.check_memory))

@@ -103,8 +103,16 @@ class OffPolicyAlgorithm(Algorithm):
         if cfg.learner.offline_ratio > 0 and offline is None:
             raise ConfigError(f"learner.offline_ratio={cfg.learner.offline_ratio} mixes offline data into every "
                               "batch: set dataset.path (a D4RL HDF5 file or a Minari id)")
-        # refused here, before the replay is allocated: once full it must fit in memory, and with save_replay
-        # so must the host copy of its rows that each checkpoint writes (and a resume loads) beside it
+        cls.check_memory(cfg, head, env)
+        return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
+                   capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
+                   **kwargs)
+
+    @staticmethod
+    def check_memory(cfg: Any, head: PolicyHead, env: Any) -> None:
+        """``ConfigError`` naming ``learner.buffer_size`` when the replay cannot fit, before anything is allocated:
+        once full it must fit in memory, and with save_replay so must the host copy of its rows that each
+        checkpoint writes (and a resume loads) beside it. ``head`` is unused (the learner table's signature)."""
         replay_bytes = ReplayBuffer.bytes_for(cfg.learner.buffer_size, env.obs_dim, env.act_dim)
         key, value = "learner.buffer_size", cfg.learner.buffer_size
         copy = "its copy in each checkpoint (or learner.save_replay=false)"
@@ -114,9 +122,6 @@ class OffPolicyAlgorithm(Algorithm):
             require_memory(key, value, replay_bytes, cfg.device, "the replay buffer")
             if cfg.learner.save_replay:
                 require_memory(key, value, replay_bytes, "cpu", f"the replay buffer's host copy, {copy}")
-        return cls(head, cfg.learner, num_envs=env.num_envs, obs_dim=env.obs_dim, act_dim=env.act_dim,
-                   capacity=cfg.learner.buffer_size, device=torch.device(cfg.device), seed=cfg.seed, offline=offline,
-                   **kwargs)
 
     def _new_critic(self) -> QEnsemble:
         """A Q-ensemble as ``cfg`` describes it, freshly initialized from torch's global generator."""

@@ -79,14 +79,20 @@ class OnPolicyAlgorithm(Algorithm):
         self.bootstrap_truncation = bootstrap_truncation
         self.lr_schedule = lr_schedule
         self.device = next(critic.parameters()).device
-        # refused here, before the rollout is allocated, naming the key that sizes it
-        require_memory("learner.rollout_steps", rollout_steps,
-                       rollout_bytes(head, rollout_steps, num_envs, obs_dim, self.device) + model_bytes(head, critic),
-                       self.device, f"the rollout storage of env.num_envs={num_envs} envs and the model")
+        self.check_memory(head, critic, rollout_steps, num_envs, obs_dim, self.device)
         self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
         self._pending: Pending | None = None  # (record, V(obs)) of the last act
+
+    @staticmethod
+    def check_memory(head: PolicyHead, critic: nn.Module, rollout_steps: int, num_envs: int, obs_dim: int,
+                     device: torch.device) -> None:
+        """``ConfigError`` naming ``learner.rollout_steps`` when the rollout and the model cannot fit, before the
+        rollout is allocated (``critic`` may live on the meta device: only its parameter sizes are read)."""
+        require_memory("learner.rollout_steps", rollout_steps,
+                       rollout_bytes(head, rollout_steps, num_envs, obs_dim, device) + model_bytes(head, critic),
+                       device, f"the rollout storage of env.num_envs={num_envs} envs and the model")
 
     @property
     def rollout_steps(self) -> int:

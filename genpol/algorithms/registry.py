@@ -22,6 +22,7 @@ from genpol.algorithms.base import Algorithm
 from genpol.algorithms.expo import EXPO
 from genpol.algorithms.maxentdp import MaxEntDP, make_maxentdp
 from genpol.algorithms.meow import MEow
+from genpol.algorithms.offpolicy import OffPolicyAlgorithm
 from genpol.algorithms.onpolicy import OnPolicyAlgorithm
 from genpol.algorithms.qgradient import QGradientActor, make_qgradient
 from genpol.algorithms.sac import SAC
@@ -64,6 +65,11 @@ class Learner:
     online_options: frozenset[str] = frozenset()
     """Its config fields that ``pipeline.online_learner`` may change when the online phase starts (a learner
     whose offline phase is its own loss, and so one learner object for both phases)."""
+    check_memory: Callable[[Any, PolicyHead, VectorEnv], None] | None = None
+    """``check_memory(cfg, head, env)``: ``ConfigError`` naming the key when what ``build`` will allocate cannot
+    fit, allocating nothing and drawing no random numbers. ``pipeline=offline_to_online`` calls it before a
+    behaviour-cloning pretraining (after it, the refused key could no longer change: the run is resumed);
+    ``build`` checks again. None: the learner checks in ``build`` only."""
 
 
 LEARNERS: dict[str, Learner] = {}
@@ -151,17 +157,26 @@ def build_on_policy(cfg: Any, head: PolicyHead, env: VectorEnv, offline: Any = N
     )
 
 
+def check_on_policy_memory(cfg: Any, head: PolicyHead, env: VectorEnv) -> None:
+    """``build_on_policy``'s memory check, its critic on the meta device (sizes only, no draws)."""
+    with torch.device("meta"):
+        critic = make_critic(cfg.policy, env.obs_dim)
+    OnPolicyAlgorithm.check_memory(head, critic, cfg.learner.rollout_steps, env.num_envs, env.obs_dim,
+                                   torch.device(cfg.device))
+
+
 for _name, _schema in (("ppo", PPOConfig), ("spo", SPOConfig), ("aspo", ASPOConfig), ("trpo", TRPOConfig)):
     register_learner(Learner(_name, _schema, build_on_policy, off_policy=False, offline_phase="behaviour_cloning",
-                             torchrun=True, needs=OnPolicyAlgorithm.needs))
+                             torchrun=True, needs=OnPolicyAlgorithm.needs, check_memory=check_on_policy_memory))
+_replay_check = OffPolicyAlgorithm.check_memory
 register_learner(Learner("sac", SACConfig, SAC.build, off_policy=True, offline_phase="behaviour_cloning",
-                         torchrun=False, needs=SAC.needs))
+                         torchrun=False, needs=SAC.needs, check_memory=_replay_check))
 register_learner(Learner("expo", ExpoConfig, EXPO.build, off_policy=True, offline_phase="behaviour_cloning",
-                         torchrun=False, needs=EXPO.needs))
+                         torchrun=False, needs=EXPO.needs, check_memory=_replay_check))
 register_learner(Learner("consistency_ac", QGradientConfig, make_qgradient, off_policy=True,
                          offline_phase="own_loss", torchrun=False, needs=QGradientActor.needs,
-                         online_options=QGradientActor.online_options))
+                         online_options=QGradientActor.online_options, check_memory=_replay_check))
 register_learner(Learner("maxentdp", MaxEntDPConfig, make_maxentdp, off_policy=True, offline_phase="behaviour_cloning",
-                         torchrun=False, needs=MaxEntDP.needs))
+                         torchrun=False, needs=MaxEntDP.needs, check_memory=_replay_check))
 register_learner(Learner("meow", MEowConfig, MEow.build, off_policy=True, offline_phase="behaviour_cloning",
-                         torchrun=False, needs=MEow.needs))
+                         torchrun=False, needs=MEow.needs, check_memory=_replay_check))

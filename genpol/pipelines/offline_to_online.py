@@ -116,6 +116,11 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     if list_checkpoints(run_dir / "checkpoints"):  # fine-tuning had started: it resumes on its own
         pretrained = json.loads((run_dir / "pretrain" / "summary.json").read_text())
     else:
+        memory_check = learner(cfg.learner.name).check_memory
+        if not offline_rl and memory_check is not None:
+            # the online learner is built after pretraining; refused only then, its key could not change (a
+            # rerun resumes the run, whose config is fixed): the pretraining's hours were lost
+            memory_check(cfg, head, env)
         if offline_rl:
             pretrained = pretrain_offline_rl(cfg, run_dir, algorithm, offline, dataset, env, stack, normalized)
             head.start_finetuning()
