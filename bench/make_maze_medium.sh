@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 mkdir -p data
-rm -rf data/minari/genpol/pointmaze/medium-v0  # Minari refuses to overwrite a dataset
+# the collection refuses to overwrite either output (runs may resume from them): a remake deletes both first
+rm -rf data/minari/genpol/pointmaze/medium-v0 data/pointmaze_medium-v3.hdf5
 $PY -m genpol.data.maze_dataset --env PointMaze_Medium-v3 --steps 200000 --num-envs 8 --seed 0 \
     --eval-episodes 100 --d4rl data/pointmaze_medium-v3.hdf5 \
     --minari genpol/pointmaze/medium-v0 --minari-root data/minari "$@"

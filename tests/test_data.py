@@ -98,6 +98,13 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "0", "--d4rl", str(tmp_path / "y.hdf5")])
     assert refused.value.code == 2 and "--steps (0)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # no version: minari's int() TypeError after the collection
+        collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", "--minari",
+                      "genpol/hopper/random", "--d4rl", str(tmp_path / "z.hdf5")])
+    assert refused.value.code == 2 and "is not a Minari dataset id" in capsys.readouterr().err
+    assert not (tmp_path / "z.hdf5").exists()
+    with pytest.raises(DatasetError, match=r"^'genpol/hopper/random' is not a Minari dataset id"):
+        load_minari("genpol/hopper/random", root=tmp_path / "minari")
     with pytest.raises(SystemExit) as refused:  # a policy that is not there: one line and exit 2, no traceback
         collect_main(["--policy", str(tmp_path / "no_run"), "--env", "gym:Hopper-v5", "--steps", "10",
                       "--d4rl", str(tmp_path / "x.hdf5")])
@@ -152,6 +159,16 @@ def test_bad_dataset_files_name_the_culprit(tmp_path):
         handle["next_observations"] = np.zeros((len(handle["observations"]) - 1, 11), np.float32)
     with pytest.raises(DatasetError, match=r"next.hdf5: 'next_observations' has shape \(\d+, 11\), 'observations'"):
         load_d4rl(tmp_path / "next.hdf5")
+    # a short 'terminals' in a file without 'timeouts' (its ends inferred from next_observations): a numpy
+    # broadcasting error, from the inference that ran before the lengths were compared
+    tiny_d4rl(tmp_path / "short.hdf5")
+    with h5py.File(tmp_path / "short.hdf5", "r+") as handle:
+        terminals, observations = handle["terminals"][:], handle["observations"][:]
+        del handle["terminals"], handle["timeouts"]
+        handle["terminals"] = terminals[:-1]
+        handle["next_observations"] = np.roll(observations, -1, axis=0)
+    with pytest.raises(DatasetError, match=r"short.hdf5: 'terminals' has 15 rows, "):
+        load_d4rl(tmp_path / "short.hdf5")
     # entries of the wrong kind were numpy's TypeError / ValueError tracebacks
     for key, value, shown in [("rewards", np.float32(1.0), r"dtype float32 and shape \(\)"),
                               ("actions", np.array([[b"a"]] * 5), r"dtype \|S1 and shape \(5, 1\)")]:

@@ -167,6 +167,16 @@ def test_settings_that_would_fail_after_the_collection_are_refused_before_it(tmp
         maze_main(["--env", "PointMaze_UMaze-v3", "--minari", "genpol/pointmaze/taken-v0",
                    "--minari-root", str(tmp_path / "minari")])
     assert refused.value.code == 2 and "genpol/pointmaze/taken-v0 already exists" in capsys.readouterr().err
+    # an existing D4RL file was silently replaced, stranding the runs that resume from it; a Minari id without
+    # its version failed inside minari after the collection (and after the D4RL file was written)
+    (tmp_path / "taken.hdf5").write_bytes(b"a dataset")
+    for outputs, shown in ((["--d4rl", str(tmp_path / "taken.hdf5")], "taken.hdf5 already exists"),
+                           (["--minari", "genpol/pointmaze/umaze"], "'genpol/pointmaze/umaze' is not a Minari "
+                                                                    "dataset id: it must read (namespace/)name-v<N>")):
+        with pytest.raises(SystemExit) as refused:
+            maze_main(["--env", "PointMaze_UMaze-v3", *outputs, "--minari-root", str(tmp_path / "minari")])
+        assert refused.value.code == 2 and shown in capsys.readouterr().err
+    assert (tmp_path / "taken.hdf5").read_bytes() == b"a dataset"
     diverse = eval_maze_map("PointMaze_Medium_Diverse_G-v3")
     assert sum(cell == "g" for row in diverse for cell in row) == 1 and diverse[6][6] == "g"
     assert not any(cell in ("c", "r") for row in diverse for cell in row)

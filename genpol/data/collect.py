@@ -32,7 +32,7 @@ from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
-from genpol.errors import CheckpointError, ConfigError
+from genpol.errors import CheckpointError, ConfigError, DatasetError
 from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
 
 log = logging.getLogger(__name__)
@@ -122,13 +122,31 @@ def to_d4rl_arrays(episodes: list[dict[str, np.ndarray]]) -> dict[str, np.ndarra
     }
 
 
+def refuse_unwritable_outputs(parser: argparse.ArgumentParser, d4rl: str | None, minari: str | None,
+                              minari_root: str | None) -> None:
+    """Exit 2 before collecting, not after (the collection would be lost), for an output that cannot be written:
+    an existing D4RL file or Minari dataset (runs may resume from it, and genpol refuses to resume onto changed
+    data, so overwriting it would strand them) or a malformed Minari id."""
+    if d4rl and Path(d4rl).exists():
+        parser.exit(2, f"genpol: {d4rl} already exists; choose another path, or delete it first\n")
+    if minari:
+        try:
+            path = minari_dataset_path(minari, minari_root)
+        except DatasetError as error:
+            parser.exit(2, f"genpol: --minari: {error}\n")
+        if path.exists():
+            parser.exit(2, f"genpol: the Minari dataset {minari} already exists at {path}; choose another id, or "
+                           "delete it first\n")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", required=True, help="a run or checkpoint directory, or 'random'")
     parser.add_argument("--env", required=True, help="env id, e.g. gym:Hopper-v5")
     parser.add_argument("--steps", type=int, default=100_000, help="transitions in complete episodes")
     parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="env i starts from seed + i: collections meant to be disjoint take seeds --num-envs apart")
     parser.add_argument("--deterministic", action="store_true", help="the policy's mean action")
     parser.add_argument("--d4rl", help="write a D4RL HDF5 file here")
     parser.add_argument("--minari", help="write a Minari dataset with this id (e.g. genpol/hopper/medium-v0)")
@@ -141,13 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("give --d4rl and/or --minari")
     if args.steps < 1 or args.num_envs < 1:
         parser.error(f"--steps ({args.steps}) and --num-envs ({args.num_envs}) must be >= 1")
-    # checked before collecting, not after; an existing file may be a dataset that runs resume from
-    # (genpol refuses to resume onto changed data, so overwriting it would strand them)
-    if args.d4rl and Path(args.d4rl).exists():
-        parser.exit(2, f"genpol: {args.d4rl} already exists; choose another path, or delete it first\n")
-    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():
-        parser.exit(2, f"genpol: the Minari dataset {args.minari} already exists at "
-                       f"{minari_dataset_path(args.minari, args.minari_root)}; choose another id, or delete it first\n")
+    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
 
     try:
         episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,

@@ -124,6 +124,8 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
             terminals = np.asarray(data["terminals"]).reshape(-1).astype(bool)
             if "timeouts" in data:
                 timeouts = np.asarray(data["timeouts"]).reshape(-1).astype(bool)
+            elif len(terminals) != n:  # no ends to infer against it: OfflineDataset names 'terminals' below
+                timeouts = np.zeros(n, dtype=bool)
             else:
                 timeouts = _unflagged_ends(handle, path, observations, terminals)
             if len(terminals) == n and len(timeouts) == n:  # else OfflineDataset names the culprit

@@ -39,7 +39,8 @@ import torch
 from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.maze_planner import GOAL, POSITION, VELOCITY, BatchController, MazeGrid, maze_map_of
-from genpol.data.minari_io import minari_dataset_path, write_minari
+from genpol.data.collect import refuse_unwritable_outputs
+from genpol.data.minari_io import write_minari
 from genpol.data.scores import normalized_score
 from genpol.policy import evaluate_episodes
 
@@ -189,9 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.eval_episodes and maze not in EVAL_GOAL_CELL:
         parser.error(f"{args.env}: no single-goal evaluation map for the {maze} maze (known: "
                      f"{', '.join(EVAL_GOAL_CELL)}); pass --eval-episodes 0")
-    if args.minari and minari_dataset_path(args.minari, args.minari_root).exists():
-        parser.exit(2, f"genpol: the Minari dataset {args.minari} already exists at "
-                       f"{minari_dataset_path(args.minari, args.minari_root)}; choose another id, or delete it first\n")
+    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)  # the D4RL file was overwritten
     # Minari's reference returns were measured on the single-goal map: a Diverse id's task is another one
     reference = None if "_Diverse_" in args.env else MAZE_REFERENCE.get((maze, reward_type))
 

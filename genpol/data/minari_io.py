@@ -47,6 +47,7 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
     more than ``max_transitions`` steps is refused before its episodes are read (None: no limit)."""
     import minari
 
+    check_minari_id(dataset_id)
     with _datasets_root(root):
         where = root or os.environ.get("MINARI_DATASETS_PATH", "~/.minari/datasets")
         try:
@@ -97,10 +98,24 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
     )
 
 
+def check_minari_id(dataset_id: str) -> None:
+    """``DatasetError`` for an id Minari cannot parse: ``(namespace/)name-v<N>``. minari raises an int()
+    TypeError for a missing version, and only once it writes (after the collection) or reads."""
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    try:
+        parse_dataset_id(dataset_id)
+    except (TypeError, ValueError):
+        raise DatasetError(f"'{dataset_id}' is not a Minari dataset id: it must read (namespace/)name-v<N>, "
+                           "e.g. genpol/hopper/medium-v0") from None
+
+
 def minari_dataset_path(dataset_id: str, root: str | Path | None = None) -> Path:
-    """Where the Minari dataset ``dataset_id`` lives (whether or not it exists)."""
+    """Where the Minari dataset ``dataset_id`` lives (whether or not it exists); ``DatasetError`` for an id
+    that is not one."""
     import minari
 
+    check_minari_id(dataset_id)
     with _datasets_root(root):
         return Path(minari.storage.get_dataset_path(dataset_id))
 
