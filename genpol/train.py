@@ -97,10 +97,30 @@ def train_from_config(cfg: DictConfig) -> None:
         print(json.dumps(summary, indent=2))
 
 
+def register_launchers() -> None:
+    """Register genpol's launcher plugins (``launcher=slurm``, ``launcher=submitit_local``) with Hydra by hand.
+
+    Hydra finds plugins by walking the ``hydra_plugins`` namespace's folders (pkgutil), which an editable
+    install (``pip install -e``, the Makefile's setup) maps through an import hook that walk does not see:
+    outside the checkout those launchers failed as "Unknown plugin class". A wheel's scan finds them anyway.
+    Without hydra-submitit-launcher the module defines no launcher, and Hydra names the missing plugin."""
+    from hydra.core.plugins import Plugins
+
+    try:
+        from hydra_plugins.genpol_launchers import resuming_submitit
+    except ImportError:  # a genpol installed without the plugin folder: Hydra names it if a launcher asks
+        return
+    for name in ("ResumingSlurmLauncher", "ResumingLocalLauncher"):
+        launcher = getattr(resuming_submitit, name, None)
+        if launcher is not None:
+            Plugins.instance().register(launcher)
+
+
 def main() -> None:
     """The command line (``python -m genpol.train``, ``genpol-train``): renamed keys in the
     arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
     sys.argv[1:] = rename_overrides(sys.argv[1:])
+    register_launchers()
     try:  # a learner of the user's own registers its schema before Hydra composes
         for item in sys.argv[1:]:  # Hydra makes run_dir its output folder before genpol sees the config
             if item.lstrip("+").startswith("run_dir="):

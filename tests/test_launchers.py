@@ -419,3 +419,15 @@ def test_ray_sweep_against_a_local_head(tmp_path):
     assert seeds == [0, 1]
     for job in ("0", "1"):  # each job's summary was printed by a Ray worker
         assert f'"run_dir": "{tmp_path / "sweep" / job}"' in worker_output
+
+
+def test_genpols_launchers_are_found_outside_the_checkout(tmp_path):
+    """Hydra walks the hydra_plugins folders for plugins, which the editable install's import hook hides
+    outside the checkout: launcher=slurm failed there as "Unknown plugin class". The CLI registers them."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    probe = ("from hydra.core.plugins import Plugins; from genpol.train import register_launchers; "
+             "register_launchers(); known = Plugins.instance().class_name_to_class; "
+             "print(all(f'hydra_plugins.genpol_launchers.resuming_submitit.{name}' in known "
+             "for name in ('ResumingSlurmLauncher', 'ResumingLocalLauncher')))")
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    assert run_cli("-c", probe, cwd=tmp_path, env=environment, cold=True).stdout.strip() == "True"
