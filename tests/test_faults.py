@@ -2,6 +2,7 @@
 non-finite values stop training without a bad checkpoint, a failed checkpoint write keeps the
 previous one, and one run directory has one writer."""
 
+import dataclasses
 import errno
 import math
 import os
@@ -77,6 +78,32 @@ def test_a_failing_callback_costs_its_artifact_only(tmp_path, monkeypatch):
     summary = tiny_run(tmp_path)
     assert "No space left" in summary["missing"]["learning_curve"] and summary["learning_curve"] is None
     assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_a_finished_run_trained_on_sets_its_summary_aside_until_the_new_end(tmp_path):
+    """Resumed with a larger total_steps, a finished run's summary.json described the old budget until the new
+    end replaced it; a stop in between left it there, and genpol.report counted the run as finished with the
+    old numbers. It moves to summary-<env_steps>.json as training resumes, and the new end writes its own."""
+    import json
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.report import find_runs
+    from genpol.runners.scaffold import check_resume_config
+
+    tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    run_dir = tmp_path / "run"
+    again = validate(compose_config(["env=pendulum", "total_steps=512", f"run_dir={run_dir}", *TINY,
+                                     "pipeline.video=false", f"pipeline.video_dir={tmp_path / 'videos'}"]))
+    check_resume_config(run_dir, again)  # the same budget (a re-evaluation): the summary stays
+    assert (run_dir / "summary.json").exists()
+    check_resume_config(run_dir, dataclasses.replace(again, total_steps=1024))  # as a resume to 1024 starts
+    assert not (run_dir / "summary.json").exists()
+    assert json.loads((run_dir / "summary-512.json").read_text())["env_steps"] == 512
+    finished, unfinished = find_runs(tmp_path)[:2]
+    assert not finished and unfinished == [run_dir]  # stopped here, it is listed as unfinished
+    tiny_run(tmp_path, total_steps=1024, overrides=["pipeline.video=false"])
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
 
 
 # ---------------------------------------------------------------- non-finite values

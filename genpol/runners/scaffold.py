@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -112,11 +113,30 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         compare_saved_config(run_dir, path, cfg, current)
         # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
         # for genpol.report, which groups runs by it
+        set_aside_outgrown_summary(run_dir, cfg)
     elif holds_progress(run_dir):  # deleted by hand: the resume could not be checked against what the run was
         raise ConfigError(f"{run_dir} holds checkpoints but no config.yaml, so a resume cannot be checked against "
                           "the config the run trained with; put its config.yaml back, or start anew in another "
                           "run_dir")
     write_text_atomic(path, OmegaConf.to_yaml(current))
+
+
+def set_aside_outgrown_summary(run_dir: Path, cfg: TrainConfig) -> None:
+    """A finished run resumed with a larger ``total_steps`` trains on, and its ``summary.json`` describes the
+    smaller budget until the new end replaces it: a stop before that end (exit 4, a preemption, NaN) left it,
+    and ``genpol.report``, which counts a run with a summary as finished, showed the old numbers under the new
+    budget. It moves to ``summary-<env_steps>.json``. (GoRL's steps count its stages apart: left as it is.)"""
+    path = run_dir / "summary.json"
+    if cfg.pipeline.name == "gorl" or not list_checkpoints(run_dir / "checkpoints"):
+        return  # without a checkpoint the summary is what marks the run as holding progress
+    try:
+        env_steps = int(json.loads(path.read_text())["env_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if env_steps < cfg.total_steps:
+        os.replace(path, run_dir / f"summary-{env_steps}.json")
+        log.info("%s: training on to total_steps=%d; the summary of its end at %d env steps is now %s", run_dir,
+                 cfg.total_steps, env_steps, f"summary-{env_steps}.json")
 
 
 def holds_progress(run_dir: Path) -> bool:
