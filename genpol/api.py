@@ -105,8 +105,9 @@ def train(
         run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
             existing run resumes when called with the same groups and overrides (the config is composed
             again and compared with the saved one: only budgets, logging and evaluation may change).
-        overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``. One that selects
-            a group, the seed or total_steps given as an argument too must agree with it (else ConfigError).
+        overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``. One that sets a key
+            the arguments set too (a group, ``env.backend`` and ``env.id`` of an id, the seed, total_steps) must
+            agree with it (else ConfigError).
         config_dirs: folders of your own config groups (see ``compose_config``).
         updater: the old name of ``learner`` (accepted with a warning).
 
@@ -135,20 +136,19 @@ def train(
                       stacklevel=2)
         learner = updater
     arguments = {"seed": seed, "total_steps": total_steps}
-    for key, value in arguments.items():  # both given: one silently won (seed the override, total_steps the argument)
-        named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}{key}=", item)]
-        if value is not None and named and named[-1] != str(value):
-            raise ConfigError(f"train(): {key}={value} and the override {key}={named[-1]} differ: give one")
     env_items = _env_overrides(env) if env is not None else []
     groups = [*env_items,
               *(f"{group}={name}" for group, name in (("policy", policy), ("learner", learner)) if name is not None)]
-    chosen = {"env": env_items[0].split("=", 1)[1] if env_items else None, "policy": policy, "learner": learner}
-    for group, keys in (("env", "env"), ("policy", "policy"), ("learner", "learner|updater")):
-        # an argument and an override selecting the group: the override won, against the docstring's promise
-        named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}(?:{keys})=", item)]
-        if chosen[group] is not None and named and named[-1] != chosen[group]:
-            raise ConfigError(f"train(): {group}={chosen[group]} and the override {group}={named[-1]} differ: "
-                              "give one")
+    given = dict(item.split("=", 1) for item in groups)
+    given.update({key: str(value) for key, value in arguments.items() if value is not None})
+    for key, value in given.items():
+        # an argument and an override of the same key: one silently won (the override a group, env.id or the
+        # seed, the argument total_steps), against the docstring's promise
+        pattern = "learner|updater" if key == "learner" else re.escape(key)
+        named = [item.split("=", 1)[1] for item in extra if re.match(rf"^\+{{0,2}}(?:{pattern})=", item)]
+        if named and named[-1] != value:
+            raise ConfigError(f"train(): {key}={value} (from the arguments) and the override {key}={named[-1]} "
+                              "differ: give one")
     items = [*groups, *(f"{key}={value}" for key, value in arguments.items() if value is not None),
              f"run_dir={quoted(run_dir)}", *extra]
     try:

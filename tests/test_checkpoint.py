@@ -535,19 +535,23 @@ def test_a_resume_without_a_readable_config_yaml_is_refused_naming_the_file(tmp_
     assert not (run_dir / "config.yaml").exists()
 
 
-@pytest.mark.parametrize("arguments, override", [
-    ({"seed": 5}, "seed=7"), ({"total_steps": 512}, "total_steps=1024"), ({"env": "pendulum"}, "env=gym"),
-    ({"policy": "gaussian"}, "policy=fpo"), ({"learner": "ppo"}, "learner=sac"), ({"learner": "ppo"}, "updater=sac")])
-def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override):
+@pytest.mark.parametrize("arguments, override, given", [
+    ({"seed": 5}, "seed=7", "seed=5"), ({"total_steps": 512}, "total_steps=1024", "total_steps=512"),
+    ({"env": "pendulum"}, "env=gym", "env=pendulum"), ({"policy": "gaussian"}, "policy=fpo", "policy=gaussian"),
+    ({"learner": "ppo"}, "learner=sac", "learner=ppo"), ({"learner": "ppo"}, "updater=sac", "learner=ppo"),
+    ({"env": "dmc:cheetah-run"}, "env.id=walker-walk", "env.id=cheetah-run"),
+    ({"env": "gym:Pendulum-v1"}, "env.backend=dmc", "env.backend=gym")])
+def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, arguments, override, given):
     """``train(seed=5, overrides=["seed=7"])`` trained seed 7 (and a total_steps argument beat its override), and
-    ``train(env="pendulum", overrides=["env=gym", ...])`` trained the override's env: one of the two was dropped
-    without a word. Given alike, or once, they are used."""
+    ``train(env="pendulum", overrides=["env=gym", ...])`` trained the override's env, as did
+    ``train(env="dmc:cheetah-run", overrides=["env.id=walker-walk"])``: one of the two was dropped without a
+    word. Given alike, or once, they are used."""
     from genpol.api import train
 
-    key = override.split("=")[0]
-    group = {"updater": "learner"}.get(key, key)
-    with pytest.raises(ConfigError, match=rf"^train\(\): {group}={arguments[group]} and the override "
-                                          rf"{override.replace(key, group)} differ: give one$"):
+    key, value = override.split("=")
+    shown = f"{given.split('=')[0]}={value}"  # updater= is named as learner=
+    with pytest.raises(ConfigError, match=rf"^train\(\): {re.escape(given)} \(from the arguments\) and the override "
+                                          rf"{re.escape(shown)} differ: give one$"):
         train(**{"env": "pendulum", **arguments}, overrides=[override], run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
