@@ -68,6 +68,18 @@ def test_evaluate_reports_both_modes_and_writes_videos(trained_run):
     assert json.loads((run_dir / "evaluation.json").read_text()) == report
 
 
+def test_evaluate_defaults_agree_between_the_command_line_and_the_api():
+    """The command line recorded videos unless told not to (into ./videos of any folder), the API did not."""
+    import inspect
+
+    from genpol.api import evaluate
+    from genpol.config import EvaluateConfig
+
+    for name, parameter in inspect.signature(evaluate).parameters.items():
+        if parameter.default is not inspect.Parameter.empty and name != "checkpoint":
+            assert getattr(EvaluateConfig, name) == parameter.default, name
+
+
 def test_evaluate_names_a_missing_run(tmp_path):
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'nothing'}", check=False)
     assert result.returncode == 2 and "nothing does not exist: expected a run directory" in result.stderr

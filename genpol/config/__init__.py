@@ -88,8 +88,9 @@ class EvaluateConfig:
     """A specific checkpoint directory (default: the latest one in run_dir)."""
     episodes: int = 10
     """Episodes per mode (deterministic and stochastic)."""
-    video: bool = True
-    """Write mp4s of the deterministic and stochastic rollouts."""
+    video: bool = False
+    """Write mp4s of the deterministic and stochastic rollouts (``video=true``; off by default, as in
+    ``genpol.api.evaluate``: on, a bare ``genpol-evaluate`` made ``videos/`` in whatever folder it ran from)."""
     video_dir: str = "videos"
     """Videos go to <video_dir>/<run name>/."""
     seed: int = 10000
