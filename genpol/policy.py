@@ -85,7 +85,10 @@ class TrainedPolicy:
                                   f"this genpol reads format {POLICY_FORMAT}")
         if isinstance(spec.get("obs_normalization"), bool):  # written before "running"/"minmax"/"none"
             spec["obs_normalization"] = "running" if spec["obs_normalization"] else "none"
-        head = head_from_spec(spec["head"]).to(device)
+        try:  # a head of the user's whose module is not importable here: one line, exit 2 (a traceback, exit 1)
+            head = head_from_spec(spec["head"]).to(device)
+        except ValueError as error:
+            raise CheckpointError(f"{checkpoint}: its policy head cannot be rebuilt: {error}") from error
         try:
             head.load_state_dict(weights["head"])
         except (KeyError, RuntimeError) as error:

@@ -4,6 +4,7 @@ its ``module:ClassName``; its Config types and checks its keys; ``policy=custom`
 constructor arguments untyped; bad names fail at validation."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -28,6 +29,14 @@ def test_the_tutorial_head_trains_evaluates_and_reloads_from_its_own_yaml(tmp_pa
     assert '"deterministic_return_mean"' in result.stdout
     policy = load_policy(run_dir)
     assert type(policy.head).__name__ == "LaplaceHead" and policy.head.mean_net[0].out_features == 16
+    # where its module is not importable: one line naming it, exit 2 (a Hydra traceback and exit 1)
+    elsewhere = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = run_cli("-m", "genpol.evaluate", f"run_dir={run_dir}", "episodes=1", check=False, cwd=tmp_path,
+                     env=elsewhere, cold=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"genpol: CheckpointError: {run_dir / 'checkpoints' / 'step_000000001024'}: its policy head cannot be "
+        "rebuilt: policy head 'laplace_head:LaplaceHead': cannot import module 'laplace_head'")
 
 
 def test_the_head_config_types_the_yaml_and_policy_custom_still_passes_kwargs(examples_on_path):
