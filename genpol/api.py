@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import torch
 from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from omegaconf import DictConfig
@@ -157,7 +158,11 @@ def train(
         if claimed and not any(run_dir.iterdir()):  # the folder this call made for a run that never started
             run_dir.rmdir()
         raise
-    return run_training(config, run_dir)
+    threads = torch.get_num_threads()  # the run sets torch_threads for itself; the caller's count comes back
+    try:
+        return run_training(config, run_dir)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, checkpoint: str | None = None,

@@ -32,11 +32,15 @@ def _record_threads(monkeypatch) -> dict[str, list[int]]:
 @pytest.mark.parametrize("update_threads,expected", [(0, 1), (2, 2)])
 def test_updates_run_on_update_threads_and_acting_on_torch_threads(tmp_path, monkeypatch, update_threads, expected):
     seen = _record_threads(monkeypatch)
-    train("pendulum", total_steps=256, run_dir=tmp_path / "run",
-          overrides=[*TINY, "torch_threads=1", f"update_threads={update_threads}"])
+    torch.set_num_threads(3)  # the caller's count: the run uses its own, then gives the caller's back (it kept 1)
+    try:
+        train("pendulum", total_steps=256, run_dir=tmp_path / "run",
+              overrides=[*TINY, "torch_threads=1", f"update_threads={update_threads}"])
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(1)
     assert len(seen["update"]) == 4 and set(seen["update"]) == {expected}
     assert len(seen["act"]) >= 4 * 32 and set(seen["act"]) == {1}  # acting after every update is back on 1
-    assert torch.get_num_threads() == 1
 
 
 def test_a_failing_update_restores_the_thread_count(tmp_path, monkeypatch):
