@@ -42,10 +42,14 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
     type), with Hydra's reason in the message (and the original exception as its cause).
     """
     overrides, config_dirs = _as_list(overrides, "overrides"), _as_list(config_dirs, "config_dirs")
+    for folder in config_dirs:  # a misspelt one was searched in vain: Hydra blamed the group option it lacked
+        if not Path(folder).expanduser().is_dir():
+            where = Path(folder).expanduser().resolve()
+            raise ConfigError(f"config_dirs: {folder} is not a directory (looked for {where})")
     overrides = rename_overrides(overrides)
     import_learner_modules(overrides, config_dirs)  # a learner of the user's own registers its schema
     register_configs()
-    extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in config_dirs)}]"
+    extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).expanduser().resolve()) for d in config_dirs)}]"
              ] if config_dirs else []
     with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
         try:

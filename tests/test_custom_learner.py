@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 import torch
 
 from conftest import EXAMPLES, assert_trees_equal, final_checkpoint, run_cli
@@ -80,3 +81,13 @@ def test_td3_target_is_the_smoothed_clipped_double_q_target(examples_on_path):
         next_q = torch.minimum(*td3.critic_target(batch.next_obs, next_actions))
     expected = batch.rewards + 0.99 * (1 - batch.dones) * next_q
     torch.testing.assert_close(target, expected, rtol=0, atol=1e-6)
+
+
+def test_a_misspelt_config_dir_is_named(tmp_path):
+    """Hydra searched the missing folder in vain and blamed the option it lacked ("Could not find
+    'learner/td3'"); the command line's --config-dir names the folder, and so does the API now."""
+    from genpol.api import compose_config
+    from genpol.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^config_dirs: {tmp_path / 'cofnigs'} is not a directory"):
+        compose_config(["learner=td3"], config_dirs=[tmp_path / "cofnigs"])
