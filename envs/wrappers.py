@@ -328,7 +328,11 @@ class VideoRecorder(VectorEnvWrapper):
             return
         frame = self.env.render()
         if frame is None:
-            raise RuntimeError(f"{self.env_id}: VideoRecorder needs an env made with render=True")
+            # "needs an env made with render=True" misled where the factory had been given it (an env of the user's
+            # that does not implement render(): VectorEnv's returns None)
+            raise RuntimeError(f"{self.env_id}: render() returned no frame: a video needs an env made with "
+                               "render=True whose render() returns env 0's RGB frame [H, W, 3] (uint8); "
+                               "pipeline.video=false skips videos")
         if self._stream is None:
             path = self.directory / f"{self.prefix}-episode{len(self.paths)}.mp4"
             self._stream = Mp4Stream(path, fps=self.fps)

@@ -89,6 +89,17 @@ def test_an_episode_cut_short_by_reset_or_close_leaves_no_file(tmp_path):
     assert frames_of(recorder.paths[0]).shape[0] == 6
 
 
+def test_an_env_that_gives_no_frame_is_named_with_both_causes(tmp_path):
+    """The message blamed render=True alone; a simulator of the user's that had been made with it, but
+    implements no render() (VectorEnv's returns None), was told to do what it had done."""
+    with envs.make("genpol:MultiGoal", num_envs=1, seed=0, max_episode_steps=6) as env:
+        recorder = envs.VideoRecorder(env, tmp_path)  # MultiGoal made without render=True gives no frame
+        with pytest.raises(RuntimeError, match=r"genpol:MultiGoal: render\(\) returned no frame: a video needs an env "
+                                               r"made with render=True whose render\(\) returns env 0's RGB frame"):
+            recorder.reset()  # the first frame is the reset's
+    assert not list(tmp_path.iterdir())
+
+
 def test_videos_of_a_process_running_playground_fork_no_python_code(tmp_path, monkeypatch):
     """JAX warns at every fork of a process whose backends run: a forked child that runs Python next to
     JAX's threads may deadlock. imageio-ffmpeg starts ffmpeg with a ``preexec_fn`` (every video of a
