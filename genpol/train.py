@@ -26,7 +26,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from genpol import collectives, distributed
 from genpol.config import TrainConfig, check_run_dir
@@ -81,6 +81,12 @@ def train_from_config(cfg: DictConfig) -> None:
     if hydra_config.mode == RunMode.RUN and launcher != "local":  # Hydra launches only sweeps
         log.warning("launcher=%s sends --multirun sweeps; without --multirun this run trains here, in this process",
                     launcher)
+    if OmegaConf.is_interpolation(cfg, "run_dir"):
+        # run_dir left to its default, the folder given as hydra.run.dir (hydra.sweep.dir) instead: the default was
+        # never resolved for Hydra's folder, and resolving it here claimed a second, empty one (one per sweep job),
+        # which config.yaml then named. (Otherwise both are the value Hydra resolved, cached: nothing changes.)
+        cfg.run_dir = (hydra_config.runtime.output_dir if hydra_config.mode == RunMode.RUN
+                       else str(Path(hydra_config.sweep.dir).absolute()))
     try:
         config = validate(cfg)
         summary = run_training(config, hydra_config.runtime.output_dir)

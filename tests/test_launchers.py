@@ -33,6 +33,21 @@ def lock_pid(run_dir: Path) -> int:
 
 # -- run directories ---------------------------------------------------------------------------
 
+def test_hydras_own_folder_options_claim_no_second_folder(tmp_path):
+    """hydra.run.dir (hydra.sweep.dir) without run_dir: the run trained there, but the default run_dir was
+    resolved too, claiming an empty runs/<date>/<time> (one per sweep job) that config.yaml named."""
+    import yaml
+
+    tiny = ["env=gym", "env.id=Pendulum-v1", "total_steps=64", "env.num_envs=1", "learner.rollout_steps=64",
+            "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false", "logger.tensorboard=false"]
+    run_cli("-m", "genpol.train", "hydra.run.dir=mine", *tiny, cwd=tmp_path)
+    run_cli("-m", "genpol.train", "--multirun", "hydra.sweep.dir=sweep", "seed=0,1", *tiny, cwd=tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "sweep"]  # no runs/
+    assert yaml.safe_load((tmp_path / "mine" / "config.yaml").read_text())["run_dir"] == str(tmp_path / "mine")
+    for job in ("0", "1"):
+        assert yaml.safe_load((tmp_path / "sweep" / job / "config.yaml").read_text())["run_dir"] == str(tmp_path / "sweep")
+
+
 def test_the_default_run_dir_is_claimed_once_per_launch(tmp_path):
     """Two launches in the same second (here 8 threads at once, and two composes) never share a
     directory: each gets its own, created atomically."""
