@@ -45,7 +45,8 @@ def test_hydras_own_folder_options_claim_no_second_folder(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "sweep"]  # no runs/
     assert yaml.safe_load((tmp_path / "mine" / "config.yaml").read_text())["run_dir"] == str(tmp_path / "mine")
     for job in ("0", "1"):
-        assert yaml.safe_load((tmp_path / "sweep" / job / "config.yaml").read_text())["run_dir"] == str(tmp_path / "sweep")
+        saved = yaml.safe_load((tmp_path / "sweep" / job / "config.yaml").read_text())
+        assert saved["run_dir"] == str(tmp_path / "sweep")
 
 
 def test_the_default_run_dir_is_claimed_once_per_launch(tmp_path):
