@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import warnings
@@ -107,7 +108,7 @@ def train(
             else ``ppo``.
         total_steps: env steps (default: the config's).
         seed: the run's seed (default: the config's, 0).
-        run_dir: run directory (default: a new ``runs/<date>_<time>``, ``..._1`` if that exists); an
+        run_dir: run directory (default: a new ``runs/<date>/<time>``, ``..._1`` if that exists, as the CLI's); an
             existing run resumes when called with the same groups and overrides (the config is composed
             again and compared with the saved one: only budgets, logging and evaluation may change).
         overrides: further Hydra overrides, e.g. ``["learner.lr=1e-3", "env.num_envs=16"]``. One that sets a key
@@ -133,8 +134,8 @@ def train(
                               "give one")
         run_dir = in_overrides[-1]
     claimed = run_dir is None
-    if run_dir is None:
-        run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d_%H-%M-%S")))
+    if run_dir is None:  # the command line's default folder
+        run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")))
     run_dir = Path(run_dir).expanduser()  # "~/runs/x" made a folder named ~ in the working directory
     if updater is not None:
         warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
@@ -161,6 +162,8 @@ def train(
     except Exception:
         if claimed and not any(run_dir.iterdir()):  # the folder this call made for a run that never started
             run_dir.rmdir()
+            with contextlib.suppress(OSError):  # and its date's folder, if that holds nothing else
+                run_dir.parent.rmdir()
         raise
     threads = torch.get_num_threads()  # the run sets torch_threads for itself; the caller's count comes back
     try:

@@ -556,17 +556,23 @@ def test_the_api_refuses_an_argument_and_an_override_that_differ(tmp_path, argum
     assert not (tmp_path / "run").exists()
 
 
+TINY_API = ["learner.rollout_steps=32", "env.num_envs=2", "learner.epochs=1", "learner.minibatch_size=32",
+            "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"]
+
+
 def test_the_api_leaves_no_folder_for_a_failed_config_and_expands_home(tmp_path, monkeypatch):
     """A call that claimed a new run folder and then failed its config left it behind (five typos: five empty
-    runs/<date>_<time>); run_dir="~/x" made a folder named ~ in the working directory."""
+    runs/<date>/<time>); run_dir="~/x" made a folder named ~ in the working directory."""
     from genpol.api import train
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError):
         train("pendulum", overrides=["learner.lr=-1"])
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    summary = train("pendulum", total_steps=64, overrides=TINY_API)  # the default folder: the CLI's runs/<date>/<time>
+    (made,) = (tmp_path / "runs").glob("*/*")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d", f"{made.parent.name}/{made.name}")
+    assert summary["tensorboard"] == str(made / "tb")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # "~/x" made a folder named ~ in the working directory
-    train("pendulum", total_steps=64, run_dir="~/x",
-          overrides=["learner.rollout_steps=32", "env.num_envs=2", "learner.epochs=1", "learner.minibatch_size=32",
-                     "pipeline.video=false", "pipeline.eval_episodes=1", "logger.progress_bar=false"])
+    train("pendulum", total_steps=64, run_dir="~/x", overrides=TINY_API)
     assert (tmp_path / "home" / "x" / "summary.json").is_file() and not (tmp_path / "~").exists()
