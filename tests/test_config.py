@@ -435,3 +435,18 @@ def test_values_that_trained_wrong_or_failed_late_are_refused_up_front(overrides
     by zero after pretraining began, and a negative weight decay or TRPO's Adam epsilon failed inside torch."""
     with pytest.raises(ConfigError, match=message):
         validate(compose_config(["env=pendulum", *overrides]))
+
+
+def test_a_validated_config_refuses_a_misspelt_attribute():
+    """``config.learner.lrr = 1e-3`` was set on the plain dataclass and the run trained at the old rate; every
+    config (the learner's, the head's, the env's, the run's) now refuses a name it does not declare."""
+    config = validate(compose_config(["env=pendulum", "run_dir=/tmp/never-made"]))
+    config.learner.lr = 1e-3  # a field: set as before
+    assert config.learner.lr == 1e-3
+    for node, name, closest in ((config.learner, "lrr", "lr"), (config.policy, "hiden_sizes", "hidden_sizes"),
+                                (config.env, "num_env", "num_envs"), (config, "total_step", "total_steps"),
+                                (config.pipeline, "eval_episode", "eval_episodes")):
+        with pytest.raises(AttributeError, match=rf"^{type(node).__name__} has no field '{name}' to set; did you "
+                                                 rf"mean '{closest}'\?"):
+            setattr(node, name, 1)
+        assert not hasattr(node, name)

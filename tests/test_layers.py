@@ -31,7 +31,8 @@ from pathlib import Path
 from conftest import REPO, needs
 
 LAYERS: dict[str, int] = {
-    "genpol": 0, "genpol.errors": 0, "genpol.files": 0, "genpol.allocator": 0, "genpol.envs": 0, "genpol.configs": 0,
+    "genpol": 0, "genpol.errors": 0, "genpol.fields": 0, "genpol.files": 0, "genpol.allocator": 0, "genpol.envs": 0,
+    "genpol.configs": 0,
     "genpol.onednn": 1, "genpol.mish": 1, "genpol.nets": 1, "genpol.qensemble": 1, "genpol.collectives": 1,
     "genpol.memory": 1,
     "genpol.heads": 2,

@@ -24,6 +24,7 @@ from genpol.config.policy import (POLICY_SCHEMAS, ConsistencyPolicyConfig, Custo
                                   FlowPolicyConfig, FPOPolicyConfig, GaussianPolicyConfig, GoRLPolicyConfig, PolicyConfig,
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
+from genpol.fields import FixedFields
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "GoRLPipelineConfig", "DiffusionPolicyConfig",
@@ -35,7 +36,7 @@ __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(FixedFields):
     """Root of ``python -m genpol.train``."""
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -79,7 +80,7 @@ class TrainConfig:
 
 
 @dataclass
-class EvaluateConfig:
+class EvaluateConfig(FixedFields):
     """Root of ``python -m genpol.evaluate``."""
 
     run_dir: str = MISSING

@@ -10,10 +10,11 @@ from omegaconf import MISSING
 from genpol.envs.imports import is_module_name
 from genpol.envs.subproc import SPLITTABLE_BACKENDS
 from genpol.config.base import ENV_BACKENDS, require
+from genpol.fields import FixedFields
 
 
 @dataclass
-class EnvConfig:
+class EnvConfig(FixedFields):
     """The simulator and its wrappers."""
 
     backend: str = "gym"
@@ -76,7 +77,7 @@ class EnvConfig:
 
 
 @dataclass
-class DatasetConfig:
+class DatasetConfig(FixedFields):
     """The offline dataset of ``pipeline=offline_to_online``."""
 
     path: Optional[str] = None

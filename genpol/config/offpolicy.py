@@ -11,6 +11,7 @@ from typing import List, Optional
 from omegaconf import MISSING
 
 from genpol.config.base import ACTIVATION_NAMES, require
+from genpol.fields import FixedFields
 
 UTD_MAX_DENOMINATOR = 1000  # learner.utd is read as the nearest fraction with a denominator up to this
 
@@ -21,7 +22,7 @@ def utd_fraction(utd: float) -> Fraction:
 
 
 @dataclass
-class OffPolicyConfig:
+class OffPolicyConfig(FixedFields):
     """What every off-policy learner's config has (``genpol.algorithms.offpolicy``): replay, critics,
     their targets and optimizer, the update-to-data ratio, logging iterations. A learner's own
     config subclasses it (SAC's below; a learner of your own, ``docs/tutorials/add-a-learner.md``).

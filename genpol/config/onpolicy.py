@@ -8,10 +8,11 @@ from typing import Optional
 from omegaconf import MISSING
 
 from genpol.config.base import require
+from genpol.fields import FixedFields
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(FixedFields):
     """What every on-policy learner shares: the rollout length and advantage estimation."""
 
     name: str = MISSING

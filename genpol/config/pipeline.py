@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
 from genpol.config.base import require
+from genpol.fields import FixedFields
 
 # what pipeline.online_reset can give the learner that runs both phases of offline_to_online afresh
 ONLINE_RESETS = ("optimizers", "targets", "step_counts")
 
 
 @dataclass
-class OnlinePipelineConfig:
+class OnlinePipelineConfig(FixedFields):
     """Training from scratch: checkpoints, evaluation and videos around the on-policy loop."""
 
     name: str = "online"
@@ -170,7 +171,7 @@ class GoRLPipelineConfig(OnlinePipelineConfig):
 
 
 @dataclass
-class LoggerConfig:
+class LoggerConfig(FixedFields):
     """Where progress goes."""
 
     tensorboard: bool = True

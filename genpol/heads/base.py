@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from genpol.errors import HeadCapabilityError, require
+from genpol.fields import FixedFields
 from genpol.nets import ACTIVATIONS
 
 Record = dict[str, torch.Tensor]
@@ -110,7 +111,7 @@ def check_network(key: str, sizes: List[int], activation_key: str, activation: s
 
 
 @dataclass
-class HeadConfig:
+class HeadConfig(FixedFields):
     """A head's hyperparameters: the one place each is written. Each head declares a subclass beside
     it (``PolicyHead.Config``) whose fields, with their docstrings, are its constructor's keyword
     arguments, checked once in ``__post_init__`` (``genpol.errors.require`` names ``policy.<field>``).

@@ -1,0 +1,29 @@
+"""``FixedFields``: config dataclasses that refuse to be given an attribute they do not declare.
+
+A validated config is a plain dataclass, and Python sets any attribute on one: ``config.learner.lrr = 1e-3``
+(``lr`` misspelt) was accepted, and the run trained at the old rate without a word. Hydra refuses such a key
+when it composes; this refuses it on the built object, naming the closest field. It imports nothing of genpol,
+so every layer's configs (the heads' among them) can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any
+
+__all__ = ["FixedFields"]
+
+
+class FixedFields:
+    """Mixed into a config dataclass: setting a name that is not one of its fields raises ``AttributeError``."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if dataclasses.is_dataclass(self) and name not in (names := [f.name for f in dataclasses.fields(self)]):
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise AttributeError(f"{type(self).__name__} has no field '{name}' to set{hint} (its fields: "
+                                 f"{', '.join(names)})")
+        object.__setattr__(self, name, value)
