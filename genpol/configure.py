@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -106,7 +107,22 @@ def validate(cfg: DictConfig) -> Any:
         check_learning_rates_finite(config)
         check_groups(config)
         check_learner(config)
+        warn_minibatch_above_rollout(config)
     return config
+
+
+def warn_minibatch_above_rollout(config: TrainConfig) -> None:
+    """A warning where ``learner.minibatch_size`` exceeds the rollout (``rollout_steps`` x ``env.num_envs``): each
+    epoch is then one minibatch of the whole rollout, a tenth of the gradient steps a user may expect from a
+    minibatch of a tenth of it. Trained as asked (SB3 trains so too), but said: it used to pass silently."""
+    minibatch, steps = getattr(config.learner, "minibatch_size", None), getattr(config.learner, "rollout_steps", None)
+    if minibatch is None or steps is None or learner(config.learner.name).off_policy:
+        return
+    samples = steps * config.env.num_envs
+    if minibatch > samples:
+        warnings.warn(f"learner.minibatch_size={minibatch} exceeds the rollout of learner.rollout_steps={steps} x "
+                      f"env.num_envs={config.env.num_envs} = {samples} samples: every epoch is one minibatch of "
+                      f"the whole rollout ({config.learner.epochs} gradient steps per update)", stacklevel=3)
 
 
 def check_learning_rates_finite(config: TrainConfig) -> None:

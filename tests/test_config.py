@@ -4,6 +4,7 @@ import ast
 import inspect
 import re
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -450,3 +451,18 @@ def test_a_validated_config_refuses_a_misspelt_attribute():
                                                  rf"mean '{closest}'\?"):
             setattr(node, name, 1)
         assert not hasattr(node, name)
+
+
+def test_a_minibatch_larger_than_the_rollout_is_warned_about():
+    """learner.minibatch_size=512 on a rollout of 64 x 2 = 128 samples: each epoch is one minibatch of the
+    rollout, trained as asked, once silently; now said. A minibatch that fits, or an off-policy learner, is not."""
+    with pytest.warns(UserWarning, match=r"^learner.minibatch_size=512 exceeds the rollout of learner.rollout_steps=64 "
+                                         r"x env.num_envs=2 = 128 samples: every epoch is one minibatch of the whole "
+                                         r"rollout \(10 gradient steps per update\)$"):
+        validate(compose_config(["env=pendulum", "learner.minibatch_size=512", "learner.rollout_steps=64",
+                                 "env.num_envs=2", "run_dir=/tmp/never-made"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(compose_config(["env=pendulum", "learner.minibatch_size=128", "learner.rollout_steps=64",
+                                 "env.num_envs=2", "run_dir=/tmp/never-made"]))
+        validate(compose_config(["+experiment=sac", "env=pendulum", "run_dir=/tmp/never-made"]))
