@@ -151,7 +151,7 @@ def test_the_rounding_of_total_steps_counts_action_chunks(tmp_path, caplog):
     from genpol.pipelines.online import steps_trained
 
     cfg = validate(compose_config([*PENDULUM, f"run_dir={tmp_path}", "policy=diffusion", "policy.ft_denoising_steps=20",
-                                   "learner.rollout_steps=8",
+                                   "learner.rollout_steps=8", "learner.minibatch_size=16",
                                    "env.num_envs=2", "total_steps=40"]))
     env = make("gym:Pendulum-v1", num_envs=2)
     try:
