@@ -367,9 +367,9 @@ def test_reset_for_online_starts_the_parts_afresh_from_its_seed():
 
 def test_a_resume_without_the_replay_refills_it_and_keeps_the_runs_clocks():
     """``learner.save_replay=false``: the resumed learner refills ``learning_starts`` transitions before it
-    learns again, but its exploration schedule goes on from the run's step (it restarted at epsilon 1.0
-    after hours of training) and the offline store draws the rows it would have drawn next (it began
-    its stream again)."""
+    learns again, acting with its policy meanwhile (it acted uniformly at random), but its exploration schedule
+    goes on from the run's step (it restarted at epsilon 1.0 after hours of training) and the offline store
+    draws the rows it would have drawn next (it began its stream again)."""
     from genpol.algorithms.qgradient import QGradientActor
     from genpol.config.offpolicy import QGradientConfig
     from genpol.data import OfflineDataset
@@ -400,7 +400,7 @@ def test_a_resume_without_the_replay_refills_it_and_keeps_the_runs_clocks():
     uninterrupted.sampler.offline.sample(4)
     resumed.load_state_dict(uninterrupted.state_dict())
     assert resumed.epsilon() == uninterrupted.epsilon() == pytest.approx(0.01)
-    assert resumed.warming_up() and not resumed.ready() and uninterrupted.ready()
+    assert not resumed.warming_up() and not resumed.ready() and uninterrupted.ready()  # the policy acts
     store(resumed, 11)
-    assert not resumed.warming_up() and resumed.ready()
+    assert resumed.ready()
     assert torch.equal(resumed.sampler.offline.sample(4).rewards, uninterrupted.sampler.offline.sample(4).rewards)

@@ -173,6 +173,39 @@ def test_offline_to_online_maps_off_policy_actions_onto_the_envs_box(tmp_path, h
             assert saved == "min_max" and np.allclose(bounds, [0.3 * data.actions.min(0), 0.3 * data.actions.max(0)])
 
 
+def test_a_resume_without_the_replay_refills_it_acting_with_the_policy():
+    """save_replay=false: the resumed SAC refills learning_starts transitions before it learns again; it acted
+    uniformly at random meanwhile (10k steps with the SAC bundle, after every such resume), where SB3 acts with
+    the loaded policy. Here a policy that always acts ~ tanh(1) = 0.76."""
+    from genpol.algorithms.sac import SAC
+    from genpol.config.offpolicy import SACConfig
+    from genpol.heads import TanhGaussianHead
+
+    def make():
+        torch.manual_seed(0)
+        head = TanhGaussianHead(3, 1, hidden_sizes=[8])
+        with torch.no_grad():
+            head.mu.weight.zero_(), head.mu.bias.fill_(1.0), head.log_std.weight.zero_(), head.log_std.bias.fill_(-10)
+        return SAC(head, SACConfig(batch_size=4, learning_starts=50, save_replay=False, critic_hidden_sizes=[8]),
+                   num_envs=1, obs_dim=3, act_dim=1, capacity=1000, device=torch.device("cpu"))
+
+    def step(learner):
+        obs = torch.randn(1, 3)
+        action = learner.act(obs)
+        learner.process_env_step(obs, action, torch.zeros(1), torch.zeros(1, dtype=torch.bool), {"final_obs": obs})
+        return float(action)
+
+    trained, resumed = make(), make()
+    assert min(abs(step(trained) - np.tanh(1.0)) for _ in range(50)) > 1e-3  # uniform while the run warms up
+    for _ in range(150):
+        step(trained)
+    resumed.load_state_dict(trained.state_dict())
+    actions = [step(resumed) for _ in range(50)]
+    assert not resumed.ready()  # refilling: learning waits for more than learning_starts new transitions
+    actions.append(step(resumed))
+    assert resumed.ready() and np.allclose(actions, np.tanh(1.0), atol=1e-3)
+
+
 def test_a_stochastic_evaluation_leaves_the_training_stream_alone():
     """``pipeline.eval_deterministic=false`` (EXPO's and Consistency-AC's bundles) samples actions while it
     evaluates: from its own seeded generator, so the trained weights do not depend on when or how often the

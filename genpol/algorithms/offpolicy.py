@@ -197,12 +197,14 @@ class OffPolicyAlgorithm(Algorithm):
         self.env_steps += obs.shape[0]
 
     def warming_up(self) -> bool:
-        """Whether fewer than ``learning_starts`` transitions are in the replay's life (uniform actions)."""
-        return self.env_steps - self.refill_from < self.cfg.learning_starts
+        """Whether the run has taken fewer than ``learning_starts`` env steps (uniform actions). A resume
+        without its replay refills it acting with the trained policy, as SB3 does: it acted uniformly at random
+        for another ``learning_starts`` steps (10k with the SAC bundle) after every such resume."""
+        return self.env_steps < self.cfg.learning_starts
 
     def ready(self) -> bool:
-        """Learning starts once more than ``learning_starts`` transitions are stored (SB3's rule)
-        and the buffer holds a batch."""
+        """Learning starts once more than ``learning_starts`` transitions are stored since the replay began
+        (SB3's rule; again after a resume without the replay) and the buffer holds a row."""
         return self.env_steps - self.refill_from > self.cfg.learning_starts and len(self.replay) >= 1
 
     @abc.abstractmethod
