@@ -111,6 +111,9 @@ def test_config_refuses_what_this_learner_cannot_do():
 
     with pytest.raises(ConfigError, match="learner.ent_coef"):
         validate(compose_config(["env=multigoal", "policy=consistency", "learner=consistency_ac", "learner.ent_coef=auto"]))
+    # one critic: L_Q pairs two, and the run failed at its first actor step, after learning_starts env steps
+    with pytest.raises(ConfigError, match=r"^learner.num_qs must be >= 2 with eta > 0 \(L_Q pairs two critics\)"):
+        validate(compose_config(["env=multigoal", "policy=consistency", "learner=consistency_ac", "learner.num_qs=1"]))
     with pytest.raises(ConfigError, match="gaussian head cannot be trained by learner=consistency_ac.*reparameterized.*; "
                                           "the heads that have what it needs: policy=diffusion, policy=tanh_gaussian, "):
         validate(compose_config(["env=multigoal", "policy=gaussian", "learner=consistency_ac"]))

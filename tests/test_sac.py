@@ -206,6 +206,39 @@ def test_a_resume_without_the_replay_refills_it_acting_with_the_policy():
     assert resumed.ready() and np.allclose(actions, np.tanh(1.0), atol=1e-3)
 
 
+def test_the_replays_finiteness_check_sees_every_new_row_after_a_wrap():
+    """recent_data() read from the last write position: a resumed full buffer (its check starting at row 0) or
+    an iteration longer than the buffer skipped rows, and a NaN reward there was blamed on the networks later.
+    Capacity 100, resumed at position 30, 100 new rows: all 100 are checked, the bad one among them."""
+    from genpol.algorithms.sac import SAC
+    from genpol.config.offpolicy import SACConfig
+    from genpol.heads import TanhGaussianHead
+
+    def make():
+        return SAC(TanhGaussianHead(3, 2, hidden_sizes=[8]), SACConfig(batch_size=8, learning_starts=0,
+                                                                       critic_hidden_sizes=[8]),
+                   num_envs=1, obs_dim=3, act_dim=2, capacity=100, device=torch.device("cpu"))
+
+    def fill(learner, rows):
+        for _ in range(rows):
+            obs = torch.randn(1, 3)
+            learner.process_env_step(obs, torch.rand(1, 2) * 2 - 1, torch.randn(1), torch.zeros(1, dtype=torch.bool),
+                                     {"final_obs": obs})
+
+    before = make()
+    fill(before, 130)
+    assert len(before.recent_data()["rewards"]) == 100  # 130 written to a ring of 100: every row, once
+    resumed = make()
+    resumed.load_state_dict(before.state_dict())
+    assert resumed.replay.position == 30 and len(resumed.recent_data()["rewards"]) == 0  # checked before the save
+    fill(resumed, 100)
+    resumed.replay.rewards[50] = float("nan")
+    rewards = resumed.recent_data()["rewards"]
+    assert len(rewards) == 100 and torch.isnan(rewards).sum() == 1
+    fill(resumed, 7)
+    assert torch.equal(resumed.recent_data()["observations"], resumed.replay.obs[30:37])
+
+
 def test_a_stochastic_evaluation_leaves_the_training_stream_alone():
     """``pipeline.eval_deterministic=false`` (EXPO's and Consistency-AC's bundles) samples actions while it
     evaluates: from its own seeded generator, so the trained weights do not depend on when or how often the

@@ -16,8 +16,9 @@ batching), with three changes:
   steps (EXPO's ``actor_lr`` schedule serves both);
 * the **next action** of every TD target is the on-the-fly policy's at s' (N base samples from the
   *online* base, ``n_edit`` of them edited, argmax of the target critics' subset-min), batched over
-  the minibatch's next states, and the target is that subset-min, without an entropy backup. The
-  same subset of heads ranks the candidates and values the winner.
+  the minibatch's next states, and the target is a subset-min, without an entropy backup. The subset
+  that values the winner is drawn apart from the one that ranked the candidates
+  (``learner.td_subsets=independent``, EXPO's code), or is that one (``shared``).
 
 One round (one per env step of each env), after ``learning_starts``: ``utd`` critic steps on
 consecutive minibatches of one ``batch_size x utd`` batch, then one base step (and the EMA update)

@@ -77,7 +77,7 @@ class MEow(OffPolicyAlgorithm):
         self.temperature = cfg.temperature
         self.critic_steps = 0  # gradient steps (the runner logs this count)
         self.env_steps, self.refill_from = 0, 0
-        self._checked_position = 0
+        self._unchecked_rows = 0
         self._start_update_clock()
 
     # ------------------------------------------------------------------ one gradient step

@@ -92,7 +92,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.refill_from = 0
         self._start_update_clock()
         self._critic_loss = compile_step(self._critic_loss_eager) if cfg.compile else self._critic_loss_eager
-        self._checked_position = 0  # replay rows before this were checked for NaN and inf
+        self._unchecked_rows = 0  # replay rows written since the last NaN and inf check (recent_data)
 
     @classmethod
     def build(cls, cfg: Any, head: PolicyHead, env: Any, offline: OfflineReplay | None = None,
@@ -195,6 +195,7 @@ class OffPolicyAlgorithm(Algorithm):
         next observation except where an episode ended and the env reset)."""
         self.replay.add(obs, actions, rewards, info["final_obs"], terminated)
         self.env_steps += obs.shape[0]
+        self._unchecked_rows += obs.shape[0]
 
     def warming_up(self) -> bool:
         """Whether the run has taken fewer than ``learning_starts`` env steps (uniform actions). A resume
@@ -274,11 +275,12 @@ class OffPolicyAlgorithm(Algorithm):
         return {"head": self.head, "critic": self.critic, "critic_target": self.critic_target}
 
     def recent_data(self) -> dict[str, torch.Tensor]:
-        """The replay rows written since the last call (all rows once it has wrapped around)."""
-        start, end = self._checked_position, self.replay.position
-        self._checked_position = end
-        rows = (torch.arange(start, end) if start < end else
-                torch.cat([torch.arange(start, len(self.replay)), torch.arange(0, end)]))
+        """The replay rows written since the last call (every row, where more than the buffer holds were). Counted
+        by rows written, not from the last write position: a position that had wrapped past the last check (a
+        resumed full buffer, an iteration longer than the buffer) made the check skip rows."""
+        count = min(self._unchecked_rows, len(self.replay))
+        self._unchecked_rows = 0
+        rows = torch.arange(self.replay.position - count, self.replay.position) % self.replay.capacity
         # the actions first: non-finite ones mean the policy diverged mid-iteration, whatever the env then returned
         return {"actions": self.replay.actions[rows], "observations": self.replay.obs[rows],
                 "next observations": self.replay.next_obs[rows], "rewards": self.replay.rewards[rows]}

@@ -242,6 +242,8 @@ class QGradientConfig(SACConfig):
         require(self.eta >= 0, "learner.eta", ">= 0", self.eta)
         require(self.bc_coef >= 0, "learner.bc_coef", ">= 0", self.bc_coef)
         require(self.eta > 0 or self.bc_coef > 0, "learner.eta", "> 0 or bc_coef > 0 (the actor needs a loss)", self.eta)
+        if self.eta > 0:  # L_Q pairs two critics; one failed at the first actor step, after learning_starts
+            require(self.num_qs >= 2, "learner.num_qs", ">= 2 with eta > 0 (L_Q pairs two critics)", self.num_qs)
         require(0.0 < self.actor_ema_decay < 1.0, "learner.actor_ema_decay", "in (0, 1)", self.actor_ema_decay)
         require(self.actor_ema_every >= 1, "learner.actor_ema_every", ">= 1", self.actor_ema_every)
         require(self.actor_ema_warmup in ("copy", "hold"), "learner.actor_ema_warmup", "copy or hold",
