@@ -83,6 +83,19 @@ def test_stage_budgets_sum_to_total_steps_and_refuse_an_empty_stage():
         stage_budgets(2, [1, 1, 1])
 
 
+def test_stage_seeds_fit_every_backends_reset_and_keep_their_values_for_small_seeds():
+    """seed=12345 made a collection seed of 12345 x 1000003, which dm_control (below 2^32) and EnvPool (int32)
+    refuse: the run failed after stage 0 had trained, and at every resume. Seeds below 2147 keep their values."""
+    from genpol import envs
+    from genpol.pipelines.gorl.stages import COLLECT, DECODER, INIT, stage_seed
+
+    assert stage_seed(3, 2, COLLECT) == 3 * 1_000_003 + 2 * 1_009 + 1  # what the runs so far used
+    seeds = {stage_seed(12345, stage, purpose) for stage in range(4) for purpose in (INIT, COLLECT, DECODER)}
+    assert len(seeds) == 12 and max(seeds) + 1024 < 2**31
+    with envs.make("dmc:cartpole-balance", num_envs=2) as env:
+        env.reset(seed=stage_seed(12345, 0, COLLECT))
+
+
 def test_pipeline_gorl_refuses_another_head():
     from genpol.api import compose_config
     from genpol.configure import validate

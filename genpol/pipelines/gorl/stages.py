@@ -71,9 +71,15 @@ def stage_budgets(total_steps: int, weights: list[float]) -> list[int]:
     return budgets
 
 
+# Stage seeds stay below 2^31 - 2^20, so that the collection env's resets (env i at seed + i) take them: EnvPool
+# takes int32 seeds and dm_control seeds below 2^32, and seed 12345 made 12345 x 1000003, which failed there
+# after stage 0 had trained, and again at every resume. Seeds up to 2146 (all that ran before) keep their values.
+STAGE_SEED_MODULUS = 2**31 - 2**20
+
+
 def stage_seed(seed: int, stage: int, purpose: int) -> int:
     """A distinct, reproducible seed for each stage's initialization, collection and decoder fit."""
-    return seed * 1_000_003 + stage * 1_009 + purpose
+    return (seed * 1_000_003 + stage * 1_009 + purpose) % STAGE_SEED_MODULUS
 
 
 def stage_updater(cfg: TrainConfig, stage: int) -> TrainConfig:
