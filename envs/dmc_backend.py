@@ -26,9 +26,11 @@ import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402
 
 KNOWN_TASKS = [f"{domain}-{task}" for domain, task in suite.ALL_TASKS]
-# Model fields that suite tasks randomize at reset (reacher's and finger's targets, fish's goal):
-# part of an episode's state, although they live in the model rather than in the data.
-RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "geom_size", "site_pos", "site_quat")
+# Model fields that suite tasks randomize at reset (reacher's and finger's targets, fish's goal, point_mass-hard's
+# actuator gains, quadruped-escape's terrain): part of an episode's state, although they live in the model rather
+# than in the data. (Without the last two, those tasks resumed on other dynamics and terrain, without a word.)
+RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "geom_size", "site_pos", "site_quat",
+                           "wrap_prm", "hfield_data")
 
 
 class DMCVectorEnv(VectorEnv):
@@ -60,6 +62,7 @@ class DMCVectorEnv(VectorEnv):
         if max_episode_steps is not None:  # lift the suite's limit (in seconds) so that ours decides
             self._task_kwargs["time_limit"] = float("inf")
         self._envs = [self._load(None) for _ in range(num_envs)]
+        self._load_seeds: list[int | None] = [None] * num_envs  # what each env was built with (lqr's model)
         self._pending_seed = seed
         spec = self._envs[0].observation_spec()
         self.observation_keys = list(spec)
@@ -93,6 +96,7 @@ class DMCVectorEnv(VectorEnv):
             for env in self._envs:
                 env.close()
             self._envs = [self._load(seed + i) for i in range(self.num_envs)]
+            self._load_seeds = [seed + i for i in range(self.num_envs)]
         self._steps[:] = 0
         obs = np.stack([self._flatten(env.reset().observation) for env in self._envs])
         return torch.as_tensor(obs, dtype=torch.float32, device=self.device)
@@ -164,7 +168,7 @@ class DMCVectorEnv(VectorEnv):
     # ------------------------------------------------------------------ exact resume
     def state_dict(self) -> dict[str, Any]:
         states = []
-        for env, steps in zip(self._envs, self._steps):
+        for env, steps, load_seed in zip(self._envs, self._steps, self._load_seeds):
             model, data = env.physics.model.ptr, env.physics.data.ptr
             spec = mujoco.mjtState.mjSTATE_INTEGRATION
             buffer = np.empty(mujoco.mj_stateSize(model, spec))
@@ -173,7 +177,7 @@ class DMCVectorEnv(VectorEnv):
             states.append({
                 "mujoco": torch.from_numpy(buffer), "steps": int(steps), "env_step_count": int(env._step_count),
                 "model": {name: torch.from_numpy(getattr(model, name).copy()) for name in RANDOMIZED_MODEL_FIELDS},
-                "reset_next_step": bool(env._reset_next_step),
+                "reset_next_step": bool(env._reset_next_step), "load_seed": load_seed,
                 "random": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
                            "has_gauss": int(has_gauss), "cached": float(cached)},
             })
@@ -182,7 +186,12 @@ class DMCVectorEnv(VectorEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state["envs"]) != self.num_envs:
             raise EnvError(f"{self.env_id}: saved state holds {len(state['envs'])} envs, this env has {self.num_envs}")
-        for i, (env, saved) in enumerate(zip(self._envs, state["envs"])):
+        for i, saved in enumerate(state["envs"]):
+            if "load_seed" in saved and saved["load_seed"] != self._load_seeds[i]:
+                # a task may build its model from the seed it is loaded with (lqr's random system): rebuilt alike
+                self._envs[i].close()
+                self._envs[i], self._load_seeds[i] = self._load(saved["load_seed"]), saved["load_seed"]
+            env = self._envs[i]
             env.reset()
             for name, value in saved["model"].items():  # targets that tasks draw into the model at reset
                 getattr(env.physics.model.ptr, name)[:] = value.numpy()
