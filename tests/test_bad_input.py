@@ -228,8 +228,31 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
     (run / "config.yaml").write_text("seed: 3\nlearner:\n  lr: 0.001\n")
     (run / "summary.json").write_text(json.dumps({"eval_return_mean": None}))
     with pytest.warns(RuntimeWarning, match=damaged):
-        row = report(tmp_path)["rows"][0]
+        result = report(tmp_path)
+    row = result["rows"][0]
     assert row["seeds"] == [0, 1] and row["values"] == [10.0, 11.0], row
+    # ... and named (it vanished from every list)
+    assert result["without_metric"] == [str(run)]
+    assert f"Finished without `eval_return_mean` in summary.json (not counted): `{run}`" in (
+        tmp_path / "report" / "report.md").read_text()
+
+
+def test_report_curves_start_where_every_seed_has_logged(tmp_path):
+    """A seed whose first logged step is 6000 was held at its first value before it (np.interp), so the mean at
+    step 1000 averaged seed 0's 100 with an invented 600: the grid starts at the latest first step."""
+    from types import SimpleNamespace
+
+    from genpol.report import seed_curves
+
+    runs = []
+    for name, steps in (("a", range(1000, 11000, 1000)), ("b", range(6000, 11000, 1000))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "progress.jsonl").write_text("".join(
+            json.dumps({"global_step": step, "charts/episodic_return": step / 10}) + "\n" for step in steps))
+        runs.append(SimpleNamespace(directory=tmp_path / name))
+    grid, values = seed_curves(runs, "charts/episodic_return")
+    assert grid.tolist() == [6000, 7000, 8000, 9000, 10000]
+    assert values.tolist() == [[600, 700, 800, 900, 1000]] * 2
 
 
 def test_report_of_one_run_writes_its_own_folder_there_and_refuses_the_runs_tb(tmp_path):

@@ -319,6 +319,7 @@ def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
     learning_rows.against_sac(table, sac)
     verdict = table["hopper-flow-sac"]["against_sac"]
     assert verdict["sac_median"] == 3200.0 and verdict["sac_ci95"] == [3000.0, 3500.0]
+    assert verdict["sac_ci95_coverage"] == 0.75  # 3 seeds' [min, max]
     assert verdict["verdict"] == "inside SAC's 95 % interval" and verdict["met"]
     assert table["hopper-meow"]["against_sac"]["verdict"] == "below SAC's 95 % interval"
     assert not table["hopper-meow"]["against_sac"]["met"] and "against_sac" not in table["hopper-other"]
