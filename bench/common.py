@@ -143,12 +143,28 @@ def train_once(run_dir: Path, overrides: Sequence[str], *, steps: int | None = N
     """
     path = Path(run_dir) / marker
     if path.exists() and (steps is None or json.loads(path.read_text())["env_steps"] >= steps):
+        check_saved_config(Path(run_dir), overrides)
         return json.loads(path.read_text())
     start = time.time()
     run_python(["-m", "genpol.train", *overrides, f"run_dir={run_dir}"], quiet=True, echo=echo)
     if echo:
         print(f"  done in {time.time() - start:.0f} s", flush=True)
     return json.loads(path.read_text())
+
+
+def check_saved_config(run_dir: Path, overrides: Sequence[str]) -> None:
+    """``ConfigError`` naming the keys where a finished run's ``config.yaml`` differs from what ``overrides``
+    compose now (genpol.train's resume rule, which a done run never reaches): a job whose settings changed
+    since (a bundle edited, an override added) was reported under the new settings with the old run's numbers."""
+    from omegaconf import OmegaConf  # here: this module loads with the standard library alone
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.scaffold import compare_saved_config
+
+    cfg = validate(compose_config([*overrides, f"run_dir={run_dir}"]))
+    current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    compare_saved_config(run_dir, run_dir / "config.yaml", cfg, current)
 
 
 def read_summary(run_dir: Path, phase: str = "") -> dict[str, Any]:

@@ -344,3 +344,21 @@ def test_learning_status_reads_where_each_run_stands(tmp_path, capsys):
     assert lines[0].split() == ["a", "0", "done:", "final", "evaluation", "3123"]
     assert lines[1].endswith("resumes from step 200 of 300")
     assert "in the results file only: final evaluation 2516" in lines[2] and lines[3].endswith("not started")
+
+
+def test_a_finished_bench_run_is_reused_only_under_its_own_config(tmp_path):
+    """train_once returned a finished run's summary whatever the job's overrides had become (an edited bundle, an
+    added override), and the results filed the old run's numbers under the new settings: the saved config is
+    compared first, as a resume would be."""
+    import common
+
+    from genpol.api import train
+    from genpol.errors import ConfigError
+
+    overrides = ["env=pendulum", "total_steps=64", "env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=1",
+                 "learner.minibatch_size=32", "pipeline.video=false", "pipeline.eval_episodes=1",
+                 "logger.progress_bar=false"]
+    train(run_dir=tmp_path / "run", overrides=overrides)
+    assert common.train_once(tmp_path / "run", overrides, steps=64)["env_steps"] == 64  # the same job: reused
+    with pytest.raises(ConfigError, match=r"holds a run with a different config \(learner.lr: 0.0003 -> 0.001\)"):
+        common.train_once(tmp_path / "run", [*overrides, "learner.lr=1e-3"], steps=64)
