@@ -56,12 +56,18 @@ def cpu_model() -> dict[str, Any]:
     return cpu_identity()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: ``taskset``, a SLURM allocation, a container's cpuset);
+    ``os.cpu_count()`` counts the machine's, which overstated a run pinned to one core."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def machine() -> dict[str, Any]:
     """This machine as the results files describe it, one field per fact:
 
     ``cpu`` (``cpu_name()``), ``processor`` (``platform.processor()``, or the architecture where that
     is empty, as on most Linux), ``arch`` (``platform.machine()``, e.g. ``"x86_64"``), ``cores``
-    (``os.cpu_count()``), ``torch`` (its version), ``torch_threads`` (``torch.get_num_threads()``
+    (``usable_cores()``), ``torch`` (its version), ``torch_threads`` (``torch.get_num_threads()``
     now: call it after the script has set its threads) and ``cpu_model`` (``cpu_model()``: "AMD EPYC"
     alone named both a Zen 4 and a Zen 5 here).
 
@@ -71,7 +77,7 @@ def machine() -> dict[str, Any]:
     import torch  # here, not at the top: see the module docstring
 
     return {"cpu": cpu_name(), "processor": platform.processor() or platform.machine(), "arch": platform.machine(),
-            "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "cores": usable_cores(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "cpu_model": cpu_model()}
 
 

@@ -40,6 +40,7 @@ seeds would: Hopper's 3 seeds gave 3425 median on one thread, 6 on two 2192).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from pathlib import Path
 
@@ -259,7 +260,7 @@ def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -
         fractions = []
         for i, (step, value) in enumerate(curve):
             best_before = max((v for _, v in curve[:i]), default=None)
-            if step > after_step and best_before is not None and best_before > 0:
+            if step >= after_step and best_before is not None and best_before > 0:  # the evaluation at it counts
                 fractions.append(value / best_before)
         return min(fractions, default=float("nan"))
 
@@ -273,7 +274,8 @@ def stability(dirs: list[Path], after_step: int = 300_000, floor: float = 0.5) -
         "worst_eval_after_300k_over_best_before": [worst_fraction(c) for c in rows["eval_curves"]],
         "worst_including_final_eval": [worst_fraction([*c, (s["env_steps"], s["eval_return_mean"])])
                                        for c, s in zip(rows["eval_curves"], final_evals)],
-        "collapsed": [worst_fraction(c) < floor for c in rows["eval_curves"]],
+        # None where no evaluation after after_step could be judged (NaN < floor read False: "did not collapse")
+        "collapsed": [None if math.isnan(worst := worst_fraction(c)) else worst < floor for c in rows["eval_curves"]],
         "median_clipfrac": [statistics.median(v for _, v in c) for c in rows["clipfrac"]],
         "median_approx_kl": [statistics.median(v for _, v in c) for c in rows["approx_kl"]],
         "max_approx_kl": [max(v for _, v in c) for c in rows["approx_kl"]],

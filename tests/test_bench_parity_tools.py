@@ -362,3 +362,22 @@ def test_a_finished_bench_run_is_reused_only_under_its_own_config(tmp_path):
     assert common.train_once(tmp_path / "run", overrides, steps=64)["env_steps"] == 64  # the same job: reused
     with pytest.raises(ConfigError, match=r"holds a run with a different config \(learner.lr: 0.0003 -> 0.001\)"):
         common.train_once(tmp_path / "run", [*overrides, "learner.lr=1e-3"], steps=64)
+
+
+def test_the_stability_suite_judges_the_evaluation_at_300k_and_says_when_it_cannot(tmp_path):
+    """An evaluation falling from 3100 to 200 exactly at step 300000 was skipped (a strict >), and a run with no
+    evaluation after 300k read "collapsed: False" (NaN < 0.5): now True, and None where nothing could be judged."""
+    import json
+
+    import learning
+
+    for name, curve in (("fell", [(100_000, 3100.0), (300_000, 200.0)]), ("short", [(100_000, 3100.0)])):
+        run = tmp_path / name
+        run.mkdir()
+        rows = [{"global_step": step, "eval/episodic_return": value, "losses/clipfrac": 0.1, "losses/approx_kl": 0.01}
+                for step, value in curve]
+        (run / "progress.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (run / "summary.json").write_text(json.dumps({"env_steps": curve[-1][0], "eval_return_mean": curve[-1][1]}))
+    result = learning.stability([tmp_path / "fell", tmp_path / "short"])
+    assert result["collapsed"] == [True, None]
+    assert result["worst_eval_after_300k_over_best_before"][0] == pytest.approx(200 / 3100)
