@@ -278,3 +278,20 @@ def test_only_a_stage_that_can_have_stale_events_purges_them(tmp_path, monkeypat
     for stage, offset, step in ((0, 0, 0), (1, 512, 0), (0, 0, 256)):
         StageTensorBoard(tmp_path, stage, offset).on_train_start(type("R", (), {"global_step": step})())
     assert purges == [None, 513, 257]
+
+
+def test_a_stage_change_on_an_env_without_state_does_not_warn_of_a_resume(tmp_path, recwarn, caplog):
+    """Every stage after the first restores the env as the encoder left it; a backend without simulator state
+    (EnvPool, a custom env without state_dict) warned "the resumed run cannot continue its episodes" at each
+    stage change of a run never stopped. It is logged as what it is: the stage starts on new episodes."""
+    import logging
+
+    from genpol.api import train
+
+    overrides = [item for item in ARGS if not item.startswith(("env=", "env.normalize_obs", "total_steps",
+                                                               "pipeline.collect_steps"))]
+    with caplog.at_level(logging.INFO, logger="genpol.pipelines.gorl.stages"):
+        train("custom:custom_envs.batched:make_env_without_state", total_steps=512, run_dir=tmp_path / "run",
+              overrides=[*overrides, "env.num_envs=2", "pipeline.collect_steps=256"])
+    assert not [w for w in recwarn if "cannot continue its episodes" in str(w.message)]
+    assert any("stage 1 starts on new episodes" in record.message for record in caplog.records)

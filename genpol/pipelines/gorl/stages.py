@@ -34,6 +34,7 @@ import dataclasses
 import json
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,14 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             if stage > 0:
                 previous = run_dir / f"stage_{stage - 1}"
                 # as the previous encoder phase left it (the rest of that checkpoint is not kept through the stage)
-                env.load_state_dict(load_latest(previous / "checkpoints", map_location=device)[2]["env"])
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", RuntimeWarning)
+                    env.load_state_dict(load_latest(previous / "checkpoints", map_location=device)[2]["env"])
+                for warning in caught:  # an inexact backend's "the resumed run ..." misled in a run never stopped
+                    if "cannot continue its episodes" in str(warning.message):
+                        log.info("stage %d starts on new episodes: %s", stage, warning.message)
+                    else:
+                        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
                 freeze_observations(env, best_weights.get("obs_normalizer"))
                 decoder = torch.load(previous / "decoder.pt", map_location=device, weights_only=True)
                 head.load_decoder(decoder["decoder"])
