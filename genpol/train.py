@@ -57,8 +57,19 @@ def run_training(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
         run_dir = collectives.broadcast_object(str(run_dir))  # a ${now:...} default differs between ranks
     finished = False
     try:
-        # under torchrun rank 0 alone holds the directory (the others write nothing there)
-        with hold_run_dir(run_dir) if collectives.is_main() else contextlib.nullcontext(), stop_on_signals():
+        with contextlib.ExitStack() as held:
+            # under torchrun rank 0 alone holds the directory (the others write nothing there), and tells the
+            # others whether it got it: refused, they went on, and cleared the live run's checkpoint in the making
+            refused = None
+            if collectives.is_main():
+                try:
+                    held.enter_context(hold_run_dir(run_dir))
+                except RunDirBusyError as error:
+                    refused = str(error)
+            refused = collectives.broadcast_object(refused)
+            if refused is not None:
+                raise RunDirBusyError(refused)
+            held.enter_context(stop_on_signals())
             summary = PIPELINES[cfg.pipeline.name](cfg, run_dir)
         finished = True
         return summary

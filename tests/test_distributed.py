@@ -145,3 +145,21 @@ def test_what_is_not_distributed_yet_fails_at_the_start():
         distributed.check_supported(sac)
     with pytest.raises(ConfigError, match="learner.compile=true under torchrun"):
         distributed.check_supported(compiled)
+
+
+def test_a_busy_run_dir_stops_every_rank_before_it_touches_the_run(tmp_path):
+    """Rank 0 alone takes the run directory's lock; refused, it stopped, but rank 1 went on and cleared the live
+    run's checkpoint in the making (``.tmp-*``) from its checkpoints folder. Every rank now stops with the lock's
+    error, and the live run's files stay."""
+    from genpol.runners.guards import hold_run_dir
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / ".tmp-step_000000000999-4242").mkdir(parents=True)  # the live run's save
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONWARNINGS": "ignore"}
+    with hold_run_dir(run_dir):  # the live run
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                 "-m", "genpol.train", *TINY, "total_steps=256", f"run_dir={run_dir}"], cwd=REPO,
+                                env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and result.stderr.count("genpol: RunDirBusyError:") == 2, result.stderr[-3000:]
+    assert (run_dir / "checkpoints" / ".tmp-step_000000000999-4242").is_dir()

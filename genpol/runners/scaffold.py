@@ -311,7 +311,8 @@ def _resume(runner: Any, phase: Phase, device: str | torch.device) -> None:
 
 def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Callable[[], None] | None = None) -> None:
     """Resume ``runner`` from the phase's latest checkpoint (if any), run it, then ``close()``."""
-    remove_temporary(phase.checkpoints_dir)
+    if collectives.is_main():  # the lock holder: a rank > 0 removing them could race a save of rank 0's
+        remove_temporary(phase.checkpoints_dir)
     _resume(runner, phase, device)  # its own frame: the loaded state (an off-policy replay's copy) is freed
     if collectives.world_size() > 1:
         distributed.prepare_runner(runner)
