@@ -106,6 +106,54 @@ def test_a_finished_run_trained_on_sets_its_summary_aside_until_the_new_end(tmp_
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
 
 
+def test_a_stop_at_a_checkpoint_iteration_writes_that_checkpoint_once(tmp_path, monkeypatch):
+    """SIGTERM in an iteration that checkpoints: the stop wrote the same step again (the re-save path, twice the
+    stop's time and I/O where torchrun gives 30 s). One write, and the stop names it."""
+    import genpol.callbacks.checkpointing as checkpointing
+    from genpol.errors import TrainingInterrupted
+    from genpol.runners import guards
+
+    written = []
+
+    def counting(directory, step, *args, **kwargs):
+        written.append(step)
+        if step == 256:  # as a signal arriving during the second iteration
+            guards.request_stop("SIGTERM")
+        return checkpointing_save(directory, step, *args, **kwargs)
+
+    checkpointing_save = checkpointing.save_checkpoint
+    monkeypatch.setattr(checkpointing, "save_checkpoint", counting)
+    with pytest.raises(TrainingInterrupted, match=r"SIGTERM received: stopped at step 256 after writing .*"
+                                                  r"step_000000000256"):
+        tiny_run(tmp_path, overrides=["pipeline.video=false"])
+    assert written == [128, 256]
+
+
+def test_a_restart_before_the_first_checkpoint_shows_one_curve_in_tensorboard(tmp_path, monkeypatch):
+    """A run killed before its first checkpoint (checkpoint_every=0 checkpoints only at the end) starts over: its
+    progress.jsonl did, but TensorBoard kept the killed attempt's events beside the new ones, every step twice."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from genpol.algorithms.onpolicy import OnPolicyAlgorithm
+
+    original, calls = OnPolicyAlgorithm.update, {"n": 0}
+
+    def dies_at_the_third(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("killed")
+        return original(self)
+
+    monkeypatch.setattr(OnPolicyAlgorithm, "update", dies_at_the_third)
+    with pytest.raises(RuntimeError, match="killed"):  # iterations at 128 and 256 logged, no checkpoint
+        tiny_run(tmp_path, overrides=["pipeline.video=false", "pipeline.checkpoint_every=0"])
+    monkeypatch.setattr(OnPolicyAlgorithm, "update", original)
+    tiny_run(tmp_path, overrides=["pipeline.video=false", "pipeline.checkpoint_every=0"])
+    events = EventAccumulator(str(tmp_path / "run" / "tb"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("losses/policy")] == [128, 256, 384, 512]
+
+
 # ---------------------------------------------------------------- non-finite values
 class NaNAfter(gym.Wrapper):
     """Pendulum whose observations turn NaN from its 200th step on."""

@@ -85,9 +85,10 @@ class CallbackList(Callback):
         return next((callback for callback in self.callbacks if hasattr(callback, "save")), None)
 
     def save_checkpoint(self, runner: Any) -> Any:
-        """Write a checkpoint now (a stop on a signal); returns its path, or None without a checkpointer."""
+        """Write a checkpoint now (a stop on a signal), unless this step's is written; returns its path, or None
+        without a checkpointer."""
         checkpointer = self._checkpointer()
-        return None if checkpointer is None else checkpointer.save(runner)
+        return None if checkpointer is None else checkpointer.save_unless_saved(runner)
 
     def last_checkpoint(self) -> Any:
         """The newest checkpoint on disk, or None."""

@@ -77,6 +77,14 @@ class Checkpointer(Callback):
         self._last_step = runner.global_step
         return self.last_path
 
+    def save_unless_saved(self, runner: Any) -> Path | None:
+        """The checkpoint of the runner's current step: the one this iteration wrote, else a new one. A stop on a
+        signal at a checkpoint iteration wrote the same step twice (the re-save path: twice the stop's time and
+        I/O, where torchrun gives 30 s). Decided from the step alone, so every torchrun rank decides alike."""
+        if self._last_step == runner.global_step:
+            return self.last_path
+        return self.save(runner)
+
     def on_train_start(self, runner: Any) -> None:
         # a runner starts past step 0 only when it resumed from a checkpoint at that step: the end of a run
         # that has nothing left to train (a finished run run again) need not write it again (with its replay).

@@ -26,8 +26,12 @@ class TensorBoardLogger(Callback):
     def on_train_start(self, runner: Any) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        # events up to the checkpoint's step were logged before it was written: purge only later ones
-        purge = runner.global_step + 1 if runner.global_step > 0 else None
+        # events up to the checkpoint's step were logged before it was written: purge only later ones. A start from
+        # step 0 onto event files purges them all: they are an attempt killed before its first checkpoint
+        # (progress.jsonl starts over then, and TensorBoard showed that attempt's curve twice). Onto none, no purge
+        # (TensorBoard orders a folder's files by name, and a purge read after another writer's file drops it)
+        stale = any(self.log_dir.glob("events.out.tfevents.*"))
+        purge = runner.global_step + 1 if runner.global_step > 0 else (0 if stale else None)
         self.writer = SummaryWriter(str(self.log_dir), purge_step=purge)
 
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:

@@ -273,6 +273,11 @@ class RankCheckpointer(Checkpointer):
         self._last_step = runner.global_step
         return f"rank 0's checkpoint in {self.checkpoints_dir}"
 
+    def save_unless_saved(self, runner: Any) -> Any:
+        # as rank 0 decides, from the step alone (a save is a collective: one rank skipping it alone would hang)
+        return (f"rank 0's checkpoint in {self.checkpoints_dir}" if self._last_step == runner.global_step
+                else self.save(runner))
+
 
 def phase_callbacks(phase: Phase) -> PhaseCallbacks:
     """The phase's callbacks; under torchrun, ranks > 0 get only a ``RankCheckpointer`` (rank 0 does
