@@ -250,18 +250,31 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_latest(checkpoints_dir: str | Path, map_location: str | torch.device = "cpu"
                 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
     """``(path, policy weights, training state)`` of the newest checkpoint that verifies, or None if
-    there is none. A damaged newer checkpoint is skipped with a warning naming it (and kept on
-    disk), so an earlier one resumes the run and nothing is lost."""
+    there is none. A damaged newer checkpoint is skipped with a warning naming it, and once an earlier one
+    has verified it is kept aside as ``damaged-step_*`` (rank 0 under torchrun), so the run resumes from the
+    earlier one and nothing is lost. Left under its name it counted as the newest checkpoint: the resumed run's
+    saves sorted below it, and ``keep_checkpoints`` pruned the checkpoint just written, and the one resumed from."""
     import warnings
 
-    damaged = []
+    from genpol import collectives
+
+    damaged, skipped = [], []
     for path in reversed(list_checkpoints(checkpoints_dir)):
         try:
             _, weights = load_policy_files(path, map_location=map_location)
-            return path, weights, load_training_state(path, map_location="cpu")
+            state = load_training_state(path, map_location="cpu")
         except CheckpointError as error:
             damaged.append(str(error))
+            skipped.append(path)
             warnings.warn(f"skipping damaged checkpoint: {error}", RuntimeWarning, stacklevel=2)
+            continue
+        if collectives.is_main():
+            for bad in skipped:
+                aside = bad.with_name(f"damaged-{bad.name}")
+                while aside.exists():
+                    aside = aside.with_name(aside.name + "_")
+                os.rename(bad, aside)
+        return path, weights, state
     if damaged:
         raise CheckpointError("every checkpoint is damaged: " + "; ".join(damaged))
     return None

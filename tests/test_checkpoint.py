@@ -85,6 +85,27 @@ def test_flipped_byte_is_caught_by_the_manifest(tmp_path):
         load_training_state(path)
 
 
+def test_a_damaged_newer_checkpoint_is_kept_aside_once_an_earlier_one_resumes(tmp_path):
+    """Steps 100, 200, 300 with 300 damaged: the run resumes from 200. Left under its name, 300 sorted above the
+    resumed run's saves (250, 260), and keep=1 pruned the checkpoint just written and the one resumed from."""
+    from genpol.checkpoint import load_latest
+
+    weights = {"head": {"w": torch.ones(2)}, "obs_normalizer": None}
+    for step in (100, 200, 300):
+        save_checkpoint(tmp_path / "checkpoints", step, SPEC, weights, {"global_step": step}, keep=3)
+    target = tmp_path / "checkpoints" / "step_000000000300" / "training_state" / "state.pt"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match="skipping damaged checkpoint: .*step_000000000300"):
+        path, _, state = load_latest(tmp_path / "checkpoints")
+    assert path.name == "step_000000000200" and state["global_step"] == 200
+    assert (tmp_path / "checkpoints" / "damaged-step_000000000300").is_dir()  # kept, for a look
+    for step in (250, 260):
+        written = save_checkpoint(tmp_path / "checkpoints", step, SPEC, weights, {"global_step": step}, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["step_000000000260"] == [written.name]
+
+
 def test_missing_pieces_are_named(tmp_path):
     path, _, _ = make_checkpoint(tmp_path)
     (path / "manifest.json").unlink()
