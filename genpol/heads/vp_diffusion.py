@@ -21,7 +21,10 @@ trains and backs up through), ``IMITATION`` (noise-prediction MSE at ``t ~ U(1e-
 ``CANDIDATES``, and ``ON_POLICY_RATIO``: every noisy step is an exact Gaussian transition, so the
 record keeps the chain and the ratio has one unit per noisy step (``T - 1``; the last step adds no
 noise), each the exact log-density ratio summed over action dimensions, with no std floor (DPPO's
-head clips the std and averages; this one does not, so its per-step ratios are sharper).
+head clips the std and averages; this one does not, so its per-step ratios are sharper). The last,
+noise-free step's map from x_1 to the action is outside the ratio: a change of the network that moved
+that step's output alone would leave the ratio at 0 (DPPO gives its last step a std floor instead). The
+network is shared across steps, so on-policy learning goes on through the noisy steps.
 """
 
 from __future__ import annotations
