@@ -383,12 +383,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         result = report(args.root, args.out, args.metric, args.curve)
-    except OutputFolderError as error:  # bad input, exit 2 as genpol's other entry points
-        print(f"genpol.report: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except (FileNotFoundError, KeyError) as error:
+    except (OutputFolderError, FileNotFoundError, KeyError, OSError) as error:
+        # bad input (no runs, a metric no run has, an --out that cannot be made): exit 2, as genpol's other entry
+        # points (it was 1 but for --out, and an --out under a file was a traceback)
         message = error.args[0] if isinstance(error, KeyError) else error  # str(KeyError) quotes its message
-        raise SystemExit(f"genpol.report: {message}") from None
+        print(f"genpol.report: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
     if result["curve_missing"]:
         print(f"genpol.report: {result['curve_missing']}", file=sys.stderr)
     out_dir = Path(args.out) if args.out else Path(args.root) / "report"

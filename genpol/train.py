@@ -141,7 +141,7 @@ def main() -> None:
     try:  # a learner of the user's own registers its schema before Hydra composes
         for item in sys.argv[1:]:  # Hydra makes run_dir its output folder before genpol sees the config
             if item.lstrip("+").startswith("run_dir="):
-                check_run_dir(item.split("=", 1)[1])
+                check_run_dir(item.split("=", 1)[1].strip("'\""))  # run_dir='' is Hydra's empty string
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
     except ConfigError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)

@@ -91,6 +91,19 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"genpol: ConfigError: run_dir={target} is a file, not a directory: pick another run_dir"), result.stderr[-1500:]
     assert target.read_text() == "mine"
+    # inside another run's folders (its checkpoints/, tb/): a whole run was written there, among that run's files
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    from genpol.runners.guards import LOCK_NAME  # the name check_run_dir looks for
+
+    (run / LOCK_NAME).touch()
+    for inside in (run / "checkpoints", run / "tb" / "x"):
+        result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={inside}", check=False)
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+            f"genpol: ConfigError: run_dir={inside} lies inside the run {run}, among its files: pick a run_dir "
+            "outside it"), result.stderr[-1500:]
+    assert sorted(path.name for path in run.iterdir()) == [LOCK_NAME, "checkpoints", "config.yaml"]
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path}", "episodez=3", check=False)  # genpol-evaluate too
     assert result.returncode == 2 and "episodez" in result.stderr, result.stderr[-1500:]
 

@@ -307,6 +307,8 @@ def test_diffusion_from_scratch_must_fine_tune_every_step():
         validate(compose_config(scratch))
     with pytest.raises(ConfigError, match=r"pipeline=offline_to_online with pretrain_steps=0 pretrains nothing"):
         validate(compose_config([*scratch, "pipeline=offline_to_online", "pipeline.pretrain_steps=0", *DPPO_FILE]))
+    with pytest.raises(ConfigError, match=r"^policy.denoising_steps must be >= 1"):  # it named ft_denoising_steps
+        validate(compose_config([*scratch, "policy.denoising_steps=0"]))
     with pytest.raises(ConfigError, match=r"ft_denoising_steps=3 fine-tunes only the last 3 of 5"):
         validate(compose_config([*scratch, "policy.use_ddim=true", "policy.ddim_steps=5",
                                  "policy.ft_denoising_steps=3"]))

@@ -98,6 +98,12 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "0", "--d4rl", str(tmp_path / "y.hdf5")])
     assert refused.value.code == 2 and "--steps (0)" in capsys.readouterr().err
+    (tmp_path / "afile.txt").write_text("mine")  # a file where a folder goes: a traceback after the collection
+    for arguments, shown in ((["--d4rl", str(tmp_path / "afile.txt" / "x.hdf5")], "genpol: --d4rl: cannot write in "),
+                             (["--d4rl", str(tmp_path / "w.hdf5"), "--seed", "-5"], "--seed (-5) must be >= 0")):
+        with pytest.raises(SystemExit) as refused:
+            collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", *arguments])
+        assert refused.value.code == 2 and shown in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:  # no version: minari's int() TypeError after the collection
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", "--minari",
                       "genpol/hopper/random", "--d4rl", str(tmp_path / "z.hdf5")])

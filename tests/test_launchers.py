@@ -205,15 +205,18 @@ def test_learning_curve_band_is_a_student_t_interval():
     np.testing.assert_allclose(mean - low, high - mean)
 
 
-def test_report_names_a_directory_without_runs(tmp_path):
+def test_report_names_a_directory_without_runs(tmp_path, capsys):
+    """Bad input is exit 2 and one line, as at genpol's other entry points (it was exit 1)."""
     from genpol.report import main
 
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "unfinished" / "config.yaml").write_text("seed: 0\n")
-    with pytest.raises(SystemExit, match=f"no finished run under {tmp_path}"):
-        main([str(tmp_path)])
-    with pytest.raises(SystemExit, match="is not a directory"):
-        main([str(tmp_path / "nowhere")])
+    for root, line in ((tmp_path, f"no finished run under {tmp_path} (a run directory holds config.yaml and "
+                                  "summary.json)"),
+                       (tmp_path / "nowhere", f"{tmp_path / 'nowhere'} is not a directory")):
+        with pytest.raises(SystemExit) as refused:
+            main([str(root)])
+        assert refused.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [f"genpol.report: {line}"]
 
 
 def saved_run(run_dir: Path, overrides: list[str], value: float, curve_scale: float) -> Path:

@@ -40,10 +40,17 @@ def claim_new_dir(path: str) -> str:
 
 def check_run_dir(path: str) -> None:
     """``ConfigError`` for a ``run_dir`` that cannot hold a run: empty (the files would land in the working
-    directory, among the user's own) or an existing file."""
+    directory, among the user's own), an existing file, or a folder inside another run's."""
     require(bool(str(path).strip()), "run_dir", "a directory path", path)
     if Path(path).exists() and not Path(path).is_dir():
         raise ConfigError(f"run_dir={path} is a file, not a directory: pick another run_dir")
+    for parent in Path(path).expanduser().absolute().parents:
+        # a run's folder: its config.yaml and its lock file (genpol.runners.guards.LOCK_NAME) or checkpoints. A run
+        # started in <run>/checkpoints or <run>/tb trained there, among that run's files
+        if (parent / "config.yaml").is_file() and ((parent / ".genpol.lock").exists()
+                                                   or (parent / "checkpoints").is_dir()):
+            raise ConfigError(f"run_dir={path} lies inside the run {parent}, among its files: pick a run_dir "
+                              "outside it")
 
 
 def flatten_keys(tree: Any, prefix: str = "") -> dict[str, Any]:

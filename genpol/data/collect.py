@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -129,6 +130,14 @@ def refuse_unwritable_outputs(parser: argparse.ArgumentParser, d4rl: str | None,
     data, so overwriting it would strand them) or a malformed Minari id."""
     if d4rl and Path(d4rl).exists():
         parser.exit(2, f"genpol: {d4rl} already exists; choose another path, or delete it first\n")
+    for flag, folder in (("--d4rl", Path(d4rl).parent if d4rl else None), ("--minari-root", minari_root)):
+        if folder is None:
+            continue
+        try:  # a folder that cannot be made or written (a file in the path, no permission) failed after collecting
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=folder).close()
+        except OSError as error:
+            parser.exit(2, f"genpol: {flag}: cannot write in {folder} ({type(error).__name__}: {error.strerror})\n")
     if minari:
         try:
             path = minari_dataset_path(minari, minari_root)
@@ -159,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("give --d4rl and/or --minari")
     if args.steps < 1 or args.num_envs < 1:
         parser.error(f"--steps ({args.steps}) and --num-envs ({args.num_envs}) must be >= 1")
+    if args.seed < 0:  # gymnasium's traceback, after the policy had loaded
+        parser.error(f"--seed ({args.seed}) must be >= 0")
     refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
 
     try:

@@ -158,6 +158,8 @@ class DiffusionConfig(HeadConfig):
         require(self.act_steps >= 1, "policy.act_steps", ">= 1", self.act_steps)
         require(self.horizon_steps >= self.act_steps, "policy.horizon_steps", f">= act_steps ({self.act_steps})",
                  self.horizon_steps)
+        # before the checks bounded by it, which named ft_denoising_steps for denoising_steps=0
+        require(self.denoising_steps >= 1, "policy.denoising_steps", ">= 1", self.denoising_steps)
         if self.use_ddim:  # DDIM samples a subset of the training chain's steps
             require(1 <= self.ddim_steps <= self.denoising_steps, "policy.ddim_steps",
                     f"in [1, {self.denoising_steps}] (policy.denoising_steps, the chain DDIM samples from)",
