@@ -126,14 +126,18 @@ def warn_minibatch_above_rollout(config: TrainConfig) -> None:
 
 
 def check_learning_rates_finite(config: TrainConfig) -> None:
-    """``ConfigError`` for an infinite learning rate (``lr``, ``*_lr``) in any group: ``> 0`` lets inf through (NaN it
-    does not), and the run then stopped at its first update with non-finite parameters."""
-    for group in ("learner", "policy", "pipeline"):
+    """``ConfigError`` for a NaN or infinite number (alone or in a list) in the learner, policy, pipeline or env
+    group: range checks such as ``> 0`` let inf through, and the run then stopped at its first update with
+    non-finite values (exit 3, reward_scale=inf) or trained on without a word (adam_eps=inf: nothing learns). A
+    ``*clip*`` field may be inf, meaning no clip (``denoised_clip: .inf``, ``env.obs_clip``)."""
+    for group in ("learner", "policy", "pipeline", "env"):
         node = getattr(config, group)
         for schema_field in dataclasses.fields(node):
             value = getattr(node, schema_field.name)
-            if (schema_field.name == "lr" or schema_field.name.endswith("_lr")) and isinstance(value, float) \
-                    and not math.isfinite(value):
+            numbers = value if isinstance(value, list) else [value]
+            bad = [number for number in numbers if isinstance(number, float) and not math.isfinite(number)
+                   and not ("clip" in schema_field.name and math.isinf(number))]
+            if bad:
                 raise ConfigError(f"{group}.{schema_field.name} must be finite, got {value!r}")
 
 

@@ -423,6 +423,12 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
 @pytest.mark.parametrize("overrides, message", [
     (["learner.lr=inf"], r"^learner.lr must be finite, got inf$"),
     (["learner=sac", "policy=tanh_gaussian", "learner.critic_lr=inf"], r"^learner.critic_lr must be finite, got inf$"),
+    # every number: reward_scale=inf stopped at iteration 1 as NonFiniteError, adam_eps=inf trained on, learning nothing
+    (["learner.reward_scale=inf"], r"^learner.reward_scale must be finite, got inf$"),
+    (["learner.adam_eps=inf"], r"^learner.adam_eps must be finite, got inf$"),
+    (["policy.log_std_init=-inf"], r"^policy.log_std_init must be finite, got -inf$"),
+    (["policy=gorl", "pipeline=gorl", "pipeline.stage_weights=[inf,1]"],  # a traceback from int(nan)
+     r"^pipeline.stage_weights must be finite, got \[inf, 1.0\]$"),
     (["learner=trpo", "learner.adam_eps=-1e-5"], r"^learner.adam_eps must be > 0"),
     (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.pretrain_lr=1e-5"],  # the floor stays at 1e-4
      r"^pipeline.pretrain_min_lr must be in \[0, pipeline.pretrain_lr=1e-05\], got 0.0001$"),
