@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import re
-import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +27,8 @@ from genpol.config.base import require
 from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.heads import HEADS, head_class
 from genpol.heads.base import Capability, check_capabilities
+
+log = logging.getLogger(__name__)
 
 __all__ = ["register_configs", "validate", "check_known_keys", "check_device", "type_own_head", "check_groups",
            "check_learner", "import_learner_modules", "config_dirs_of"]
@@ -119,10 +121,10 @@ def warn_minibatch_above_rollout(config: TrainConfig) -> None:
     if minibatch is None or steps is None or learner(config.learner.name).off_policy:
         return
     samples = steps * config.env.num_envs
-    if minibatch > samples:
-        warnings.warn(f"learner.minibatch_size={minibatch} exceeds the rollout of learner.rollout_steps={steps} x "
-                      f"env.num_envs={config.env.num_envs} = {samples} samples: every epoch is one minibatch of "
-                      f"the whole rollout ({config.learner.epochs} gradient steps per update)", stacklevel=3)
+    if minibatch > samples:  # logged, as the rounding of total_steps is: one line on the command line
+        log.warning("learner.minibatch_size=%d exceeds the rollout of learner.rollout_steps=%d x env.num_envs=%d = %d "
+                    "samples: every epoch is one minibatch of the whole rollout (%d gradient steps per update)",
+                    minibatch, steps, config.env.num_envs, samples, config.learner.epochs)
 
 
 def check_learning_rates_finite(config: TrainConfig) -> None:

@@ -104,6 +104,13 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
             f"genpol: ConfigError: run_dir={inside} lies inside the run {run}, among its files: pick a run_dir "
             "outside it"), result.stderr[-1500:]
     assert sorted(path.name for path in run.iterdir()) == [LOCK_NAME, "checkpoints", "config.yaml"]
+    # the video folder a file: found after training, the video lost
+    result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={tmp_path / 'v'}", f"pipeline.video_dir={target}",
+                     check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"genpol: ConfigError: pipeline.video_dir={target} is a file, not a directory: pick another video_dir (or "
+        "pipeline.video=false)"), result.stderr[-1500:]
+    assert not (tmp_path / "v" / ".hydra").exists()  # Hydra's copy, written before any check (an existing run's too)
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path}", "episodez=3", check=False)  # genpol-evaluate too
     assert result.returncode == 2 and "episodez" in result.stderr, result.stderr[-1500:]
 

@@ -4,7 +4,6 @@ import ast
 import inspect
 import re
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
@@ -425,6 +424,7 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
     (["learner=sac", "policy=tanh_gaussian", "learner.critic_lr=inf"], r"^learner.critic_lr must be finite, got inf$"),
     # every number: reward_scale=inf stopped at iteration 1 as NonFiniteError, adam_eps=inf trained on, learning nothing
     (["learner.reward_scale=inf"], r"^learner.reward_scale must be finite, got inf$"),
+    (["env.render_width=0"], r"^env.render_width must be >= 1, got 0"),  # failed at the video, after training
     (["learner.adam_eps=inf"], r"^learner.adam_eps must be finite, got inf$"),
     (["policy.log_std_init=-inf"], r"^policy.log_std_init must be finite, got -inf$"),
     (["policy=gorl", "pipeline=gorl", "pipeline.stage_weights=[inf,1]"],  # a traceback from int(nan)
@@ -461,16 +461,19 @@ def test_a_validated_config_refuses_a_misspelt_attribute():
         assert not hasattr(node, name)
 
 
-def test_a_minibatch_larger_than_the_rollout_is_warned_about():
+def test_a_minibatch_larger_than_the_rollout_is_warned_about(caplog):
     """learner.minibatch_size=512 on a rollout of 64 x 2 = 128 samples: each epoch is one minibatch of the
     rollout, trained as asked, once silently; now said. A minibatch that fits, or an off-policy learner, is not."""
-    with pytest.warns(UserWarning, match=r"^learner.minibatch_size=512 exceeds the rollout of learner.rollout_steps=64 "
-                                         r"x env.num_envs=2 = 128 samples: every epoch is one minibatch of the whole "
-                                         r"rollout \(10 gradient steps per update\)$"):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="genpol.configure"):
         validate(compose_config(["env=pendulum", "learner.minibatch_size=512", "learner.rollout_steps=64",
                                  "env.num_envs=2", "run_dir=/tmp/never-made"]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        assert [record.getMessage() for record in caplog.records] == [
+            "learner.minibatch_size=512 exceeds the rollout of learner.rollout_steps=64 x env.num_envs=2 = 128 samples: "
+            "every epoch is one minibatch of the whole rollout (10 gradient steps per update)"]
+        caplog.clear()
         validate(compose_config(["env=pendulum", "learner.minibatch_size=128", "learner.rollout_steps=64",
                                  "env.num_envs=2", "run_dir=/tmp/never-made"]))
         validate(compose_config(["+experiment=sac", "env=pendulum", "run_dir=/tmp/never-made"]))
+        assert not caplog.records

@@ -58,6 +58,8 @@ class EnvConfig(FixedFields):
     def __post_init__(self) -> None:
         require(self.backend in ENV_BACKENDS, "env.backend", f"one of {ENV_BACKENDS}", self.backend)
         require(self.num_envs >= 1, "env.num_envs", ">= 1", self.num_envs)
+        for key in ("render_width", "render_height"):  # 0 was accepted, and failed at the video, after training
+            require(getattr(self, key) >= 1, f"env.{key}", ">= 1", getattr(self, key))
         require(1 <= self.workers <= self.num_envs, "env.workers", f"in [1, num_envs={self.num_envs}]", self.workers)
         require(self.workers == 1 or self.backend != "custom", "env.workers",
                 "1 for env.backend=custom (a custom backend steps its envs batched itself; raise env.num_envs)",

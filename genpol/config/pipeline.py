@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List
 
-from genpol.config.base import require
+from genpol.config.base import ConfigError, require
 from genpol.fields import FixedFields
 
 # what pipeline.online_reset can give the learner that runs both phases of offline_to_online afresh
@@ -43,6 +44,9 @@ class OnlinePipelineConfig(FixedFields):
         require(self.keep_checkpoints >= 1, "pipeline.keep_checkpoints", ">= 1", self.keep_checkpoints)
         require(self.eval_every >= 0, "pipeline.eval_every", ">= 0", self.eval_every)
         require(self.eval_episodes >= 1, "pipeline.eval_episodes", ">= 1", self.eval_episodes)
+        if self.video and Path(self.video_dir).expanduser().is_file():  # found after training, the video lost
+            raise ConfigError(f"pipeline.video_dir={self.video_dir} is a file, not a directory: pick another "
+                              "video_dir (or pipeline.video=false)")
 
 
 @dataclass
