@@ -237,6 +237,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if not path.exists():
         raise CheckpointError(f"{path} does not exist: expected a run directory or one of its checkpoints")
+    if path.is_file():  # it was told "no checkpoint in <file>: expected <file>/checkpoints/step_*"
+        raise CheckpointError(f"{path} is a file: expected a run directory or one of its checkpoints")
     if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
         return path
     if path.name == "checkpoints" and not (path / "checkpoints").exists():  # a run's checkpoints folder itself

@@ -382,7 +382,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--curve", default="charts/episodic_return", help="progress.jsonl field of the curves")
     args = parser.parse_args(argv)
     try:
-        result = report(args.root, args.out, args.metric, args.curve)
+        with warnings.catch_warnings():
+            # the report's warnings name what they skip: one line each (Python's format added report.py's line)
+            warnings.showwarning = lambda message, *_, **__: print(message, file=sys.stderr)
+            result = report(args.root, args.out, args.metric, args.curve)
     except (OutputFolderError, FileNotFoundError, KeyError, OSError) as error:
         # bad input (no runs, a metric no run has, an --out that cannot be made): exit 2, as genpol's other entry
         # points (it was 1 but for --out, and an --out under a file was a traceback)

@@ -116,6 +116,9 @@ def test_missing_pieces_are_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="no checkpoint in"):
         TrainedPolicy.load(tmp_path / "empty")
+    (tmp_path / "notes.txt").write_text("mine")  # was "no checkpoint in notes.txt: expected notes.txt/checkpoints/"
+    with pytest.raises(CheckpointError, match=r"notes.txt is a file: expected a run directory or one of its"):
+        TrainedPolicy.load(tmp_path / "notes.txt")
 
 
 TRAIN_ARGS = ["env=hopper", "env.num_envs=2", "pipeline.checkpoint_every=1",

@@ -217,6 +217,12 @@ def test_report_names_a_directory_without_runs(tmp_path, capsys):
         with pytest.raises(SystemExit) as refused:
             main([str(root)])
         assert refused.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [f"genpol.report: {line}"]
+    (tmp_path / "unfinished" / "summary.json").write_text('{"eval')  # damaged: named in one line, not two
+    with pytest.raises(SystemExit):
+        main([str(tmp_path)])
+    skipped, refused = capsys.readouterr().err.strip().splitlines()
+    assert skipped.startswith(f"genpol.report: skipping {tmp_path / 'unfinished'}: its config.yaml or summary.json "
+                              "cannot be read") and refused.startswith("genpol.report: no finished run under")
 
 
 def saved_run(run_dir: Path, overrides: list[str], value: float, curve_scale: float) -> Path:
