@@ -106,7 +106,7 @@ def validate(cfg: DictConfig) -> Any:
             raise ConfigError("the policy group's yaml has no schema: list schema_<name> in its defaults, or set "
                               "family: <module:ClassName> of a head of your own that declares a Config")
         check_group_names(config)
-        check_learning_rates_finite(config)
+        check_numbers_finite(config)
         check_groups(config)
         check_learner(config)
         warn_minibatch_above_rollout(config)
@@ -127,7 +127,7 @@ def warn_minibatch_above_rollout(config: TrainConfig) -> None:
                     minibatch, steps, config.env.num_envs, samples, config.learner.epochs)
 
 
-def check_learning_rates_finite(config: TrainConfig) -> None:
+def check_numbers_finite(config: TrainConfig) -> None:
     """``ConfigError`` for a NaN or infinite number (alone or in a list) in the learner, policy, pipeline or env
     group: range checks such as ``> 0`` let inf through, and the run then stopped at its first update with
     non-finite values (exit 3, reward_scale=inf) or trained on without a word (adam_eps=inf: nothing learns). A

@@ -470,8 +470,8 @@ def test_a_minibatch_larger_than_the_rollout_is_warned_about(caplog):
         validate(compose_config(["env=pendulum", "learner.minibatch_size=512", "learner.rollout_steps=64",
                                  "env.num_envs=2", "run_dir=/tmp/never-made"]))
         assert [record.getMessage() for record in caplog.records] == [
-            "learner.minibatch_size=512 exceeds the rollout of learner.rollout_steps=64 x env.num_envs=2 = 128 samples: "
-            "every epoch is one minibatch of the whole rollout (10 gradient steps per update)"]
+            "learner.minibatch_size=512 exceeds the rollout of learner.rollout_steps=64 x env.num_envs=2 = 128 "
+            "samples: every epoch is one minibatch of the whole rollout (10 gradient steps per update)"]
         caplog.clear()
         validate(compose_config(["env=pendulum", "learner.minibatch_size=128", "learner.rollout_steps=64",
                                  "env.num_envs=2", "run_dir=/tmp/never-made"]))
