@@ -28,8 +28,8 @@ replaces the ``curves/`` and ``tb/`` of a folder only where the report wrote the
   ``progress.jsonl`` against env steps) as the **mean over seeds with a 95 % Student-t interval**
   (mean +- t_{0.975, n-1} s / sqrt(n)), after interpolating every seed onto the first seed's steps from
   the latest first step to the shortest run's last. The file is named by the configuration's label where
-  that is a short, plain file name; otherwise by the label with other characters as ``_``, cut to 120 characters, and 8 hex
-  digits of the full label's SHA-256 appended, so no two configurations share a file.
+  that is a short, plain file name; otherwise by the label with other characters as ``_``, cut to 120
+  characters, and 8 hex digits of the full label's SHA-256 appended, so no two configurations share a file.
 * ``tb/``: TensorBoard HParams, one session per run (the configuration keys and the seed as hparams,
   the summary's metrics as ``hparam/<name>``): ``tensorboard --logdir <dir>/report/tb``.
 * ``report.json``: the table's numbers at full precision, and the runs behind each row.
