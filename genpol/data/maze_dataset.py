@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.eval_episodes and maze not in EVAL_GOAL_CELL:
         parser.error(f"{args.env}: no single-goal evaluation map for the {maze} maze (known: "
                      f"{', '.join(EVAL_GOAL_CELL)}); pass --eval-episodes 0")
-    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)  # the D4RL file was overwritten
+    # collect's checks: an existing --d4rl file was silently replaced here, stranding the runs resuming from it
+    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
     # Minari's reference returns were measured on the single-goal map: a Diverse id's task is another one
     reference = None if "_Diverse_" in args.env else MAZE_REFERENCE.get((maze, reward_type))
 
