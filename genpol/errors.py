@@ -49,6 +49,18 @@ class NonFiniteError(RuntimeError):
     """A NaN or inf appeared; the message says where, when, and which checkpoint is the last good one."""
 
 
+SEED_LIMIT = 2**31 - 2**20
+"""Every seed a user gives is below this. gymnasium seeds with non-negative integers, EnvPool with int32 and
+dm_control below 2^32, and env i of a batch is seeded with ``seed + i`` (evaluation and GoRL's stages add their
+own offsets): 2^20 leaves them room. A seed of 2^32 failed with a numpy traceback, after the run had started."""
+
+
+def require_seed(key: str, seed: int) -> None:
+    """``require`` for a seed: in ``[0, SEED_LIMIT)``."""
+    require(0 <= seed < SEED_LIMIT, key, f"in [0, {SEED_LIMIT}) (EnvPool seeds with int32, and env i with "
+            "seed + i)", seed)
+
+
 def require(condition: bool, key: str, requirement: str, value: Any) -> None:
     """Raise ``ConfigError("<key> must be <requirement>, got <value>")`` unless ``condition``: the range
     check of every schema field, the heads' own configs included."""

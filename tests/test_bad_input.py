@@ -32,7 +32,9 @@ PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
     (["+total_step=100"], r"^total_step is not a key of TrainConfig, so it would be ignored \(did you mean total_steps\?\)$"),
     (["+learner.zzz=1"], r"^learner.zzz is not a key of PPOConfig, so it would be ignored; its keys are \['"),
     (["device=gpu0"], r"^device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'$"),
-    (["seed=-1"], r"^seed must be >= 0 \(gymnasium seeds with non-negative integers\), got -1$"),
+    (["seed=-1"], r"^seed must be in \[0, 2146435072\) \(EnvPool seeds with int32, and env i with seed \+ i\), got -1$"),
+    # a numpy or EnvPool traceback once the env was built (dm_control: 2^32; torch: 2^64)
+    (["seed=4294967296"], r"^seed must be in \[0, 2146435072\) .*, got 4294967296$"),
     (["run_dir="], r"^run_dir must be a directory path, got ''$"),
     (["policy=diffusion_ddim", "policy.ddim_steps=50"],
      r"^policy.ddim_steps must be in \[1, 20\] \(policy.denoising_steps, the chain DDIM samples from\), got 50$"),

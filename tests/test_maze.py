@@ -177,6 +177,10 @@ def test_settings_that_would_fail_after_the_collection_are_refused_before_it(tmp
             maze_main(["--env", "PointMaze_UMaze-v3", *outputs, "--minari-root", str(tmp_path / "minari")])
         assert refused.value.code == 2 and shown in capsys.readouterr().err
     assert (tmp_path / "taken.hdf5").read_bytes() == b"a dataset"
+    for seed in ("-1", str(2**32)):  # numpy's traceback, after the maze was read
+        with pytest.raises(SystemExit) as refused:
+            maze_main(["--env", "PointMaze_UMaze-v3", "--d4rl", str(tmp_path / "s.hdf5"), "--seed", seed])
+        assert refused.value.code == 2 and "--seed must be in [0, 2146435072) " in capsys.readouterr().err
     diverse = eval_maze_map("PointMaze_Medium_Diverse_G-v3")
     assert sum(cell == "g" for row in diverse for cell in row) == 1 and diverse[6][6] == "g"
     assert not any(cell in ("c", "r") for row in diverse for cell in row)

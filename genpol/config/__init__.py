@@ -25,6 +25,7 @@ from genpol.config.policy import (POLICY_SCHEMAS, ConsistencyPolicyConfig, Custo
                                   PolicyFlowPolicyConfig, TanhGaussianPolicyConfig)
 from genpol.config.onpolicy import ASPOConfig, PPOConfig, RolloutConfig, SPOConfig, TRPOConfig
 from genpol.fields import FixedFields
+from genpol.errors import require_seed
 
 __all__ = ["ACTIVATION_NAMES", "ENV_BACKENDS", "ConfigError", "DatasetConfig", "EnvConfig", "LoggerConfig",
            "OfflineToOnlinePipelineConfig", "OnlinePipelineConfig", "GoRLPipelineConfig", "DiffusionPolicyConfig",
@@ -73,7 +74,7 @@ class TrainConfig(FixedFields):
         """Ranges of the root's own fields. The checks that need two groups at once (policy with
         pipeline or learner) read the learner table, so they run in ``genpol.configure.validate``."""
         require(self.total_steps >= 1, "total_steps", ">= 1", self.total_steps)
-        require(self.seed >= 0, "seed", ">= 0 (gymnasium seeds with non-negative integers)", self.seed)
+        require_seed("seed", self.seed)
         check_run_dir(self.run_dir)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
         require(self.update_threads >= 0, "update_threads", ">= 0 (0: torch_threads)", self.update_threads)
@@ -103,7 +104,7 @@ class EvaluateConfig(FixedFields):
 
     def __post_init__(self) -> None:
         require(self.episodes >= 1, "episodes", ">= 1", self.episodes)
-        require(self.seed >= 0, "seed", ">= 0 (gymnasium seeds with non-negative integers)", self.seed)
+        require_seed("seed", self.seed)
         require(self.torch_threads >= 1, "torch_threads", ">= 1", self.torch_threads)
 
 

@@ -33,7 +33,7 @@ from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
-from genpol.errors import CheckpointError, ConfigError, DatasetError
+from genpol.errors import CheckpointError, ConfigError, DatasetError, require_seed
 from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("give --d4rl and/or --minari")
     if args.steps < 1 or args.num_envs < 1:
         parser.error(f"--steps ({args.steps}) and --num-envs ({args.num_envs}) must be >= 1")
-    if args.seed < 0:  # gymnasium's traceback, after the policy had loaded
-        parser.error(f"--seed ({args.seed}) must be >= 0")
+    try:  # gymnasium's or EnvPool's traceback, after the policy had loaded
+        require_seed("--seed", args.seed)
+    except ConfigError as error:
+        parser.error(str(error))
     refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
 
     try:

@@ -42,6 +42,7 @@ from genpol.data.maze_planner import GOAL, POSITION, VELOCITY, BatchController, 
 from genpol.data.collect import refuse_unwritable_outputs
 from genpol.data.minari_io import write_minari
 from genpol.data.scores import normalized_score
+from genpol.errors import require_seed
 from genpol.policy import evaluate_episodes
 
 # Minari D4RL/pointmaze/<maze>-v2 metadata (minari/utils.py _generate_dataset_metadata, values as
@@ -182,8 +183,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if not (args.d4rl or args.minari):
         parser.error("give --d4rl and/or --minari")
-    try:
+    try:  # ConfigError is a ValueError: a seed numpy or gymnasium refuses fails here, not in the collection
         maze, reward_type = maze_name(args.env)
+        require_seed("--seed", args.seed)
     except ValueError as error:
         parser.error(str(error))
     # refused before the collection, not after it: nothing collected is lost to a setting

@@ -47,6 +47,7 @@ from genpol.callbacks import Evaluation
 from genpol.callbacks.base import failure_hint
 from genpol.checkpoint import CheckpointError, list_checkpoints, load_latest, load_policy_files, save_checkpoint
 from genpol.config import ConfigError, TrainConfig
+from genpol.errors import SEED_LIMIT
 from genpol.files import write_text_atomic
 from genpol.memory import require_memory
 from genpol.heads.latent import LatentDecoderHead
@@ -72,10 +73,10 @@ def stage_budgets(total_steps: int, weights: list[float]) -> list[int]:
     return budgets
 
 
-# Stage seeds stay below 2^31 - 2^20, so that the collection env's resets (env i at seed + i) take them: EnvPool
-# takes int32 seeds and dm_control seeds below 2^32, and seed 12345 made 12345 x 1000003, which failed there
-# after stage 0 had trained, and again at every resume. Seeds up to 2146 (all that ran before) keep their values.
-STAGE_SEED_MODULUS = 2**31 - 2**20
+# Stage seeds stay below SEED_LIMIT (2^31 - 2^20), so that the collection env's resets (env i at seed + i) take
+# them: EnvPool takes int32 seeds and dm_control seeds below 2^32, and seed 12345 made 12345 x 1000003, which failed
+# there after stage 0 had trained, and again at every resume. Seeds up to 2146 (all that ran before) keep their values.
+STAGE_SEED_MODULUS = SEED_LIMIT
 
 
 def stage_seed(seed: int, stage: int, purpose: int) -> int:
