@@ -308,6 +308,7 @@ def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
 
 def main() -> None:
     from common import RESULTS, date_stamp, read_results, write_results
+    from learning_rows import against_sac, merge_seeds, plot_against_sac, pooled_mean
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -354,9 +355,11 @@ def main() -> None:
         if args.suite == "stability":
             table[job].update(stability(dirs))
         if args.suite == "spo_deep":
-            deviations = [curves(d, "losses/ratio_deviation") for d in dirs]
-            table[job]["ratio_deviation_mean"] = statistics.mean(v for dev in deviations for _, v in dev)
-    from learning_rows import against_sac, merge_seeds, plot_against_sac
+            deviations = [[v for _, v in curves(d, "losses/ratio_deviation")] for d in dirs]
+            # per seed, so that merge_seeds can pool them again with seeds of an earlier invocation
+            table[job]["ratio_deviation_means"] = [statistics.mean(dev) for dev in deviations]
+            table[job]["ratio_deviation_counts"] = [len(dev) for dev in deviations]
+            table[job]["ratio_deviation_mean"] = pooled_mean(table[job])
 
     previous = read_results(f"learning_{args.suite}.json")
     if previous:  # a partial re-run keeps the suite's other jobs, and a job's other seeds at the same budget

@@ -36,7 +36,18 @@ def merge_seeds(previous: dict | None, row: dict) -> dict:
     merged["median_final_return"] = statistics.median(merged["final_returns"])
     if "sps" in merged:
         merged["sps_median"] = statistics.median(merged["sps"])
+    if "ratio_deviation_means" in merged:
+        merged["ratio_deviation_mean"] = pooled_mean(merged)
+    else:  # the earlier row kept no per-seed means: this invocation's seeds alone would pass for all of them
+        merged.pop("ratio_deviation_mean", None)
     return merged
+
+
+def pooled_mean(row: dict) -> float:
+    """The mean of the spo_deep suite's logged ratio deviations over every seed's iterations, from the
+    per-seed means and counts (a seed with more logged iterations weighs more, as in one pooled list)."""
+    total = sum(mean * count for mean, count in zip(row["ratio_deviation_means"], row["ratio_deviation_counts"]))
+    return total / sum(row["ratio_deviation_counts"])
 
 
 def against_sac(table: dict, sac_jobs: dict) -> None:

@@ -311,6 +311,18 @@ def test_learning_suites_merge_seeds_and_judge_against_sac_as_issue_30_says():
     assert learning_rows.merge_seeds({**first, "steps": 100}, second) == second
     without_sps = learning_rows.merge_seeds({key: value for key, value in first.items() if key != "sps"}, second)
     assert "sps" not in without_sps and without_sps["seeds"] == [0, 1, 2]  # a list that cannot line up is dropped
+    # spo_deep's pooled ratio deviation: seed 0 (2 iterations, mean 0.1) with seed 1 (1 iteration, 0.4) pools to
+    # 0.2; it was seed 1's 0.4 alone, under the merged row's three seeds
+    deviations = {"overrides": ["a"], "steps": 300, "final_returns": [1.0], "median_final_return": 1.0}
+    pooled = learning_rows.merge_seeds(
+        {**deviations, "seeds": [0], "ratio_deviation_means": [0.1], "ratio_deviation_counts": [2]},
+        {**deviations, "seeds": [1], "ratio_deviation_means": [0.4], "ratio_deviation_counts": [1],
+         "ratio_deviation_mean": 0.4})
+    assert pooled["ratio_deviation_mean"] == pytest.approx(0.2)
+    older = learning_rows.merge_seeds({**deviations, "seeds": [0], "ratio_deviation_mean": 0.1},
+                                      {**deviations, "seeds": [1], "ratio_deviation_means": [0.4],
+                                       "ratio_deviation_counts": [1], "ratio_deviation_mean": 0.4})
+    assert "ratio_deviation_mean" not in older  # seed 0's iterations are unknown: no pooled mean, not seed 1's
 
     sac = {"hopper-sac": {"steps": 300, "seeds": [0, 1, 2], "final_returns": [3500.0, 3000.0, 3200.0]}}
     table = {"hopper-flow-sac": row, "hopper-meow": {**row, "seeds": [0, 1, 2], "final_returns": [2990.0] * 3,
