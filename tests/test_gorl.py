@@ -225,6 +225,11 @@ def kill_mid_stage_1_and_resume(args, reference, run_dir, directories):
     summary_a, summary_b = (json.loads((d / "summary.json").read_text()) for d in (reference, run_dir))
     for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
         assert summary_a[key] == summary_b[key], key
+    # the wall time counts stage 0, run by the killed process, too: it was the resumed process's alone
+    stage0, stage1 = summary_b["stages"]
+    spent = [stage0[f"{part}_wall_time_s"] for part in ("encoder", "collection", "decoder")]
+    assert all(seconds > 0 for seconds in spent) and stage1["encoder_wall_time_s"] > 0
+    assert summary_b["wall_time_s"] > sum(spent) + stage1["encoder_wall_time_s"]
 
 
 def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path):

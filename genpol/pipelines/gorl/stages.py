@@ -126,7 +126,6 @@ def freeze_observations(env: VectorEnv, state: dict[str, Any] | None) -> None:
 def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     """Run (or resume) every GoRL stage in ``run_dir``; return the summary."""
     run_dir = prepare_run(cfg, run_dir)
-    start = time.perf_counter()
     pipeline, device = cfg.pipeline, torch.device(cfg.device)
     budgets = stage_budgets(cfg.total_steps, list(pipeline.stage_weights))
     check_budgets(run_dir, budgets)
@@ -169,7 +168,7 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             stages.append(record)
     finally:
         env.close()
-    return finish(cfg, run_dir, spec, head, best_weights, stages, time.perf_counter() - start)
+    return finish(cfg, run_dir, spec, head, best_weights, stages)
 
 
 def check_collection_memory(cfg: TrainConfig, obs_dim: int, act_dim: int) -> None:
@@ -224,7 +223,9 @@ def encoder_stage(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, 
               "max_grad_norm": getattr(stage_cfg.learner, "max_grad_norm", None),
               "latent_l2_coef": head.latent_l2_coef, "best_eval_return": best.best_return,
               "best_eval_step": best.best_step, "final_eval_return": evaluation.final_return,
-              "best_checkpoint": str(list_checkpoints(stage_dir / "best")[-1])}
+              "best_checkpoint": str(list_checkpoints(stage_dir / "best")[-1]),
+              # the phase's own summary counts every session of it (resumes included)
+              "encoder_wall_time_s": json.loads((stage_dir / "summary.json").read_text())["wall_time_s"]}
     write_json_atomic(record, marker)
     return record
 
@@ -240,11 +241,13 @@ def distill(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, env: V
         acting.load_state_dict(best_weights["head"])
         collect_env = make_eval_env(cfg.env.num_envs, None, "collect")
         freeze_observations(collect_env, best_weights.get("obs_normalizer"))
+        start = time.perf_counter()
         try:
             data = collect_pre_tanh_actions(acting, collect_env, pipeline.collect_steps,
                                             stage_seed(cfg.seed, stage, COLLECT))
         finally:
             collect_env.close()
+        data["wall_time_s"] = time.perf_counter() - start
         save_atomic(data, collection_path)
         del data  # freed before the file is read back: one copy at a time
     data = torch.load(collection_path, weights_only=True)
@@ -264,19 +267,24 @@ def distill(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, env: V
                 for name, value in row.items():
                     writer.add_scalar(f"decoder/stage_{stage}/{name}", value, epoch)
 
+        start = time.perf_counter()
         try:
             weights, report = training.fit(head, data["obs"], data["actions"], stage_seed(cfg.seed, stage, DECODER),
                                            log_epoch)
         finally:
             if writer is not None:
                 writer.close()
+        report["wall_time_s"] = time.perf_counter() - start
         save_atomic({"decoder": weights, "report": report}, decoder_path)
     report = torch.load(decoder_path, weights_only=True)["report"]
     returns = data["episode_returns"]
     return {"collection_env_steps": int(data["env_steps"]), "collected_actions": int(len(data["actions"])),
             "collection_return_mean": sum(returns) / len(returns) if returns else None,
             "decoder_best_val_loss": report["best_val_loss"], "decoder_best_epoch": report["best_epoch"],
-            "decoder_epochs_run": report["epochs_run"]}
+            "decoder_epochs_run": report["epochs_run"],
+            # files of runs before these were timed have none: 0
+            "collection_wall_time_s": float(data.get("wall_time_s", 0.0)),
+            "decoder_wall_time_s": float(report.get("wall_time_s", 0.0))}
 
 
 def evaluate_policy(policy: TrainedPolicy, cfg: TrainConfig, video_dir: Path | None) -> tuple[Any, str | None]:
@@ -295,9 +303,12 @@ def evaluate_policy(policy: TrainedPolicy, cfg: TrainConfig, video_dir: Path | N
 
 
 def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDecoderHead,
-           best_weights: dict[str, Any], stages: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+           best_weights: dict[str, Any], stages: list[dict[str, Any]]) -> dict[str, Any]:
     """The final combined policy (the last stage's best encoder with its decoder) as the run's own
-    checkpoint, its evaluation (and video), and ``summary.json``."""
+    checkpoint, its evaluation (and video), and ``summary.json``. Its ``wall_time_s`` adds up the stages' encoder
+    phases, collections and decoder fits, each over every session that ran it, and the final evaluation: the
+    time of this process alone counted nothing of a stage that an earlier, stopped session had run."""
+    start = time.perf_counter()
     encoder_steps = sum(record["encoder_env_steps"] for record in stages)
     collection_steps = sum(record.get("collection_env_steps", 0) for record in stages)
     if not list_checkpoints(run_dir / "checkpoints"):
@@ -322,7 +333,10 @@ def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDe
         "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
         "eval_deterministic": cfg.pipeline.eval_deterministic,
         "checkpoint": str(policy.source), "video": video, "tensorboard": str(run_dir / "tb"),
-        "wall_time_s": elapsed, "stages": stages, "missing": missing,
+        "wall_time_s": time.perf_counter() - start + sum(
+            record.get(key, 0.0) for record in stages
+            for key in ("encoder_wall_time_s", "collection_wall_time_s", "decoder_wall_time_s")),
+        "stages": stages, "missing": missing,
     }
     write_json_atomic(summary, run_dir / "summary.json")
     log.info("GoRL finished: %s", {k: summary[k] for k in ("encoder_env_steps", "collection_env_steps",
