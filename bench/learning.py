@@ -307,8 +307,8 @@ def plot(suite: str, runs: dict[str, list[Path]], path: Path) -> None:
 
 
 def main() -> None:
-    from common import RESULTS, date_stamp, read_results, write_results
-    from learning_rows import against_sac, merge_seeds, plot_against_sac, pooled_mean
+    from common import RESULTS, date_stamp, read_results, update_results
+    from learning_rows import against_sac, finite_median, merge_seeds, plot_against_sac, pooled_mean
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -318,6 +318,8 @@ def main() -> None:
     parser.add_argument("--status", action="store_true",
                         help="print where each (job, seed) run stands and train nothing: for runs spread over sessions")
     args = parser.parse_args()
+    if len(set(args.seeds)) < len(args.seeds):  # one run counted twice would pass for more seeds than ran
+        parser.error(f"--seeds repeats a seed: {args.seeds}")
     if args.status:
         from learning_rows import print_status
 
@@ -325,7 +327,7 @@ def main() -> None:
                     if not args.jobs or job in args.jobs for seed in args.seeds}
         results = read_results(f"learning_{args.suite}.json")
         if args.suite == "maxent":  # its SAC jobs are the sac suite's runs, recorded in that suite's file
-            results = {"jobs": {**read_results("learning_sac.json").get("jobs", {}), **results.get("jobs", {})}}
+            results = {"jobs": {**results.get("jobs", {}), **read_results("learning_sac.json").get("jobs", {})}}
         print_status(run_dirs, args.steps, results)
         return
 
@@ -337,10 +339,11 @@ def main() -> None:
         common = SUITE_COMMON.get(args.suite, COMMON)
         summaries = [run_job(d, overrides, seed, args.steps, common) for d, seed in zip(dirs, args.seeds)]
         runs[job] = dirs
+        # None where a run's final evaluation failed (its summary's "missing" says why): not counted
         finals = [s["eval_return_mean"] for s in summaries]
         table[job] = {
             "overrides": overrides, "seeds": args.seeds, "steps": args.steps, "final_returns": finals,
-            "median_final_return": statistics.median(finals),
+            "median_final_return": finite_median(finals),
             "sps_median": statistics.median(s["sps"] for s in summaries),
             "wall_time_s": [s["wall_time_s"] for s in summaries], "sps": [s["sps"] for s in summaries],
         }
@@ -361,23 +364,31 @@ def main() -> None:
             table[job]["ratio_deviation_counts"] = [len(dev) for dev in deviations]
             table[job]["ratio_deviation_mean"] = pooled_mean(table[job])
 
-    previous = read_results(f"learning_{args.suite}.json")
-    if previous:  # a partial re-run keeps the suite's other jobs, and a job's other seeds at the same budget
-        merged = {job: merge_seeds(previous["jobs"].get(job), row) for job, row in table.items()}
-        table = {**previous["jobs"], **merged} if args.jobs else merged
-        runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
-    if args.suite == "maxent":
-        sac_jobs = read_results("learning_sac.json").get("jobs", {})
-        against_sac(table, sac_jobs)
-        plot_against_sac(table, sac_jobs, RESULTS / "learning_maxent_vs_sac.png")
-    write_results(f"learning_{args.suite}.json", {"suite": args.suite, "date": date_stamp(), "jobs": table})
-    plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
+    sac_jobs = read_results("learning_sac.json").get("jobs", {}) if args.suite == "maxent" else {}
+
+    def collate(previous: dict) -> dict:
+        """The results file's rows with this invocation's, and the pictures; under the file's lock, so that two
+        invocations of one suite (one job per core) finishing together keep each other's rows."""
+        nonlocal table, runs
+        if previous:  # a partial re-run keeps the suite's other jobs, and a job's other seeds at the same budget
+            merged = {job: merge_seeds(previous["jobs"].get(job), row) for job, row in table.items()}
+            table = {**previous["jobs"], **merged} if args.jobs else merged
+            runs = {job: [job_dir(job, row["steps"], seed) for seed in row["seeds"]] for job, row in table.items()}
+        if args.suite == "maxent":
+            against_sac(table, sac_jobs)
+            plot_against_sac(table, sac_jobs, RESULTS / "learning_maxent_vs_sac.png")
+        plot(args.suite, runs, RESULTS / f"learning_{args.suite}.png")
+        return {"suite": args.suite, "date": date_stamp(), "jobs": table}
+
+    update_results(f"learning_{args.suite}.json", collate)
     print(f"\n{'job':40s} {'median final':>12s}  {'per seed':30s} {'SPS':>6s}")
     for job, row in table.items():
-        per_seed = ", ".join(f"{v:.0f}" for v in row["final_returns"])
-        verdict = f"  vs SAC {row['against_sac']['sac_median']:.0f}: {row['against_sac']['verdict']}" \
-            if "against_sac" in row else ""
-        print(f"{job:40s} {row['median_final_return']:12.0f}  {per_seed:30s} {row['sps_median']:6.0f}{verdict}")
+        per_seed = ", ".join("-" if v is None else f"{v:.0f}" for v in row["final_returns"])
+        median = "-" if row["median_final_return"] is None else f"{row['median_final_return']:.0f}"
+        judged = row.get("against_sac", {})  # a row not judged has no SAC median
+        verdict = "" if not judged else f"  vs SAC: {judged['verdict']}" if "sac_median" not in judged else \
+            f"  vs SAC {judged['sac_median']:.0f}: {judged['verdict']}"
+        print(f"{job:40s} {median:>12s}  {per_seed:30s} {row['sps_median']:6.0f}{verdict}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def merge_seeds(previous: dict | None, row: dict) -> dict:
             merged[key] = [joined[i] for i in order]
         else:  # a per-seed list the earlier row lacks (a newer field) cannot line up with the merged seeds
             del merged[key]
-    merged["median_final_return"] = statistics.median(merged["final_returns"])
+    merged["median_final_return"] = finite_median(merged["final_returns"])
     if "sps" in merged:
         merged["sps_median"] = statistics.median(merged["sps"])
     if "ratio_deviation_means" in merged:
@@ -50,6 +50,18 @@ def pooled_mean(row: dict) -> float:
     return total / sum(row["ratio_deviation_counts"])
 
 
+def finite_median(values: list) -> float | None:
+    """The median of the finite values, None when there are none. A run whose final evaluation failed has
+    ``eval_return_mean`` None (its summary's ``missing`` says why): statistics.median raised on it, after every
+    job had trained, and a NaN made the median depend on which seed held it."""
+    finite = [value for value in values if is_finite(value)]
+    return statistics.median(finite) if finite else None
+
+
+def is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def against_sac(table: dict, sac_jobs: dict) -> None:
     """Issue 30's criterion, written into each max-entropy job's row as ``against_sac``: its median final
     return at or above SAC's (the ``sac`` suite's job on the same task and budget), or inside the 95 %
@@ -59,12 +71,15 @@ def against_sac(table: dict, sac_jobs: dict) -> None:
 
     for job, row in table.items():
         task = job.split("-")[0]
-        sac = table.get(f"{task}-sac") or sac_jobs.get(f"{task}-sac")
-        if job == f"{task}-sac" or sac is None or sac["steps"] != row["steps"]:
+        # the sac suite's own row first: a copy in this suite's file (an earlier ``--jobs hopper-sac``) falls behind
+        # it as the sac suite gains seeds
+        candidates = [sac_jobs.get(f"{task}-sac"), table.get(f"{task}-sac")]
+        sac = next((c for c in candidates if c is not None and c["steps"] == row["steps"]), None)
+        if job == f"{task}-sac" or sac is None:
             continue
-        if not all(math.isfinite(value) for value in [*sac["final_returns"], *row["final_returns"]]):
-            # statistics.median's answer with a NaN depends on the order of the values: no verdict on one
-            row["against_sac"] = {"verdict": "not judged: a non-finite final return", "met": False}
+        if not all(is_finite(value) for value in [*sac["final_returns"], *row["final_returns"]]):
+            # a seed without a final evaluation, or a NaN (whose median depends on the order): no verdict
+            row["against_sac"] = {"verdict": "not judged: a seed without a finite final return", "met": False}
             continue
         sac_median, (low, high) = statistics.median(sac["final_returns"]), bootstrap_median_ci(sac["final_returns"])
         median = row["median_final_return"]
@@ -123,11 +138,14 @@ def print_status(run_dirs: dict[tuple[str, int], Path], steps: int, results: dic
         checkpoints = sorted((run_dir / "checkpoints").glob("step_*")) if run_dir.is_dir() else []
         summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else None
         if summary is not None and summary["env_steps"] >= steps:
-            state = f"done: final evaluation {summary['eval_return_mean']:.0f}"
+            final = summary["eval_return_mean"]
+            state = "done: no final evaluation (its summary's missing)" if final is None else \
+                f"done: final evaluation {final:.0f}"
         elif checkpoints:
             state = f"resumes from step {int(checkpoints[-1].name.split('_')[1])} of {steps}"
         elif row is not None and row["steps"] == steps and seed in row["seeds"]:
-            state = (f"in the results file only: final evaluation {row['final_returns'][row['seeds'].index(seed)]:.0f} "
+            final = row["final_returns"][row["seeds"].index(seed)]
+            state = (f"in the results file only: final evaluation {'-' if final is None else f'{final:.0f}'} "
                      "(its run directory is not here)")
         else:
             state = "not started"

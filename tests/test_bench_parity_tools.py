@@ -358,6 +358,63 @@ def test_learning_status_reads_where_each_run_stands(tmp_path, capsys):
     assert "in the results file only: final evaluation 2516" in lines[2] and lines[3].endswith("not started")
 
 
+def test_learning_collation_keeps_every_row_and_names_what_it_cannot_judge(tmp_path, monkeypatch, capsys):
+    """``bench/learning.py maxent`` collating without training (fabricated summaries): a run whose final
+    evaluation failed (``eval_return_mean`` None) crashed the whole collation after every job had trained; a seed
+    repeated in ``--seeds`` counted one run twice; a stale SAC row in the maxent file outranked the sac suite's;
+    and the collation reads and writes the results file under its lock (``common.update_results``)."""
+    import json
+    import sys
+
+    import common
+    import learning
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(common, "RUNS", tmp_path / "runs")
+    finals = {("hopper-maxentdp-cpu", 0): 3100.0, ("hopper-maxentdp-cpu", 1): None, ("hopper-maxentdp-cpu", 2): 3300.0}
+
+    def fabricated_run(run_dir, overrides, seed, steps, common_arguments=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        final = finals[(run_dir.name.rsplit("-", 2)[0], seed)]
+        (run_dir / "progress.jsonl").write_text(json.dumps({"global_step": steps, "eval/episodic_return": final,
+                                                            "charts/episodic_return": 1.0}))
+        return {"eval_return_mean": final, "sps": 10.0, "wall_time_s": 1.0, "env_steps": steps}
+
+    monkeypatch.setattr(learning, "run_job", fabricated_run)
+    sac_row = {"steps": 300, "seeds": [0, 1, 2], "final_returns": [3000.0, 3200.0, 3500.0], "overrides": [],
+               "median_final_return": 3200.0, "sps_median": 10.0}
+    common.write_results("learning_sac.json", {"jobs": {"hopper-sac": sac_row}})
+    common.write_results("learning_maxent.json", {"jobs": {"hopper-sac": {**sac_row, "seeds": [0],
+                                                                           "final_returns": [9000.0]}}})
+    for seeds in (["0", "0"], ["0", "1", "2"]):
+        monkeypatch.setattr(sys, "argv", ["learning.py", "maxent", "--steps", "300", "--jobs", "hopper-maxentdp-cpu",
+                                          "--seeds", *seeds])
+        if seeds == ["0", "0"]:
+            with pytest.raises(SystemExit):
+                learning.main()
+            assert "--seeds repeats a seed: [0, 0]" in capsys.readouterr().err
+        else:
+            learning.main()
+    jobs = common.read_results("learning_maxent.json")["jobs"]
+    row = jobs["hopper-maxentdp-cpu"]
+    assert row["final_returns"] == [3100.0, None, 3300.0] and row["median_final_return"] == 3200.0
+    assert row["against_sac"] == {"verdict": "not judged: a seed without a finite final return", "met": False}
+    assert "hopper-sac" in jobs  # the other rows of the file are kept
+    finals[("hopper-maxentdp-cpu", 1)] = 2900.0  # the sac suite's row (median 3200), not the stale copy's 9000
+    assert learning_rows_verdict(jobs, sac_row, [3100.0, 2900.0, 3300.0]) == ("inside SAC's 95 % interval", 3200.0)
+    assert (tmp_path / "results" / "learning_maxent.lock").exists()
+
+
+def learning_rows_verdict(jobs: dict, sac_row: dict, final_returns: list) -> tuple:
+    import learning_rows
+
+    table = {**jobs, "hopper-maxentdp-cpu": {**jobs["hopper-maxentdp-cpu"], "final_returns": final_returns,
+                                             "median_final_return": learning_rows.finite_median(final_returns)}}
+    learning_rows.against_sac(table, {"hopper-sac": sac_row})
+    verdict = table["hopper-maxentdp-cpu"]["against_sac"]
+    return verdict["verdict"], verdict["sac_median"]
+
+
 def test_a_finished_bench_run_is_reused_only_under_its_own_config(tmp_path):
     """train_once returned a finished run's summary whatever the job's overrides had become (an edited bundle, an
     added override), and the results filed the old run's numbers under the new settings: the saved config is
