@@ -111,9 +111,12 @@ def make_custom(name: str, num_envs: int = 1, device: str | torch.device = "cpu"
 
 
 def step_problems(result: Any, num_envs: int, obs_dim: int, device: torch.device,
-                  episode_stats: bool = False) -> list[str]:
+                  episode_stats: bool = False, reports_success: bool = False, chunked: bool = False) -> list[str]:
     """What is wrong with one ``step`` result's structure (types, shapes, dtypes, devices), in words;
-    ``episode_stats``: the env provides ``info["episode_return"]`` / ``["episode_length"]`` at every step.
+    ``episode_stats``: the env provides ``info["episode_return"]`` / ``["episode_length"]`` at every step;
+    ``reports_success``: it fills ``info["success"]`` ``[N]`` bool; ``chunked`` (``action_chunk > 1``): it fills
+    ``info["env_steps"]`` ``[N]`` int64. Unchecked, a float success flag failed deep in the episode statistics
+    and a chunked env without ``env_steps`` counted its episode lengths in chunks, silently.
 
     Metadata only (no values are read), so a GPU simulator is not synchronized by the check.
     """
@@ -135,6 +138,13 @@ def step_problems(result: Any, num_envs: int, obs_dim: int, device: torch.device
         if episode_stats and missing:
             problems.append(f"provides_episode_stats is set, but info has no {' / '.join(missing)} (at every step: "
                             f"[K] for the K envs whose episode ended, [0] when none did); its keys: {sorted(info)}")
+        for needed, key, dtype, why in ((reports_success, "success", torch.bool, "reports_success is set"),
+                                        (chunked, "env_steps", torch.int64, "the env executes action chunks")):
+            if needed and key not in info:
+                problems.append(f"{why}, but info has no '{key}' ([N] {dtype} at every step); its keys: "
+                                f"{sorted(info)}")
+            elif needed:
+                expected[f"info['{key}']"] = (info[key], (num_envs,), dtype)
     for name, (value, shape, dtype) in expected.items():
         if not isinstance(value, torch.Tensor):
             problems.append(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -193,6 +203,8 @@ class CustomVectorEnv(VectorEnv):
                             f"{float(env.action_low[bad])} >= {float(env.action_high[bad])} in dimension {bad}")
         if problems:
             raise EnvError(f"{env_id}: {'; '.join(problems)}")
+        # a numpy integer passed the check, then failed the checkpoint's policy.json after the whole run
+        self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
         self.action_low = env.action_low.to(self.device, torch.float32)
         self.action_high = env.action_high.to(self.device, torch.float32)
         self.exact_resume = saves_state(env)
@@ -215,7 +227,8 @@ class CustomVectorEnv(VectorEnv):
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
         result = self.env.step(actions)
-        problems = step_problems(result, self.num_envs, self.obs_dim, self.device, self.provides_episode_stats)
+        problems = step_problems(result, self.num_envs, self.obs_dim, self.device, self.provides_episode_stats,
+                                 self.reports_success, self.action_chunk > 1)
         if problems:
             raise EnvError(f"{self.env_id}: {'; '.join(problems)}")
         self._steps_since_reset += 1

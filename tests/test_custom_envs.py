@@ -355,6 +355,29 @@ def test_a_custom_env_reports_success_flags_both_ends_and_keeps_its_action_chunk
             env.provides_episode_stats = True
             env.reset()
             env.step(torch.zeros(2, 2))
+    # a success flag of another dtype failed deep in the episode statistics; a chunked env without env_steps
+    # counted its episode lengths in chunks, silently
+    for tamper, message in ((lambda info: info.update(success=info["success"].float()),
+                             r"info\['success'\] must be \[2\] torch.bool on cpu, got \[2\] torch.float32"),
+                            (lambda info: info.pop("success"), r"reports_success is set, but info has no 'success'"),
+                            (None, r"the env executes action chunks, but info has no 'env_steps' \(\[N\] torch.int64")):
+        with make_custom("custom_envs.batched:make_goal_env", num_envs=2, action_chunk=1 if tamper else 3) as env:
+            if tamper is not None:
+                env.env.step = tampered(env.env.step, tamper)
+            env.reset()
+            with pytest.raises(EnvError, match=message):
+                env.step(torch.zeros(2, 2))
+    with make_custom("custom_envs.batched:make_env_with_numpy_dims", num_envs=2) as env:  # policy.json's json.dumps
+        assert type(env.obs_dim) is int and type(env.act_dim) is int
+
+
+def tampered(step, tamper):
+    """``step`` whose info ``tamper`` changes in place."""
+    def tampered_step(actions):
+        result = step(actions)
+        tamper(result[4])
+        return result
+    return tampered_step
 
 
 def test_old_policy_specs_without_imports_still_build_their_env():

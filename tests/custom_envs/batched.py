@@ -185,3 +185,11 @@ def make_env_with_reversed_bounds(num_envs: int, device: torch.device, seed: int
     env.action_low, env.action_high = env.action_low.clone(), env.action_high.clone()
     env.action_low[1], env.action_high[1] = env.action_high[1].item(), env.action_low[1].item()
     return env
+
+
+def make_env_with_numpy_dims(num_envs: int, device: torch.device, seed: int | None = None,
+                             **_: Any) -> BatchedReach:
+    """Dimensions read from a numpy array's shape, as numpy integers (legal: genpol stores them as ints)."""
+    env = BatchedReach(num_envs, device, seed, 50, False, (64, 64))
+    env.obs_dim, env.act_dim = np.int64(env.obs_dim), np.int64(env.act_dim)
+    return env
