@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .core import EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
+from .core import EnvDimsError, EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
 from .imports import import_user_modules, merge_imports
 from .wrappers import (
     ActionRescale,
@@ -50,7 +50,7 @@ from .wrappers import (
 )
 
 __all__ = [
-    "make", "make_backend", "known_ids", "innermost", "EnvError", "StepResult", "VectorEnv", "VectorEnvWrapper",
+    "make", "make_backend", "known_ids", "innermost", "EnvError", "EnvDimsError", "StepResult", "VectorEnv", "VectorEnvWrapper",
     "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
     "VideoRecorder", "action_affine", "rescale_actions",
 ]
@@ -174,6 +174,7 @@ def make(
     workers: int = 1,
     imports: Sequence[str] = (),
     step_groups: int = 0,
+    dims: tuple[int, int] | None = None,
 ) -> VectorEnv:
     """A vector env with the standard wrapper stack (see ``genpol.envs.wrappers`` for the order).
 
@@ -208,6 +209,9 @@ def make(
         step_groups: 1 or more: fixed groups of envs that step separately (``send_group`` /
             ``recv_group``, see ``genpol.envs.core``), for collection that computes while envs simulate;
             the ``envpool:`` backend only, with ``workers=1``. 0: ``step`` only.
+        dims: the ``(obs_dim, act_dim)`` the caller needs (a saved policy's): a simulator that now has others
+            is closed and refused with ``EnvDimsError`` before the wrappers, whose saved bounds and statistics
+            would fail on it with a shape error that names neither.
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
@@ -225,6 +229,10 @@ def make(
         from .subproc import SubprocVectorEnv
 
         env = SubprocVectorEnv(env_id, workers=workers, imports=imports, **backend_kwargs)
+    if dims is not None and (env.obs_dim, env.act_dim) != tuple(dims):
+        found = (env.obs_dim, env.act_dim)
+        env.close()
+        raise EnvDimsError(f"{env_id} now has obs/act dims {found[0]}/{found[1]}, {dims[0]}/{dims[1]} were asked for")
     if rescale_actions:
         env = ActionRescale(env, bounds=action_bounds)
     env = EpisodeStats(env)

@@ -48,6 +48,10 @@ class EnvError(ValueError):
     """A bad environment id, a bad action, or an env that genpol cannot drive."""
 
 
+class EnvDimsError(EnvError):
+    """The env's obs/act dims are not those asked for (``make(dims=...)``: a saved policy's)."""
+
+
 class VectorEnv(abc.ABC):
     """Base class of backends and wrappers: batched torch tensors on one device.
 

@@ -51,8 +51,8 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
             try:
                 returns, lengths, success = _evaluate_mode(policy, cfg, mode, video_dir, results["videos"])
             except Exception as error:  # noqa: BLE001 - rendering is optional, as in training: the returns without it
-                if video_dir is None:
-                    raise
+                if video_dir is None or isinstance(error, (CheckpointError, ConfigError)):
+                    raise  # a policy that cannot run here: not a video's failure
                 print(f"genpol: the {mode} evaluation's video failed ({failure_hint(error)}); evaluating without "
                       "video", file=sys.stderr)
                 returns, lengths, success = _evaluate_mode(policy, cfg, mode, None, results["videos"])

@@ -113,25 +113,24 @@ class TrainedPolicy:
         kind = self.spec["obs_normalization"]
         state = self.obs_statistics
         agent_bounds = self.spec.get("agent_action_bounds")
-        env = envs.make(
-            env_spec["id"], num_envs=num_envs, device=device, seed=seed,
-            normalize_obs=kind == "running", normalize_reward=False,
-            obs_bounds=(state["low"], state["high"]) if kind == "minmax" else None,
-            action_bounds=None if agent_bounds is None else tuple(torch.tensor(b) for b in agent_bounds),
-            action_chunk=env_spec.get("action_chunk", 1),
-            render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
-            video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
-            env_kwargs=env_spec["kwargs"], imports=self.imports,
-        )
+        try:  # the dims before the wrappers: the saved statistics failed on a changed env with a shape error
+            env = envs.make(
+                env_spec["id"], num_envs=num_envs, device=device, seed=seed,
+                normalize_obs=kind == "running", normalize_reward=False,
+                obs_bounds=(state["low"], state["high"]) if kind == "minmax" else None,
+                action_bounds=None if agent_bounds is None else tuple(torch.tensor(b) for b in agent_bounds),
+                action_chunk=env_spec.get("action_chunk", 1),
+                render=render, render_size=tuple(env_spec["render_size"]), video_dir=video_dir,
+                video_prefix=video_prefix, max_episode_steps=env_spec["max_episode_steps"],
+                env_kwargs=env_spec["kwargs"], imports=self.imports, dims=(env_spec["obs_dim"], env_spec["act_dim"]),
+            )
+        except envs.EnvDimsError as error:
+            raise CheckpointError(f"{error}: the policy was trained with {env_spec['obs_dim']}/"
+                                  f"{env_spec['act_dim']} ({self.source})") from None
         normalizer = env.find(ObservationNormalizer)
         if normalizer is not None:
             normalizer.load_own_state(state)
             normalizer.frozen = True
-        if env.obs_dim != env_spec["obs_dim"] or env.act_dim != env_spec["act_dim"]:
-            raise CheckpointError(
-                f"{env_spec['id']} now has obs/act dims {env.obs_dim}/{env.act_dim}, the policy was "
-                f"trained with {env_spec['obs_dim']}/{env_spec['act_dim']}"
-            )
         recorder = env.find(envs.VideoRecorder)
         if recorder is not None:
             recorder.max_episodes = 1

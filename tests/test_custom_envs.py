@@ -393,6 +393,25 @@ def test_old_policy_specs_without_imports_still_build_their_env():
         assert rebuilt.reset().shape == (2, 4)
 
 
+@pytest.mark.parametrize("normalization", ["running", "minmax"])
+def test_a_policy_whose_env_changed_dims_is_refused_before_its_statistics_are_loaded(normalization):
+    """A policy trained on a 4-dim simulator whose env now has 3 (Pendulum under its id): the saved
+    observation statistics met the new env first and failed with a shape error that named neither (exit 1),
+    which ``genpol-evaluate video=true`` reported as a failed video."""
+    from genpol.errors import CheckpointError
+
+    with envs.make("custom:custom_envs.batched:make_env", num_envs=1, normalize_obs=normalization == "running",
+                   obs_bounds=(-torch.ones(4), torch.ones(4)) if normalization == "minmax" else None) as env:
+        head = build_head("gaussian", env.obs_dim, env.act_dim)
+        spec = make_policy_spec(head, env, "gym:Pendulum-v1", {}, 20, (64, 64))
+        state = (env.find(envs.ObservationNormalizer) or env.find(envs.ObservationScaler)).own_state()
+    assert spec["obs_normalization"] == normalization and spec["env"]["obs_dim"] == 4
+    policy = TrainedPolicy(head, spec, state, source=Path("run/checkpoints/step_000000000064"))
+    with pytest.raises(CheckpointError, match=r"^gym:Pendulum-v1 now has obs/act dims 3/1, 4/2 were asked for: the "
+                                              r"policy was trained with 4/2 \(run/checkpoints/step_000000000064\)$"):
+        policy.make_env(num_envs=1)
+
+
 @pytest.mark.parametrize("make,message", [
     pytest.param(lambda: envs.make("gym:no_such_robot_pkg:MyReach-v0"),
                  r"^cannot import module 'no_such_robot_pkg' \(named by gym:no_such_robot_pkg:MyReach-v0\): "
