@@ -83,6 +83,16 @@ def test_the_exact_tanh_jacobian_stays_finite_where_float32_saturates():
     torch.testing.assert_close(head._tanh_term(pre_tanh).double(), exact[:, 0], rtol=1e-5, atol=1e-5)
 
 
+def test_an_action_clip_below_float32s_resolution_still_keeps_saturated_actions_finite():
+    """``policy.action_clip=1e-8``: 1 - 1e-8 is 1 in float32, so an action at exactly +-1 (a min-max scaled
+    dataset's extremes, a saturated tanh) went through atanh(1) = inf and NaN losses; the clip now stops at the
+    largest float32 below 1."""
+    head = EnergyFlowHead(2, 2, base_hidden_sizes=[8], coupling_hidden_sizes=[8], shift_hidden_sizes=[8],
+                          action_clip=1e-8)
+    log_prob = head.log_prob(torch.zeros(2, 2), torch.tensor([[1.0, 0.2], [-1.0, -1.0]]))
+    assert torch.isfinite(log_prob).all()
+
+
 def test_inverse_undoes_the_flow_and_both_directions_give_the_same_log_prob():
     head = random_head(4, 3, seed=3)
     obs = torch.randn(64, 4, dtype=torch.float64)

@@ -213,7 +213,9 @@ class EnergyFlowHead(PolicyHead):
         """``(q [B], v [B])`` of actions ``[B, A]`` in [-1, 1]: log pi(a|s) = q - v, q depends on a, v on s
         only (module docstring); no shift, no alpha."""
         c = self.config
-        bound = 1.0 - c.action_clip
+        # below the dtype's resolution near 1 (float32: action_clip < 3e-8) 1 - action_clip rounds to 1, and a
+        # replayed or min-max scaled action at exactly +-1 gave atanh = inf and NaN losses: the largest value below 1
+        bound = min(1.0 - c.action_clip, 1.0 - torch.finfo(actions.dtype).eps / 2)
         clipped = actions.clamp(-bound, bound)
         log_sigma = self.log_sigma(obs)
         z = self.flow_inverse(obs, torch.atanh(clipped), dropout_masks)
