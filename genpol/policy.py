@@ -263,7 +263,7 @@ def _first_episodes(env: VectorEnv, act: Callable[[torch.Tensor], torch.Tensor],
     reports_success = getattr(env, "reports_success", False)
     for _ in range(max_steps):
         obs, reward, terminated, truncated, info = env.step(act(obs))
-        returns += reward * active
+        returns += torch.where(active, reward.double(), 0.0)  # not reward * active: NaN x 0 is NaN
         executed = info.get("env_steps")  # action chunks: the env steps each env took in this call
         lengths += active.long() * (1 if executed is None else executed.to(lengths.device))
         if reports_success:

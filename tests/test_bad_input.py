@@ -376,6 +376,30 @@ def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_and_coll
         f"{STEPS_WITHOUT_TIME_LIMIT} steps and flagged as truncated"]
 
 
+def test_an_evaluation_episode_is_not_spoilt_by_what_its_env_does_after_it_ended():
+    """Env 0 ends its episode (return 2) at step 2; its auto-reset next episode then returns NaN rewards,
+    which NaN x 0 carried into the finished episode's return."""
+    from genpol.envs import VectorEnv
+    from genpol.policy import evaluate_episodes
+
+    class NaNAfterItsEpisode(VectorEnv):
+        num_envs, obs_dim, act_dim, device, max_episode_steps = 2, 1, 1, torch.device("cpu"), 4
+        action_low, action_high = -torch.ones(1), torch.ones(1)
+
+        def reset(self, seed=None):
+            self.t = 0
+            return torch.zeros(2, 1)
+
+        def step(self, actions):
+            self.t += 1
+            reward = torch.tensor([float("nan") if self.t > 2 else 1.0, 1.0])
+            ended = torch.tensor([self.t == 2, self.t == 4])
+            return torch.zeros(2, 1), reward, ended, torch.zeros(2, dtype=torch.bool), {"final_obs": torch.zeros(2, 1)}
+
+    results = evaluate_episodes(NaNAfterItsEpisode(), lambda obs: torch.zeros(2, 1), seed=0)
+    assert results.returns.tolist() == [2.0, 4.0] and results.lengths.tolist() == [2, 4]
+
+
 def test_a_dataset_an_online_learner_would_never_sample_is_refused_before_it_is_read(tmp_path, hopper_dataset):
     """``pipeline=online`` with ``dataset.path`` mixes the data into off-policy batches at
     ``learner.offline_ratio``: at 0 (SAC's default) the file would be read, held and never sampled. Refused,
