@@ -38,13 +38,16 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
     torch.set_num_threads(cfg.torch_threads)
     retain_freed_memory()
     try:
-        if cfg.checkpoint and not Path(cfg.checkpoint).resolve().is_relative_to(Path(cfg.run_dir).resolve()):
+        checkpoint = cfg.checkpoint
+        if checkpoint and not Path(checkpoint).exists() and (Path(cfg.run_dir) / checkpoint).exists():
+            checkpoint = str(Path(cfg.run_dir) / checkpoint)  # checkpoints/step_... of the run, as it lists them
+        if checkpoint and not Path(checkpoint).resolve().is_relative_to(Path(cfg.run_dir).resolve()):
             # the run_dir was ignored: another run's checkpoint was evaluated and its evaluation.json written
             raise ConfigError(f"checkpoint={cfg.checkpoint} is not a checkpoint of run_dir={cfg.run_dir}: give one "
                               "of that run's checkpoints, or the other checkpoint as run_dir alone")
-        policy = TrainedPolicy.load(cfg.checkpoint or cfg.run_dir, device=cfg.device)
+        policy = TrainedPolicy.load(checkpoint or cfg.run_dir, device=cfg.device)
         run_dir = run_of(policy.source)  # run_dir may name one of its checkpoints
-        results: dict[str, Any] = {"checkpoint": str(policy.source), "env": policy.env_id, "episodes": cfg.episodes,
+        results: dict[str, Any] = {"checkpoint": str(policy.source.resolve()), "env": policy.env_id, "episodes": cfg.episodes,
                                    "videos": []}
         for mode in ("deterministic", "stochastic"):
             video_dir = video_folder(cfg.video_dir, run_dir) if cfg.video else None
@@ -100,7 +103,8 @@ def _evaluate_mode(policy: TrainedPolicy, cfg: EvaluateConfig, mode: str, video_
 def positional_run_dir(argv: list[str]) -> list[str]:
     """``argv`` with a bare first argument (``genpol-evaluate runs/hopper``, as ``genpol-report`` takes its
     folder) written as Hydra's ``run_dir=<it>``; one that does not exist is then named as such."""
-    if argv and not argv[0].startswith("-") and not re.match(r"^[+~]{0,2}[A-Za-z_][\w.@-]*=", argv[0]):
+    if argv and not argv[0].startswith("-") and (Path(argv[0]).is_dir()  # a folder named lr=0.1 is a folder
+                                                 or not re.match(r"^[+~]{0,2}[A-Za-z_][\w.@-]*=", argv[0])):
         return [f"run_dir={quoted(argv[0])}", *argv[1:]]  # a path, '=' in it or not (a sweep's folder names)
     return argv
 

@@ -196,8 +196,11 @@ def test_a_short_off_policy_run_inside_its_warm_up_is_warned_about(tmp_path, cap
             "gradient step") in caplog.text
 
 
-def test_evaluate_and_load_name_what_is_missing(tmp_path):
+def test_evaluate_and_load_name_what_is_missing(tmp_path, monkeypatch):
     assert positional_run_dir([str(tmp_path), "episodes=2"]) == [f"run_dir='{tmp_path}'", "episodes=2"]
+    (tmp_path / "lr=0.1").mkdir()  # a sweep's folder, relative: it was read as the override lr=0.1
+    monkeypatch.chdir(tmp_path)
+    assert positional_run_dir(["lr=0.1"]) == ["run_dir='lr=0.1'"]
     assert positional_run_dir(["run_dir=x", "episodes=2"]) == ["run_dir=x", "episodes=2"]
     assert positional_run_dir(["--help"]) == ["--help"]
     with pytest.raises(CheckpointError, match=r"absent does not exist: expected a run directory or one of its checkpoints$"):

@@ -134,6 +134,8 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     checkpoint = sorted((run / "checkpoints").glob("step_*"))[-1]
     evaluate(checkpoint, episodes=1)
     assert (run / "evaluation.json").is_file() and not (checkpoint / "evaluation.json").exists()
+    # relative to the run (it was resolved against the working directory and refused as another run's)
+    assert evaluate(run, episodes=1, checkpoint=f"checkpoints/{checkpoint.name}")["checkpoint"] == str(checkpoint)
     # a checkpoint copied into a project with a config.yaml of its own: the project's evaluation.json was replaced
     project = tmp_path / "project"
     shutil.copytree(checkpoint, project / "exported" / checkpoint.name)

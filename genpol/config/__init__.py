@@ -87,7 +87,8 @@ class EvaluateConfig(FixedFields):
     run_dir: str = MISSING
     """Run directory to evaluate (its latest checkpoint, unless checkpoint is set)."""
     checkpoint: Optional[str] = None
-    """A specific checkpoint directory (default: the latest one in run_dir)."""
+    """A specific checkpoint directory of run_dir (default: its latest), as a path or relative to run_dir
+    (``checkpoints/step_000000512000``)."""
     episodes: int = 10
     """Episodes per mode (deterministic and stochastic)."""
     video: bool = False
