@@ -312,7 +312,7 @@ class VideoRecorder(VectorEnvWrapper):
     """
 
     def __init__(
-        self, env: VectorEnv, directory: str | Path, prefix: str = "rollout", fps: int = 30,
+        self, env: VectorEnv, directory: str | Path, prefix: str = "rollout", fps: float = 30,
         max_episodes: int | None = None,
     ):
         super().__init__(env)
