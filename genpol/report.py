@@ -21,7 +21,8 @@ replaces the ``curves/`` and ``tb/`` of a folder only where the report wrote the
   bootstrap distribution is exact (every one of the n^n equally likely resamples), so the interval
   carries no resampling noise; from 8 seeds on it uses 10,000 resamples drawn with a fixed seed (0).
   The percentiles are the inverted empirical CDF (numpy ``method="inverted_cdf"``): the interval's
-  ends are medians that the bootstrap actually produces, a pair of the sorted values, and beside it the
+  ends are medians that the bootstrap actually produces (with an even number of seeds, a median between two
+  sorted values is widened outward to them), a pair of the sorted values, and beside it the
   probability that such a pair holds the true median (``genpol.report_stats``): below 6 seeds less than
   95 % (3 seeds' [min, max]: 75 %). The mean is given too.
 * ``curves/<configuration>.png``: the learning curve (``charts/episodic_return`` from each run's

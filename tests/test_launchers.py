@@ -189,6 +189,10 @@ def test_the_intervals_coverage_by_hand_and_by_simulation():
     for values, expected in (([1.0, 5.0, 3.0], 0.75), ([4.0, 1.0, 3.0, 9.0, 2.0], 15 / 16),
                              ([3.0, -1.0, 10.0, 4.0, 0.5, 7.0, 2.0], 112 / 128), ([5.0], 0.0)):
         assert median_interval_coverage(values, *bootstrap_median_ci(values)) == pytest.approx(expected, abs=1e-15)
+    # 6 seeds: the percentiles are 1.5 and 5.5, between sorted values; widened to [x_(1), x_(6)], 62/64 (the inner
+    # pair's 50/64 was printed for an interval that holds the median more often)
+    assert bootstrap_median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)
+    assert median_interval_coverage([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 1.0, 6.0) == 62 / 64
     draws = np.random.default_rng(0).standard_normal((20_000, 3))
     held = np.mean((draws.min(axis=1) < 0) & (draws.max(axis=1) > 0))  # the true median is 0
     assert held == pytest.approx(0.75, abs=0.01)
