@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
 import shutil
 import sys
@@ -116,8 +117,15 @@ def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
             unfinished.append(directory)
             continue
         try:
-            config = flatten_keys(rename_saved(OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)))
+            container = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
             summary = json.loads(summary_path.read_text())
+            # parsed, but not a run's: a list, null, or a seed that is no integer failed later with a traceback
+            if not isinstance(container, dict) or not isinstance(summary, dict):
+                raise ValueError(f"config.yaml holds a {type(container).__name__}, summary.json a "
+                                 f"{type(summary).__name__}; both must be mappings")
+            config = flatten_keys(rename_saved(container))
+            if not isinstance(config.get("seed", 0), int) or isinstance(config.get("seed"), bool):
+                raise ValueError(f"config.yaml's seed is {config.get('seed')!r}, not an integer")
         except (OSError, ValueError, yaml.YAMLError) as error:  # json's decode error is a ValueError
             warnings.warn(f"genpol.report: skipping {directory}: its config.yaml or summary.json cannot be read "
                           f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
@@ -193,6 +201,15 @@ def _one_run_per_seed(label: str, members: list[Run]) -> list[Run]:
     return list(first.values())
 
 
+def metric_value(run: Run, metric: str) -> float | None:
+    """The run's summary value of ``metric`` if it is a finite number, else None (not counted, named as such): one
+    NaN made its row's median, interval and mean NaN (and report.json invalid JSON), a string a traceback."""
+    value = run.summary.get(metric)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
     """One row per configuration (the runs' computed configs, ``computed_config``), in the order of their first run."""
     all_keys = sorted(set().union(*(run.config for run in runs))) if runs else []
@@ -206,11 +223,11 @@ def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
         settings.setdefault(label, {key: config.get(key) for key in keys})
     rows = []
     for label, members in groups.items():
-        members = _one_run_per_seed(label, members)
-        measured = [run for run in members if run.summary.get(metric) is not None]  # runs and values stay paired
+        # measured first, then one run per seed: a seed's first copy without the metric hid its measured one
+        measured = _one_run_per_seed(label, [run for run in members if metric_value(run, metric) is not None])
         if not measured:
             continue
-        values = np.array([run.summary[metric] for run in measured], float)
+        values = np.array([metric_value(run, metric) for run in measured], float)  # runs and values stay paired
         low, high = bootstrap_median_ci(values)
         rows.append(Row(label, settings[label], measured, values, float(np.median(values)), low, high,
                         float(values.mean()), median_interval_coverage(values, low, high)))
@@ -346,9 +363,10 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
             "pair of the sorted values, and how often such a pair holds the true median (continuous returns): "
             "below 6 seeds less than the 95% asked (3 seeds: 75%). "
             f"Curves: `{curve_metric}`, mean over seeds with a 95% Student-t band.\n\n{table}")
-    without = [run.directory for run in runs if run.summary.get(metric) is None]
+    without = [run.directory for run in runs if metric_value(run, metric) is None]
     if without:  # dropped from the rows: said, not lost
-        text += f"\nFinished without `{metric}` in summary.json (not counted): " + ", ".join(
+        text += f"\nFinished without a finite `{metric}` in summary.json (absent, null, non-finite or not a " \
+                "number; not counted): " + ", ".join(
             f"`{path}`" for path in without) + "\n"
     uncurved = [row.label for row in rows if row.label not in curve_files]
     if curve_files and uncurved:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,8 +259,27 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
     assert row["seeds"] == [0, 1] and row["values"] == [10.0, 11.0], row
     # ... and named (it vanished from every list)
     assert result["without_metric"] == [str(run)]
-    assert f"Finished without `eval_return_mean` in summary.json (not counted): `{run}`" in (
-        tmp_path / "report" / "report.md").read_text()
+    assert f"Finished without a finite `eval_return_mean` in summary.json (absent, null, non-finite or not a " \
+           f"number; not counted): `{run}`" in (tmp_path / "report" / "report.md").read_text()
+    # a NaN made the row's median, interval and mean NaN (report.json then not JSON), a string a traceback; and
+    # seed 0's copy with the metric (run0b, after a copy without it) was dropped with it
+    for name, seed, summary in (("run4", 4, '{"eval_return_mean": NaN}'), ("run5", 5, '{"eval_return_mean": "n/a"}'),
+                                ("run0a", 0, '{"eval_return_mean": null}'), ("run0b", 0, '{"eval_return_mean": 99.0}')):
+        shutil.copytree(tmp_path / "run0", tmp_path / name)
+        (tmp_path / name / "config.yaml").write_text(f"seed: {seed}\nlearner:\n  lr: 0.001\n")
+        (tmp_path / name / "summary.json").write_text(summary)
+    shutil.rmtree(tmp_path / "run0")
+    # parsed but not a run's: each failed with a traceback (exit 1)
+    for name, config, summary in (("odd1", "seed: 1\n", "null"), ("odd2", "- a\n", "{}"), ("odd3", "seed: null\n", "{}")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(config)
+        (tmp_path / name / "summary.json").write_text(summary)
+    with pytest.warns(RuntimeWarning):
+        result = report(tmp_path)
+    assert result["rows"][0]["seeds"] == [0, 1] and result["rows"][0]["values"] == [99.0, 11.0]
+    assert sorted(Path(path).name for path in result["without_metric"]) == ["run0a", "run3", "run4", "run5"]
+    assert sorted(Path(path).name for path in result["damaged"]) == ["odd1", "odd2", "odd3", "run2"]
+    json.loads((tmp_path / "report" / "report.json").read_text(), parse_constant=pytest.fail)
 
 
 def test_report_curves_start_where_every_seed_has_logged(tmp_path):
