@@ -15,7 +15,7 @@ of ``genpol.envs.core`` (subclassing ``genpol.envs.VectorEnv`` is the easy way, 
   ``info["episode_return"]`` / ``["episode_length"]`` (``[K]``, the K envs that ended, at every step) itself;
   an env that defines success sets ``reports_success = True`` and fills ``info["success"] [N]`` bool;
   an env built with ``action_chunk`` executes that many steps per action and reports them in
-  ``info["env_steps"] [N]``;
+  ``info["env_steps"] [N]`` int64 (both checked at every step);
 * optionally ``state_dict()`` / ``load_state_dict(state)`` (tensors, numbers, strings, lists and
   dicts only: checkpoints load with ``torch.load(weights_only=True)``) for an exact resume;
   ``render() -> [H, W, 3] uint8`` of env 0 for videos; ``close()``.
