@@ -44,6 +44,14 @@ import torch
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
+# MuJoCo model fields that tasks randomize at reset (dm_control: reacher's and finger's targets, fish's goal,
+# point_mass-hard's actuator gains, quadruped-escape's terrain; gymnasium-robotics: the Adroit tasks' object, door,
+# board and pen-target poses): part of an episode's state, although they live in the model rather than in the data.
+# Both MuJoCo backends save them; without them those tasks resumed on other dynamics, terrain or goals, marked exact.
+RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "geom_size", "site_pos", "site_quat",
+                           "wrap_prm", "hfield_data")
+
+
 class EnvError(ValueError):
     """A bad environment id, a bad action, or an env that genpol cannot drive."""
 

@@ -20,17 +20,12 @@ import numpy as np
 import torch
 
 from .chunking import chunk_bounds
-from .core import EnvError, StepResult, VectorEnv
+from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv
 
 import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402
 
 KNOWN_TASKS = [f"{domain}-{task}" for domain, task in suite.ALL_TASKS]
-# Model fields that suite tasks randomize at reset (reacher's and finger's targets, fish's goal, point_mass-hard's
-# actuator gains, quadruped-escape's terrain): part of an episode's state, although they live in the model rather
-# than in the data. (Without the last two, those tasks resumed on other dynamics and terrain, without a word.)
-RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "geom_size", "site_pos", "site_quat",
-                           "wrap_prm", "hfield_data")
 
 
 class DMCVectorEnv(VectorEnv):

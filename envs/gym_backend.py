@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .chunking import ActionChunking
-from .core import EnvError, StepResult, VectorEnv
+from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv
 from .goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space,
                         remove_generated_model_file, restore_goal_env_state, success_flag)
 from .gym_ids import newer_version_hint, resolve_gym_id
@@ -313,7 +313,8 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
     """The simulator state, time-limit counter and RNG state of one gymnasium env.
 
     MuJoCo envs save ``mjSTATE_INTEGRATION`` (positions, velocities, activations, warm-start, time,
-    controls), which continues bit-identically. Envs with a ``state`` attribute (gymnasium's classic
+    controls) and the model fields tasks randomize at reset (``RANDOMIZED_MODEL_FIELDS``), which continues
+    bit-identically. Envs with a ``state`` attribute (gymnasium's classic
     control) save their numeric attributes. Others (Box2D) cannot be captured: their state is marked
     inexact, restoring it warns, and the resumed run resets every env (seeded, so a resume repeats).
     """
@@ -327,6 +328,7 @@ def _capture_env_state(env: gym.Env) -> dict[str, Any]:
         mujoco.mj_getState(sim.model, sim.data, buffer, spec)
         state["mujoco"] = torch.from_numpy(buffer)
         state["derived"] = {name: torch.from_numpy(getattr(sim.data, name).copy()) for name in DERIVED_FIELDS}
+        state["model"] = {name: torch.from_numpy(getattr(sim.model, name).copy()) for name in RANDOMIZED_MODEL_FIELDS}
         if sim is not unwrapped:  # a goal env around a MuJoCo env: its goal and the inner env's RNG too
             state["goal_env"] = goal_env_state(unwrapped)
     elif not hasattr(unwrapped, "state"):
@@ -357,6 +359,8 @@ def _restore_env_state(env: gym.Env, state: dict[str, Any]) -> None:
         mujoco.mj_setState(sim.model, sim.data, state["mujoco"].numpy(), spec)
         for name, value in state["derived"].items():
             getattr(sim.data, name)[:] = value.numpy()
+        for name, value in state.get("model", {}).items():  # checkpoints before these were saved have none
+            getattr(sim.model, name)[:] = value.numpy()
         if "goal_env" in state:
             restore_goal_env_state(unwrapped, state["goal_env"])
     elif state.get("inexact"):
