@@ -82,6 +82,12 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
     assert len(d4rl.episode_bounds()) == len(mini.episode_bounds()) + 1
     # the stored transitions are the simulator's: replaying an episode's actions reproduces them
     assert report["d4rl_normalized_score"] == pytest.approx(d4rl_normalized_score("hopper", report["return_mean"]))
+    # both formats name their env: the Minari dataset named none, so another task's data of its sizes trained, scored
+    # with this one's references (HalfCheetah's data for Walker2d, 17/6 both)
+    assert mini.recorded_env() == ("gym:Hopper-v5", "its genpol_env")
+    with pytest.raises(DatasetError, match=r"was recorded in gym:Hopper-v5 \(its genpol_env\), but the run's env is "
+                                           r"gym:Walker2d-v5"):
+        mini.check_dims(mini.obs_dim, mini.act_dim, "gym:Walker2d-v5")
     # the same Minari id again: refused before any rollout, not after (minari itself refuses at the write)
     with pytest.raises(SystemExit) as refused:
         collect_main(["--policy", "random", "--env", "gym:Hopper-v5", "--steps", "20000", "--minari",

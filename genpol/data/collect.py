@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         reference = D4RL_REFERENCE.get(name or "", (None, None))
         path = write_minari(args.minari, episodes, obs_space, act_space, root=args.minari_root,
                             ref_min_score=reference[0], ref_max_score=reference[1],
-                            algorithm_name=f"genpol policy {args.policy}", description=f"{args.env} rollouts")
+                            algorithm_name=f"genpol policy {args.policy}", description=f"{args.env} rollouts",
+                            env_id=args.env)
         report["minari_dataset"] = str(path)
     env.close()
     print(json.dumps(report, indent=2))

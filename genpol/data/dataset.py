@@ -164,10 +164,12 @@ class OfflineDataset:
 
     def recorded_env(self) -> tuple[str | None, str]:
         """The env id the data say they were recorded in, and where they say it: ``metadata/env`` of a D4RL file
-        (``genpol.data.collect`` writes it), a Minari dataset's ``env_spec``; ``(None, "")`` where they do not."""
-        value = self.metadata.get("metadata/env")
-        if value is not None:
-            return (value.decode() if isinstance(value, bytes) else str(value)), "its metadata/env"
+        and ``genpol_env`` of a Minari dataset (``genpol.data.collect`` writes both), a Minari dataset's
+        ``env_spec``; ``(None, "")`` where they do not."""
+        for key in ("metadata/env", "genpol_env"):
+            value = self.metadata.get(key)
+            if value is not None:
+                return (value.decode() if isinstance(value, bytes) else str(value)), f"its {key}"
         spec = self.metadata.get("env_spec")
         if isinstance(spec, str):
             try:

@@ -122,9 +122,11 @@ def minari_dataset_path(dataset_id: str, root: str | Path | None = None) -> Path
 
 def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], observation_space: Any,
                  action_space: Any, root: str | Path | None = None, ref_min_score: float | None = None,
-                 ref_max_score: float | None = None, algorithm_name: str = "genpol", description: str = "") -> Path:
+                 ref_max_score: float | None = None, algorithm_name: str = "genpol", description: str = "",
+                 env_id: str | None = None) -> Path:
     """Create a local Minari dataset from episodes with keys ``observations [T + 1, D]``,
-    ``actions [T, A]``, ``rewards [T]``, ``terminations [T]``, ``truncations [T]``."""
+    ``actions [T, A]``, ``rewards [T]``, ``terminations [T]``, ``truncations [T]``; ``env_id`` (genpol's, e.g.
+    ``gym:Hopper-v5``) is stored as the ``genpol_env`` metadata, which the reader checks the run's env against."""
     import minari
     from minari.data_collector import EpisodeBuffer
 
@@ -143,6 +145,10 @@ def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], obs
             # reference scores are dropped without an eval env spec; store them explicitly
             if ref_min_score is not None and ref_max_score is not None:
                 dataset.storage.update_metadata({"ref_min_score": ref_min_score, "ref_max_score": ref_max_score})
+            # no env spec either (the data come from genpol's stack): without the id, another task's data of the
+            # same sizes trained, and were scored with the references stored above
+            if env_id is not None:
+                dataset.storage.update_metadata({"genpol_env": env_id})
             staged = Path(minari.storage.get_dataset_path(dataset_id))
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staged, final)
