@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genpol import envs
-from genpol.data import (DatasetError, Normalization, d4rl_normalized_score, load_d4rl, load_dataset,
+from genpol.data import (DatasetError, Normalization, OfflineDataset, d4rl_normalized_score, load_d4rl, load_dataset,
                          load_minari, write_d4rl, write_minari)
 from genpol.data.collect import main as collect_main
 
@@ -135,6 +135,30 @@ def test_a_minari_dataset_without_episodes_is_named(tmp_path):
                  gym.spaces.Box(-1.0, 1.0, (2,), np.float32), root=tmp_path)
     with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/empty-v0' under .* holds no episodes"):
         load_minari("genpol/t/empty-v0", root=tmp_path)
+
+
+def test_minari_episodes_of_other_shapes_are_named_or_read_flat(tmp_path):
+    """Rewards written [T, 1] loaded as [N, 1] (RLPD's mixed batch then failed, an offline TD target broadcast to
+    [B, B]); an episode with other observation sizes was numpy's concatenation traceback."""
+    import gymnasium as gym
+
+    from genpol.data.minari_io import write_minari
+
+    def episode(steps, rewards_shape=None, obs_dim=3):
+        return {"observations": np.zeros((steps + 1, obs_dim)), "actions": np.zeros((steps, 2), np.float32),
+                "rewards": np.ones(rewards_shape or steps), "terminations": np.zeros(steps, bool),
+                "truncations": np.arange(steps) == steps - 1}
+
+    spaces = gym.spaces.Box(-np.inf, np.inf, (3,), np.float64), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    write_minari("genpol/t/column-v0", [episode(5, (5, 1)), episode(4, (4, 1))], *spaces, root=tmp_path)
+    assert load_minari("genpol/t/column-v0", root=tmp_path).rewards.shape == (9,)
+    write_minari("genpol/t/wider-v0", [episode(5), episode(4, obs_dim=4)], *spaces, root=tmp_path)
+    with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/wider-v0', episode 1: observations of shape "
+                                           r"\(5, 4\), expected \[T \+ 1, 3\] with T >= 1$"):
+        load_minari("genpol/t/wider-v0", root=tmp_path)
+    with pytest.raises(DatasetError, match=r"'rewards' must be \[N\], got shape \(2, 1\)"):
+        OfflineDataset(np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32), np.zeros((2, 1), np.float32),
+                       np.zeros(2, bool), np.zeros(2, bool), source="mine")
 
 
 def test_a_failed_write_leaves_neither_the_file_nor_a_temporary_one(tmp_path):

@@ -132,8 +132,8 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
                 end_rows, end_next_observations = _end_next_observations(handle, path, terminals, timeouts)
             else:
                 end_rows = end_next_observations = None
-    except OSError as error:
-        raise DatasetError(f"{path} is not a readable HDF5 file ({error})") from None
+    except (OSError, KeyError, RuntimeError) as error:  # h5py reports a damaged object header as the latter two
+        raise DatasetError(f"{path} is not a readable HDF5 file ({type(error).__name__}: {error})") from None
     rewards = np.asarray(data["rewards"]).reshape(len(data["rewards"]), -1)
     if rewards.shape[1] != 1:
         raise DatasetError(f"{path}: 'rewards' must be [N] or [N, 1], got {np.asarray(data['rewards']).shape}")

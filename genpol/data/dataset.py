@@ -85,6 +85,9 @@ class OfflineDataset:
 
     def __post_init__(self) -> None:
         n = len(self.observations)
+        for name in ("rewards", "terminals", "timeouts"):  # [N, 1] rewards broadcast a TD target to [B, B]
+            if np.ndim(getattr(self, name)) != 1:
+                raise DatasetError(f"{self.source}: '{name}' must be [N], got shape {np.shape(getattr(self, name))}")
         for name in ("actions", "rewards", "terminals", "timeouts"):
             if len(getattr(self, name)) != n:
                 raise DatasetError(f"{self.source}: '{name}' has {len(getattr(self, name))} rows, "

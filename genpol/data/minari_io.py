@@ -65,23 +65,29 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
                        "its arrays and their copies in memory")
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc")}
         end_rows, end_next_observations, rows = [], [], 0
-        for episode in dataset.iterate_episodes():
-            observations = np.asarray(episode.observations)
-            if observations.ndim != 2:
-                raise DatasetError(f"Minari dataset '{dataset_id}': genpol needs flat Box observations, "
-                                   f"episode {episode.id} has shape {observations.shape}")
-            parts["obs"].append(observations[:-1])
-            parts["act"].append(np.asarray(episode.actions).reshape(len(episode.actions), -1))
-            parts["rew"].append(np.asarray(episode.rewards))
-            parts["term"].append(np.asarray(episode.terminations, dtype=bool))
-            truncations = np.asarray(episode.truncations, dtype=bool).copy()
-            if not (truncations[-1] or parts["term"][-1][-1]):
-                truncations[-1] = True  # an episode that stops without a flag was cut: truncated
-            parts["trunc"].append(truncations)
-            rows += len(truncations)
-            if not parts["term"][-1][-1]:  # a truncated end: its true next observation is the episode's last
-                end_rows.append(rows - 1)
-                end_next_observations.append(observations[-1])
+        try:  # h5py's errors on a damaged file, and numpy's on episodes of other shapes, were tracebacks
+            for episode in dataset.iterate_episodes():
+                observations = np.asarray(episode.observations)
+                steps = episode_steps(dataset_id, episode, observations, parts["obs"][0].shape[1]
+                                      if parts["obs"] else None)
+                parts["obs"].append(observations[:-1])
+                parts["act"].append(np.asarray(episode.actions).reshape(steps, -1))
+                parts["rew"].append(np.asarray(episode.rewards).reshape(steps))
+                parts["term"].append(np.asarray(episode.terminations, dtype=bool).reshape(steps))
+                truncations = np.asarray(episode.truncations, dtype=bool).reshape(steps).copy()
+                if not (truncations[-1] or parts["term"][-1][-1]):
+                    truncations[-1] = True  # an episode that stops without a flag was cut: truncated
+                parts["trunc"].append(truncations)
+                rows += len(truncations)
+                if not parts["term"][-1][-1]:  # a truncated end: its true next observation is the episode's last
+                    end_rows.append(rows - 1)
+                    end_next_observations.append(observations[-1])
+            actions = np.concatenate(parts["act"]) if parts["act"] else None
+        except DatasetError:
+            raise
+        except (OSError, KeyError, RuntimeError, ValueError) as error:
+            raise DatasetError(f"Minari dataset '{dataset_id}' under {where} could not be read: "
+                               f"{type(error).__name__}: {error}") from None
         if not parts["obs"]:  # minari writes a dataset's metadata first: a killed write leaves it empty
             raise DatasetError(f"Minari dataset '{dataset_id}' under {where} holds no episodes (a write that was "
                                "interrupted?); delete it and make it again with python -m genpol.data.collect")
@@ -89,13 +95,31 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
     name, obs_dim = dataset_id.split("/"), parts["obs"][0].shape[1]
     return OfflineDataset(
         observations=np.concatenate(parts["obs"]).astype(np.float32),
-        actions=np.concatenate(parts["act"]).astype(np.float32),
+        actions=actions.astype(np.float32),
         rewards=np.concatenate(parts["rew"]).astype(np.float32), terminals=np.concatenate(parts["term"]),
         timeouts=np.concatenate(parts["trunc"]), source=f"minari:{dataset_id}",
         env_name=d4rl_env_name(name[-2]) if len(name) >= 2 else None, metadata=metadata,
         end_rows=np.asarray(end_rows, dtype=np.int64),
         end_next_observations=np.asarray(end_next_observations, np.float32).reshape(len(end_rows), obs_dim),
     )
+
+
+def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_dim: int | None) -> int:
+    """The episode's step count T, after checking that its arrays fit one another: observations ``[T + 1, D]``
+    (D as the earlier episodes'), and T >= 1 actions, rewards and flags (``[T]`` or ``[T, 1]``)."""
+    where = f"Minari dataset '{dataset_id}', episode {episode.id}"
+    if observations.ndim != 2:
+        raise DatasetError(f"{where}: genpol needs flat Box observations, got shape {observations.shape}")
+    steps = len(observations) - 1
+    if steps < 1 or (obs_dim is not None and observations.shape[1] != obs_dim):
+        raise DatasetError(f"{where}: observations of shape {observations.shape}, expected [T + 1, "
+                           f"{obs_dim or 'D'}] with T >= 1")
+    for name in ("actions", "rewards", "terminations", "truncations"):
+        shape = np.shape(getattr(episode, name))
+        if not shape or shape[0] != steps or (name != "actions" and int(np.prod(shape)) != steps):
+            raise DatasetError(f"{where}: '{name}' has shape {shape}, expected {steps} rows"
+                               f"{'' if name == 'actions' else ' of one value'} (T = {steps})")
+    return steps
 
 
 def check_minari_id(dataset_id: str) -> None:
