@@ -210,6 +210,10 @@ def test_trpo_step_stays_inside_the_trust_region(head_class):
     exact_kl = GaussianHead.kl(head, obs, record).mean().item()  # the true KL, whichever path was used
     assert 0 < exact_kl <= 0.0105 and stats["kl"] <= 0.01
     assert stats["policy"] < 0  # the surrogate improved from 0 (mean of normalized A times r = 1)
+    # the step is written into each parameter's own storage: views of one flat vector (torch's
+    # vector_to_parameters) rounded products apart from the tensors a resume loads into
+    assert all(param.storage_offset() == 0 and param.untyped_storage().nbytes() == param.numel() * 4
+               for param in head.parameters())
 
 
 def test_aspo_keeps_its_spo_epsilon_under_a_head_clip_schedule():

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
 from genpol import collectives
 from genpol.heads.base import PolicyHead
@@ -121,6 +121,17 @@ class ReplayedDraws:
             for index in self.devices:
                 torch.cuda.default_generators[index].manual_seed(self.seed + stream)
             yield
+
+
+def copy_into_parameters(vector: torch.Tensor, params: list[torch.Tensor]) -> None:
+    """Write the flat ``vector`` into ``params`` in place, each keeping its own storage. Not torch's
+    ``vector_to_parameters``: it rebinds every parameter to a view of ``vector``, most of them a few bytes off
+    alignment, and the BLAS kernels round small products differently there than in the separately allocated
+    tensors a checkpoint loads into: a resumed TRPO run acted 1e-7 apart and then drifted."""
+    offset = 0
+    for param in params:
+        param.copy_(vector[offset:offset + param.numel()].view_as(param))
+        offset += param.numel()
 
 
 class TRPOUpdater:
@@ -276,14 +287,14 @@ class TRPOUpdater:
         accepted, coefficient, tried = False, 1.0, 0
         with torch.no_grad():
             for tried in range(1, self.line_search_max_iter + 1):
-                vector_to_parameters(original + coefficient * max_step * direction, params)
+                copy_into_parameters(original + coefficient * max_step * direction, params)
                 new_surrogate, new_kl, log_ratio = evaluate_batch()
                 if new_kl <= self.target_kl and new_surrogate > old_surrogate:
                     accepted = True
                     break
                 coefficient *= self.line_search_shrink
             if not accepted:
-                vector_to_parameters(original, params)
+                copy_into_parameters(original, params)
                 new_surrogate, new_kl, log_ratio = evaluate_batch()
         approx_kl, ratio_deviation = float(estimated_kl(log_ratio)), float((log_ratio.exp() - 1).abs().mean())
         if synchronized:
