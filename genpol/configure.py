@@ -36,13 +36,16 @@ __all__ = ["register_configs", "validate", "check_known_keys", "check_device", "
 
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore (group option ``schema_<name>`` for each; the learners'
-    from their table), and register the ``genpol.new_dir`` resolver of the default run directory.
+    from their table), and register the ``genpol.new_dir`` resolver of the default run directory (and
+    ``genpol.nonzero_or``, a default for a value that may be 0).
 
     The resolver's value is cached in the config, and Hydra copies that cache into every sweep job's
     config (``load_sweep_config``), pickled along to joblib, Ray and submitit workers and into a
     requeued SLURM job: a sweep claims its directory once, in the launching process."""
     if not OmegaConf.has_resolver("genpol.new_dir"):
         OmegaConf.register_new_resolver("genpol.new_dir", claim_new_dir, use_cache=True)
+    if not OmegaConf.has_resolver("genpol.nonzero_or"):  # a default that a 0 falls back to (pretrain_steps=0)
+        OmegaConf.register_new_resolver("genpol.nonzero_or", lambda value, default: value or default)
     _store_once(None, "train_schema", TrainConfig)
     _store_once(None, "evaluate_schema", EvaluateConfig)
     learner_schemas = {name: row.schema for name, row in LEARNERS.items()}

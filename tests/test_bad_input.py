@@ -37,12 +37,30 @@ PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
     # a numpy or EnvPool traceback once the env was built (dm_control: 2^32; torch: 2^64)
     (["seed=4294967296"], r"^seed must be in \[0, 2146435072\) .*, got 4294967296$"),
     (["run_dir="], r"^run_dir must be a directory path, got ''$"),
+    # accepted, they flipped alternate denoising steps' advantages, froze the noise, or divided by zero
+    (["policy=diffusion", "policy.gamma_denoising=-1"], r"^policy.gamma_denoising must be in \(0, 1\], got -1.0$"),
+    (["policy=diffusion", "policy.randn_clip=-1"], r"^policy.randn_clip must be > 0 \(.inf: no clip\), got -1.0$"),
+    (["policy=diffusion", "policy.denoised_clip=0"], r"^policy.denoised_clip must be > 0 \(.inf: no clip\), got 0.0$"),
+    (["policy=consistency", "policy.rho=0"], r"^policy.rho must be > 0 \(the Karras boundaries divide by it\), got 0.0$"),
     (["policy=diffusion_ddim", "policy.ddim_steps=50"],
      r"^policy.ddim_steps must be in \[1, 20\] \(policy.denoising_steps, the chain DDIM samples from\), got 50$"),
 ])
 def test_config_mistakes_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate(compose_config([*PENDULUM, "run_dir=/tmp/x", *overrides]))
+
+
+def test_consistency_without_pretraining_keeps_its_schedules_default():
+    """pipeline.pretrain_steps=0 (documented as "skip pretraining") made ct_total_steps 0, refused as a key the
+    user never set."""
+    for learner in ("ppo", "consistency_ac"):
+        cfg = validate(compose_config([*PENDULUM, "run_dir=/tmp/x", "policy=consistency", f"learner={learner}",
+                                       "pipeline=offline_to_online", "pipeline.pretrain_steps=0",
+                                       "dataset.path=/tmp/x.hdf5"]))
+        assert cfg.policy.ct_total_steps == 20000
+    cfg = validate(compose_config([*PENDULUM, "run_dir=/tmp/x", "policy=consistency", "pipeline=offline_to_online",
+                                   "pipeline.pretrain_steps=500", "dataset.path=/tmp/x.hdf5"]))
+    assert cfg.policy.ct_total_steps == 500
 
 
 def test_free_keys_and_a_real_device_pass(tmp_path):

@@ -166,6 +166,7 @@ class ConsistencyConfig(HeadConfig):
         require(0 < self.eps < self.tau_min_sampling <= self.tau_max, "policy.tau_min_sampling",
                 f"in (eps={self.eps}, tau_max={self.tau_max}]", self.tau_min_sampling)
         require(self.sigma_data > 0, "policy.sigma_data", "> 0", self.sigma_data)
+        require(self.rho > 0, "policy.rho", "> 0 (the Karras boundaries divide by it)", self.rho)
         require(2 <= self.ct_initial_scales <= self.ct_final_scales, "policy.ct_initial_scales",
                 f"in [2, ct_final_scales={self.ct_final_scales}]", self.ct_initial_scales)
         require(self.ct_total_steps >= 1, "policy.ct_total_steps", ">= 1", self.ct_total_steps)

@@ -167,6 +167,11 @@ class DiffusionConfig(HeadConfig):
         sampled = self.ddim_steps if self.use_ddim else self.denoising_steps
         require(1 <= self.ft_denoising_steps <= sampled, "policy.ft_denoising_steps",
                  f"in [1, {sampled}] (the sampling steps)", self.ft_denoising_steps)
+        # accepted, these silently flipped alternate steps' advantages (gamma < 0), froze the noise at one value
+        # (randn_clip < 0) or pinned x0 at a bound (denoised_clip <= 0)
+        require(0 < self.gamma_denoising <= 1, "policy.gamma_denoising", "in (0, 1]", self.gamma_denoising)
+        require(self.randn_clip > 0, "policy.randn_clip", "> 0 (.inf: no clip)", self.randn_clip)
+        require(self.denoised_clip > 0, "policy.denoised_clip", "> 0 (.inf: no clip)", self.denoised_clip)
         require(self.min_sampling_std >= 0 and self.min_logprob_std > 0, "policy.min_logprob_std",
                  "> 0 (and min_sampling_std >= 0)", self.min_logprob_std)
         require(len(set(self.hidden_sizes)) == 1, "policy.hidden_sizes", "equal widths (residual blocks)",
