@@ -70,7 +70,15 @@ def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwarg
         close = difflib.get_close_matches(name, list(tasks), n=1)
         hint = f" Did you mean 'genpol:{close[0]}'?" if close else ""
         raise EnvError(f"unknown genpol task 'genpol:{name}'; known: {sorted(tasks)}.{hint}")
-    return tasks[name](**kwargs, **(env_kwargs or {}))
+    taken = sorted(set(kwargs) & set(env_kwargs or {}))  # seed, num_envs, ...: genpol's own settings
+    if taken:
+        raise EnvError(f"genpol:{name}: env.kwargs may not set {taken}; set them through genpol's own keys")
+    try:
+        return tasks[name](**kwargs, **(env_kwargs or {}))
+    except TypeError as error:  # a task argument misspelt
+        if not env_kwargs:
+            raise
+        raise EnvError(f"genpol:{name} does not take the arguments env.kwargs={dict(env_kwargs)}: {error}") from None
 
 
 def _make_dmc(name: str, **kwargs: Any) -> VectorEnv:

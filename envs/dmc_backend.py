@@ -78,7 +78,13 @@ class DMCVectorEnv(VectorEnv):
 
     def _load(self, seed: int | None):
         kwargs = {**self._task_kwargs, "random": seed}
-        return suite.load(self._domain, self._task, task_kwargs=kwargs)
+        try:
+            return suite.load(self._domain, self._task, task_kwargs=kwargs)
+        except TypeError as error:  # a task argument misspelt: a traceback naming the suite's run()
+            if not self._task_kwargs:
+                raise
+            raise EnvError(f"dmc:{self._domain}-{self._task} does not take the arguments env.kwargs="
+                           f"{dict(self._task_kwargs)}: {error}") from None
 
     def _flatten(self, observation: dict[str, Any]) -> np.ndarray:
         return np.concatenate([np.asarray(observation[key], dtype=np.float64).ravel()
