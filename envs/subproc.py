@@ -271,7 +271,22 @@ class SubprocVectorEnv(VectorEnv):
         for conn, go, argument in zip(self._connections, self._go, arguments[1:]):
             conn.send((command, argument))
             go.release()
-        return [self._receive(w) for w in range(len(self._processes))]
+        return self._receive_all()
+
+    def _receive_all(self) -> list[Any]:
+        """Every worker's reply, in order; the first error raised once all are read. Raised at the first, it
+        left the later workers' replies on their pipes, each then answering the next command (a reset's rows
+        stale, a state_dict's a crash)."""
+        replies, first_error = [], None
+        for w in range(len(self._processes)):
+            try:
+                replies.append(self._receive(w))
+            except Exception as error:  # noqa: BLE001 - re-raised below, after the other replies
+                replies.append(None)
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return replies
 
     def _await_step(self, w: int) -> None:
         done = self._done[w]
@@ -289,9 +304,15 @@ class SubprocVectorEnv(VectorEnv):
         for conn, go, worker_seed in zip(self._connections, self._go, seeds[1:]):
             conn.send(("reset", worker_seed))
             go.release()
-        self._buffers["obs"][: self._slices[0][1]] = self._local.reset(seeds[0])
-        for w in range(len(self._processes)):
-            self._receive(w)
+        try:
+            self._buffers["obs"][: self._slices[0][1]] = self._local.reset(seeds[0])
+        except Exception:
+            try:  # the workers' replies read before this process's error goes up: else they answer the next command
+                self._receive_all()
+            except Exception:  # noqa: BLE001 - this process's error is the one to report
+                pass
+            raise
+        self._receive_all()
         return self._buffers["obs"].to(self.device, copy=True)
 
     def step(self, actions: torch.Tensor) -> StepResult:

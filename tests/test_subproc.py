@@ -138,6 +138,17 @@ def test_an_exception_in_a_worker_comes_back_and_the_worker_keeps_serving():
     assert obs.shape == (2, 11) and torch.isfinite(obs).all()
 
 
+def test_a_failed_reset_here_leaves_no_worker_reply_behind():
+    """This process's envs refuse a negative seed, worker 1's take theirs: the worker's reply stayed on its pipe
+    and answered the next command (a later reset's rows stale, state_dict a crash)."""
+    with SubprocVectorEnv("gym:Pendulum-v1", num_envs=4, workers=2) as env, \
+            envs.make_backend("gym:Pendulum-v1", num_envs=4) as reference:
+        with pytest.raises(Exception, match="Seed must be greater or equal to zero"):
+            env.reset(seed=-2)  # envs 0 and 1 get -2 and -1, envs 2 and 3 (worker 1) 0 and 1
+        assert torch.equal(env.reset(seed=10), reference.reset(seed=10))
+        assert len(env.state_dict()["envs"]) == 4
+
+
 def test_a_script_read_from_standard_input_is_told_why_workers_fail():
     """``python - < script.py`` (a notebook-like heredoc): spawn cannot re-import a main script named '<stdin>',
     and the error said to add the ``__main__`` guard (the script had one) after a worker error about building
