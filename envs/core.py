@@ -233,8 +233,10 @@ class VectorEnvWrapper(VectorEnv):
         return {"own": self.own_state(), "inner": self.env.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_own_state(state["own"])
+        # the inner env first: the backend names a state of another env count, where a wrapper's copy_ failed with
+        # a shape error after its statistics were already overwritten
         self.env.load_state_dict(state["inner"])
+        self.load_own_state(state["own"])
         if not state_is_exact(state["inner"]):
             self.episodes_restarted()
 

@@ -8,7 +8,8 @@ import torch
 
 from genpol import envs
 from genpol.envs import (ActionRescale, EnvError, EpisodeStats, ObservationNormalizer, RewardScaler,
-                  RunningMeanStd)
+                         RunningMeanStd)
+from conftest import assert_trees_equal
 
 NEEDS_ENVPOOL = pytest.mark.skipif(importlib.util.find_spec("envpool") is None,
                                    reason="the envpool extra is not installed")
@@ -269,6 +270,21 @@ def test_state_dict_continues_the_episode_exactly(env_id):
     fresh.close()
     for (o1, r1, te1, tr1, _), (o2, r2, te2, tr2, _) in zip(expected, got):
         assert torch.equal(o1, o2) and torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
+
+
+def test_a_state_of_another_env_count_is_named_before_any_wrapper_loads():
+    """4 envs' state into 3: the reward scaler's copy_ failed first, with a shape error, its statistics already
+    replaced; the backend names the culprit."""
+    with envs.make("gym:Pendulum-v1", num_envs=4, seed=0, normalize_obs=True, normalize_reward=True) as env:
+        env.reset()
+        rollout(env, 3)
+        state = env.state_dict()
+    with envs.make("gym:Pendulum-v1", num_envs=3, seed=0, normalize_obs=True, normalize_reward=True) as other:
+        other.reset()
+        before = other.find(envs.RewardScaler).own_state()
+        with pytest.raises(envs.EnvError, match="saved state holds 4 envs, this env has 3"):
+            other.load_state_dict(state)
+        assert_trees_equal(other.find(envs.RewardScaler).own_state(), before)
 
 
 @pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "dmc:cheetah-run", "genpol:MultiGoal",
