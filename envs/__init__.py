@@ -241,16 +241,21 @@ def make(
         found = (env.obs_dim, env.act_dim)
         env.close()
         raise EnvDimsError(f"{env_id} now has obs/act dims {found[0]}/{found[1]}, {dims[0]}/{dims[1]} were asked for")
-    if rescale_actions:
-        env = ActionRescale(env, bounds=action_bounds)
-    env = EpisodeStats(env)
-    if video_dir is not None:
-        # a frame per agent step, which runs action_chunk env steps: the film keeps 30 env steps a second
-        env = VideoRecorder(env, video_dir, prefix=video_prefix, fps=30 / action_chunk)
-    if normalize_obs:
-        env = ObservationNormalizer(env, clip=obs_clip)
-    if obs_bounds is not None:
-        env = ObservationScaler(env, *obs_bounds)
-    if normalize_reward:
-        env = RewardScaler(env, gamma=gamma, clip=reward_clip)
+    backend = env
+    try:  # a wrapper that refuses its arguments (bounds of another shape) closes the simulator it was given
+        if rescale_actions:
+            env = ActionRescale(env, bounds=action_bounds)
+        env = EpisodeStats(env)
+        if video_dir is not None:
+            # a frame per agent step, which runs action_chunk env steps: the film keeps 30 env steps a second
+            env = VideoRecorder(env, video_dir, prefix=video_prefix, fps=30 / action_chunk)
+        if normalize_obs:
+            env = ObservationNormalizer(env, clip=obs_clip)
+        if obs_bounds is not None:
+            env = ObservationScaler(env, *obs_bounds)
+        if normalize_reward:
+            env = RewardScaler(env, gamma=gamma, clip=reward_clip)
+    except BaseException:
+        backend.close()
+        raise
     return env

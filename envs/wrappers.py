@@ -62,7 +62,8 @@ class RunningMeanStd:
 
 
 class ActionRescale(VectorEnvWrapper):
-    """The agent acts in ``[-1, 1]^A``; the env receives ``low + (a + 1) / 2 * (high - low)``, clipped.
+    """The agent acts in ``[-1, 1]^A`` (clipped there); the env receives ``center + a * half_range`` (float32 may put
+    it an ulp past a bound, as gymnasium's RescaleAction does).
 
     Dimensions with an infinite bound are passed through unscaled (and unclipped). ``bounds``
     replaces ``(low, high)``, e.g. by an offline dataset's action range; the result is still
@@ -79,6 +80,10 @@ class ActionRescale(VectorEnvWrapper):
             if low.shape != env.action_low.shape:
                 raise ValueError(f"{env.env_id}: action bounds of shape {list(low.shape)} do not fit actions "
                                  f"of shape {list(env.action_low.shape)}")
+            if bool((low > high).any()):  # the map would mirror that dimension's actions, silently
+                bad = int((low > high).nonzero()[0])
+                raise ValueError(f"{env.env_id}: action bounds must have low <= high, got {float(low[bad])} > "
+                                 f"{float(high[bad])} in dimension {bad}")
         self.bounds = (low, high)  # as given: what a saved policy records to map its actions the same way
         self._center, self._half_range, self._finite = action_affine(low, high)
         self._all_finite = bool(self._finite.all())

@@ -204,6 +204,9 @@ def test_action_rescale_maps_unit_box_to_bounds_and_clips():
     env.step(torch.tensor([[-1.0], [0.25], [7.0]]))
     assert torch.allclose(seen[0], torch.tensor([[-2.0], [0.5], [2.0]]))
     env.close()
+    # bounds given low above high mirrored that dimension without a word (gymnasium's rescale_box refuses them)
+    with pytest.raises(ValueError, match=r"action bounds must have low <= high, got 1.0 > -1.0 in dimension 0$"):
+        envs.make("gym:Pendulum-v1", num_envs=1, action_bounds=(torch.tensor([1.0]), torch.tensor([-1.0])))
 
 
 def test_observation_normalizer_statistics_and_freezing():
