@@ -10,7 +10,7 @@ import torch
 
 from genpol import envs
 from genpol.envs.testing import check_vector_env
-from genpol.data import load_dataset, reference_returns
+from genpol.data import DatasetError, load_dataset, reference_returns
 from genpol.data.maze_dataset import MAZE_REFERENCE, collect_segments, eval_maze_map, evaluate_controller
 from genpol.data.maze_dataset import main as maze_main
 from genpol.data.maze_planner import GOAL, BatchController, MazeGrid, maze_map_of
@@ -199,6 +199,12 @@ def test_written_dataset_round_trips_through_both_readers(tmp_path, capsys, monk
         assert len(dataset.episode_bounds()) == report["segments"]
         assert not dataset.terminals.any()  # segment ends are truncations: the point mass goes on
         assert reference_returns(dataset.metadata, "gym:PointMaze_UMaze-v3") == MAZE_REFERENCE[("UMaze", "sparse")]
+    # stored ones that are no scores: a bare ValueError at the run's start, or an inf normalized score
+    for low, high in ((b"n/a", 5.0), (5.0, 5.0)):
+        with pytest.raises(DatasetError, match=r"^mine: metadata/ref_min_score / metadata/ref_max_score must be "
+                                               r"finite numbers, min below max"):
+            reference_returns({"metadata/ref_min_score": low, "metadata/ref_max_score": high}, "gym:Hopper-v5",
+                              "mine")
     for name in ("observations", "actions", "rewards", "timeouts", "end_rows", "end_next_observations"):
         np.testing.assert_array_equal(getattr(d4rl, name), getattr(minari, name))
     # the sparse reward is paid at the success step, which ends its segment as a truncation: kept, every

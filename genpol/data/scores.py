@@ -13,6 +13,8 @@ import re
 
 import numpy as np
 
+from genpol.errors import DatasetError
+
 D4RL_REFERENCE = {  # env: (random return, expert return)
     "halfcheetah": (-280.178953, 12135.0),
     "hopper": (-20.272305, 3234.3),
@@ -33,15 +35,24 @@ def d4rl_normalized_score(env_name: str, returns: float | np.ndarray) -> float |
     return normalized_score(D4RL_REFERENCE[env_name], returns)
 
 
-def reference_returns(metadata: dict, env_id: str) -> tuple[float, float] | None:
+def reference_returns(metadata: dict, env_id: str, source: str = "the dataset") -> tuple[float, float] | None:
     """``(random, expert)`` returns for normalized scores: the dataset's own ``ref_min_score`` /
     ``ref_max_score`` when it has them (a Minari dataset's metadata, or a D4RL file's ``metadata/``
     group, as ``genpol.data.maze_dataset`` writes; never mixed with D4RL's), else D4RL's for the
-    env's task."""
+    env's task. ``DatasetError`` naming ``source`` for stored ones that are not two finite numbers, min below
+    max (a string was a bare ValueError at the run's start, equal ones an inf score in the summary)."""
     for prefix in ("", "metadata/"):
         low, high = metadata.get(f"{prefix}ref_min_score"), metadata.get(f"{prefix}ref_max_score")
         if low is not None and high is not None:
-            return float(low), float(high)
+            try:
+                low, high = float(np.asarray(low).item()), float(np.asarray(high).item())
+            except (TypeError, ValueError):
+                low = high = float("nan")
+            if not (np.isfinite(low) and np.isfinite(high) and low < high):
+                raise DatasetError(f"{source}: {prefix}ref_min_score / {prefix}ref_max_score must be finite numbers, "
+                                   f"min below max, got {metadata[f'{prefix}ref_min_score']!r} / "
+                                   f"{metadata[f'{prefix}ref_max_score']!r}")
+            return low, high
     name = d4rl_env_name(env_id)
     return None if name is None else D4RL_REFERENCE[name]
 
