@@ -465,3 +465,24 @@ def test_data_of_another_task_with_the_same_sizes_is_refused(tmp_path):
         load_d4rl(named).check_dims(17, 6, "gym:HalfCheetah-v5")
     load_d4rl(write_d4rl(tmp_path / "data.hdf5", **arrays)).check_dims(17, 6, "gym:HalfCheetah-v5")  # says nothing
     load_d4rl(recorded).check_dims(17, 6, "custom:my_pkg.sim:make_env")  # a custom simulator's id names no task
+
+
+def test_the_pretrained_policys_evaluation_is_logged_once_when_its_phase_is_redone(tmp_path):
+    """A run stopped after pretraining and before its first online checkpoint redoes the pretraining's end: its
+    evaluation was logged to TensorBoard a second time at the same step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.pipelines.offline_to_online import _write_summary
+
+    cfg = validate(compose_config(["env=gym", "env.id=Pendulum-v1", "pipeline=offline_to_online", "run_dir=/tmp/x",
+                                   "dataset.path=/tmp/x.hdf5"]))
+    n = 4
+    dataset = OfflineDataset(np.zeros((n, 3), np.float32), np.zeros((n, 1), np.float32), np.ones(n, np.float32),
+                             np.zeros(n, bool), np.arange(n) == n - 1, source="mine")
+    (tmp_path / "pretrain").mkdir()
+    for _ in range(2):
+        _write_summary(cfg, tmp_path, {"eval_return_mean": -100.0}, dataset, None, 400)
+    events = EventAccumulator(str(tmp_path / "tb" / "pretrain")).Reload()
+    assert [event.step for event in events.Scalars("pretrain/eval_return")] == [400]

@@ -204,7 +204,9 @@ def _write_summary(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], dat
         summary["normalized_score"] = float(normalized(summary["eval_return_mean"]))
         if task_episodes and len(returns):
             summary["dataset_normalized_score"] = float(normalized(summary["dataset_return_mean"]))
-    if cfg.logger.tensorboard:
+    # a run stopped between here and its first online checkpoint repeats this on its re-run: logged once (a purge
+    # at this step would drop the loss and learning rate logged at it too)
+    if cfg.logger.tensorboard and not (run_dir / "pretrain" / "summary.json").exists():
         from torch.utils.tensorboard import SummaryWriter
 
         with SummaryWriter(str(run_dir / "tb" / "pretrain")) as writer:
