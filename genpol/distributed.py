@@ -45,7 +45,7 @@ from genpol.algorithms.registry import LEARNERS, learner
 from genpol.collectives import broadcast_modules, is_main, rank, world_size
 from genpol.envs.core import VectorEnvWrapper
 from genpol.envs.wrappers import RunningMeanStd
-from genpol.errors import CheckpointError, ConfigError
+from genpol.errors import SEED_LIMIT, CheckpointError, ConfigError
 
 
 def launched_by_torchrun() -> bool:
@@ -57,10 +57,11 @@ def launched_by_torchrun() -> bool:
 
 
 def rank_seed(seed: int, rank_index: int) -> int:
-    """Rank 0 keeps ``seed``; other ranks get a hash of ``(seed, rank)``, far from small sweep seeds."""
+    """Rank 0 keeps ``seed``; other ranks get a hash of ``(seed, rank)``, far from small sweep seeds, below
+    ``SEED_LIMIT`` as every seed (a 32-bit hash was refused by the config check, and EnvPool's int32 seeds)."""
     if rank_index == 0:
         return seed
-    return int(np.random.SeedSequence([seed, rank_index]).generate_state(1)[0])
+    return int(np.random.SeedSequence([seed, rank_index]).generate_state(1)[0]) % SEED_LIMIT
 
 
 def check_supported(cfg: Any) -> None:
