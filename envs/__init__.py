@@ -50,7 +50,8 @@ from .wrappers import (
 )
 
 __all__ = [
-    "make", "make_backend", "known_ids", "innermost", "EnvError", "EnvDimsError", "StepResult", "VectorEnv", "VectorEnvWrapper",
+    "make", "make_backend", "known_ids", "innermost", "EnvError", "EnvDimsError", "StepResult", "VectorEnv",
+    "VectorEnvWrapper",
     "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
     "VideoRecorder", "action_affine", "rescale_actions",
 ]

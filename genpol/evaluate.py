@@ -47,7 +47,8 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
                               "of that run's checkpoints, or the other checkpoint as run_dir alone")
         policy = TrainedPolicy.load(checkpoint or cfg.run_dir, device=cfg.device)
         run_dir = run_of(policy.source)  # run_dir may name one of its checkpoints
-        results: dict[str, Any] = {"checkpoint": str(policy.source.resolve()), "env": policy.env_id, "episodes": cfg.episodes,
+        results: dict[str, Any] = {"checkpoint": str(policy.source.resolve()), "env": policy.env_id,
+                                   "episodes": cfg.episodes,
                                    "videos": []}
         for mode in ("deterministic", "stochastic"):
             video_dir = video_folder(cfg.video_dir, run_dir) if cfg.video else None

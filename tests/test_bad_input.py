@@ -33,7 +33,8 @@ PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
     (["+total_step=100"], r"^total_step is not a key of TrainConfig, so it would be ignored \(did you mean total_steps\?\)$"),
     (["+learner.zzz=1"], r"^learner.zzz is not a key of PPOConfig, so it would be ignored; its keys are \['"),
     (["device=gpu0"], r"^device must be a torch device such as cpu, cuda or cuda:1, got 'gpu0'$"),
-    (["seed=-1"], r"^seed must be in \[0, 2146435072\) \(EnvPool seeds with int32, and env i with seed \+ i\), got -1$"),
+    (["seed=-1"],
+     r"^seed must be in \[0, 2146435072\) \(EnvPool seeds with int32, and env i with seed \+ i\), got -1$"),
     # a numpy or EnvPool traceback once the env was built (dm_control: 2^32; torch: 2^64)
     (["seed=4294967296"], r"^seed must be in \[0, 2146435072\) .*, got 4294967296$"),
     (["run_dir="], r"^run_dir must be a directory path, got ''$"),
@@ -41,7 +42,8 @@ PENDULUM = ["env=gym", "env.id=Pendulum-v1"]
     (["policy=diffusion", "policy.gamma_denoising=-1"], r"^policy.gamma_denoising must be in \(0, 1\], got -1.0$"),
     (["policy=diffusion", "policy.randn_clip=-1"], r"^policy.randn_clip must be > 0 \(.inf: no clip\), got -1.0$"),
     (["policy=diffusion", "policy.denoised_clip=0"], r"^policy.denoised_clip must be > 0 \(.inf: no clip\), got 0.0$"),
-    (["policy=consistency", "policy.rho=0"], r"^policy.rho must be > 0 \(the Karras boundaries divide by it\), got 0.0$"),
+    (["policy=consistency", "policy.rho=0"],
+     r"^policy.rho must be > 0 \(the Karras boundaries divide by it\), got 0.0$"),
     (["policy=diffusion_ddim", "policy.ddim_steps=50"],
      r"^policy.ddim_steps must be in \[1, 20\] \(policy.denoising_steps, the chain DDIM samples from\), got 50$"),
 ])
@@ -288,7 +290,8 @@ def test_report_skips_a_damaged_run_naming_it_and_says_when_a_curve_field_is_abs
         (tmp_path / name / "summary.json").write_text(summary)
     shutil.rmtree(tmp_path / "run0")
     # parsed but not a run's: each failed with a traceback (exit 1)
-    for name, config, summary in (("odd1", "seed: 1\n", "null"), ("odd2", "- a\n", "{}"), ("odd3", "seed: null\n", "{}")):
+    for name, config, summary in (("odd1", "seed: 1\n", "null"), ("odd2", "- a\n", "{}"),
+                                  ("odd3", "seed: null\n", "{}")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.yaml").write_text(config)
         (tmp_path / name / "summary.json").write_text(summary)

@@ -106,7 +106,8 @@ def test_collect_writes_real_rollouts_in_both_formats(tmp_path, capsys):
     assert refused.value.code == 2 and "--steps (0)" in capsys.readouterr().err
     (tmp_path / "afile.txt").write_text("mine")  # a file where a folder goes: a traceback after the collection
     for arguments, shown in ((["--d4rl", str(tmp_path / "afile.txt" / "x.hdf5")], "genpol: --d4rl: cannot write in "),
-                             (["--d4rl", str(tmp_path / "w.hdf5"), "--seed", "-5"], "--seed must be in [0, 2146435072) "),
+                             (["--d4rl", str(tmp_path / "w.hdf5"), "--seed", "-5"],
+                              "--seed must be in [0, 2146435072) "),
                              # EnvPool's int32 assertion or dm_control's numpy error, after the policy loaded
                              (["--d4rl", str(tmp_path / "w.hdf5"), "--seed", str(2**32)], ", got 4294967296")):
         with pytest.raises(SystemExit) as refused:

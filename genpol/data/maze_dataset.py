@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             obs_space, act_space, root=args.minari_root,
                             ref_min_score=None if reference is None else reference[0],
                             ref_max_score=None if reference is None else reference[1],
-                            algorithm_name="genpol.data.maze_dataset", description=description, env_id=f"gym:{args.env}")
+                            algorithm_name="genpol.data.maze_dataset", description=description,
+                            env_id=f"gym:{args.env}")
         report["minari_dataset"] = str(path)
     print(json.dumps(report, indent=2))
     return report
