@@ -23,7 +23,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from genpol.config.aliases import quoted, rename_overrides
-from genpol.config.base import claim_new_dir
+from genpol.config.base import check_run_dir, claim_new_dir
 from genpol.configure import import_learner_modules, register_configs, validate
 from genpol.errors import ConfigError
 from genpol.policy import TrainedPolicy
@@ -127,17 +127,17 @@ def train(
     from genpol.train import run_training
 
     extra = _as_list(overrides, "overrides")
-    in_overrides = [item.split("=", 1)[1] for item in extra if re.match(r"^\+{0,2}run_dir=", item)]
-    if in_overrides:  # as on the command line; the config records it, so the run must use it too
-        if run_dir is not None and Path(run_dir) != Path(in_overrides[-1]):
-            raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={in_overrides[-1]} differ: "
-                              "give one")
-        run_dir = in_overrides[-1]
-    claimed = run_dir is None
-    if run_dir is None:  # the command line's default folder
-        run_dir = claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")))
-    run_dir = Path(run_dir).expanduser()  # "~/runs/x" made a folder named ~ in the working directory
+    # an override's run_dir is Hydra syntax (quoted, interpolated): the folder is the composed config's, read below
+    run_dir_overridden = any(re.match(r"^\+{0,2}run_dir=", item) for item in extra)
+    if run_dir is not None:
+        check_run_dir(str(run_dir))  # "" is Path("") == ".": the run went into the working directory
+        run_dir = Path(run_dir).expanduser()  # "~/runs/x" made a folder named ~ in the working directory
+    claimed = run_dir is None and not run_dir_overridden
+    if claimed:  # the command line's default folder
+        run_dir = Path(claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))))
     if updater is not None:
+        if learner is not None and learner != updater:
+            raise ConfigError(f"train(): learner={learner} and updater={updater} (its old name) differ: give learner")
         warnings.warn(f"train(updater=...) is now train(learner=...); using learner={updater!r}", FutureWarning,
                       stacklevel=2)
         learner = updater
@@ -156,7 +156,7 @@ def train(
             raise ConfigError(f"train(): {key}={value} (from the arguments) and the override {key}={named[-1]} "
                               "differ: give one")
     items = [*groups, *(f"{key}={value}" for key, value in arguments.items() if value is not None),
-             f"run_dir={quoted(run_dir)}", *extra]
+             *([] if run_dir_overridden else [f"run_dir={quoted(run_dir)}"]), *extra]
     try:
         config = validate(compose_config(items, config_dirs=config_dirs))
     except Exception:
@@ -165,6 +165,11 @@ def train(
             with contextlib.suppress(OSError):  # and its date's folder, if that holds nothing else
                 run_dir.parent.rmdir()
         raise
+    if run_dir_overridden:  # the folder the config records, its quotes and interpolations resolved
+        composed = Path(config.run_dir).expanduser()
+        if run_dir is not None and composed != run_dir:
+            raise ConfigError(f"train(): run_dir={run_dir} and the override run_dir={config.run_dir} differ: give one")
+        run_dir, config.run_dir = composed, str(composed)
     threads = torch.get_num_threads()  # the run sets torch_threads for itself; the caller's count comes back
     try:
         return run_training(config, run_dir)

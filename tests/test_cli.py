@@ -171,6 +171,35 @@ def test_python_api_takes_a_bundles_groups_unless_it_names_its_own(tmp_path, mon
     assert (default.env.id, default.policy.family, default.learner.name) == ("HalfCheetah-v5", "gaussian", "ppo")
 
 
+def test_python_api_trains_in_the_run_dir_its_config_records(tmp_path, monkeypatch):
+    """An override's run_dir is Hydra syntax: quoted (run_dir='...') it trained in a folder whose name kept the
+    quotes, interpolated in one named by the raw text, while the config recorded the resolved folder.
+    train(run_dir="") trained into the working directory (Path("") is "."), which the command line refuses;
+    learner= and updater= (its old name) given both kept updater silently."""
+    import genpol.train
+    from genpol.api import train
+    from genpol.errors import ConfigError
+
+    monkeypatch.setattr(genpol.train, "run_training", lambda cfg, run_dir: (cfg, Path(run_dir)))
+    target = tmp_path / "quoted folder"
+    for given in ({"overrides": [f"run_dir='{target}'"]}, {"run_dir": target, "overrides": [f"run_dir='{target}'"]}):
+        cfg, used = train(**given)
+        assert used == target and cfg.run_dir == str(target)
+    monkeypatch.setenv("GENPOL_TEST_RUNS", str(tmp_path))
+    cfg, used = train(overrides=["run_dir=${oc.env:GENPOL_TEST_RUNS}/x"])
+    assert used == tmp_path / "x" and cfg.run_dir == str(tmp_path / "x")
+    with pytest.raises(ConfigError, match="run_dir=.*differ: give one"):
+        train(run_dir=tmp_path / "other", overrides=[f"run_dir='{target}'"])
+    for given in ({"run_dir": ""}, {"run_dir": " "}, {"overrides": ["run_dir="]}):
+        with pytest.raises(ConfigError, match="run_dir must be a directory path"):
+            train(**given)
+    with pytest.raises(ConfigError, match="learner=sac and updater=ppo .its old name. differ"):
+        train(learner="sac", updater="ppo", run_dir=tmp_path / "y")
+    with pytest.warns(FutureWarning, match="now train.learner"):
+        cfg, _ = train(policy="tanh_gaussian", learner="sac", updater="sac", run_dir=tmp_path / "z")
+    assert cfg.learner.name == "sac"
+
+
 def test_cluster_launchers(tmp_path):
     """launcher=slurm composes (submitit's SLURM launcher), and launcher=submitit_local runs a sweep
     as separate processes through the same job packaging."""

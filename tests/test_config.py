@@ -379,12 +379,12 @@ def test_renamed_keys_are_rewritten_in_overrides_and_saved_configs():
     from genpol.config.aliases import rename_overrides, rename_saved
 
     items = ["updater=sac", "updater.lr=1e-3", "+updater.extra=1", "++updater.lr=2", "~updater",
-             "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3"]
+             "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3", "updater"]
     with pytest.warns(FutureWarning, match="'updater' is now 'learner'") as caught:
         renamed = rename_overrides(items)
     assert len(caught) == 1
     assert renamed == ["learner=sac", "learner.lr=1e-3", "+learner.extra=1", "++learner.lr=2", "~learner",
-                       "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3"]
+                       "--multirun", "updaters=x", "policy.updater=1", "learner.lr=3", "updater"]  # a bare word
     assert rename_saved({"updater": {"lr": 1}, "env": {}}) == {"learner": {"lr": 1}, "env": {}}
 
 

@@ -26,7 +26,9 @@ def rename_overrides(items: Sequence[str]) -> list[str]:
     renamed, seen = [], set()
     for item in items:
         match = _OVERRIDE.match(item)
-        if match and match["head"] in RENAMED:
+        # a bare word (no "=", ".", "@" and no "~") is no override: a positional argument, e.g. a folder named so
+        is_override = match and (match["rest"] is not None or match["prefix"] == "~")
+        if is_override and match["head"] in RENAMED:
             old, new = match["head"], RENAMED[match["head"]]
             item = f"{match['prefix'] or ''}{new}{match['rest'] or ''}"
             if old not in seen:
