@@ -218,21 +218,40 @@ def import_learner_modules(overrides: Sequence[str], config_dirs: Sequence[str |
     ``<config dir>/learner/<name>.yaml`` in ``config_dirs`` (``--config-dir``); a ``module`` key
     there names the module to import, which calls ``register_learner``. genpol's own learners have
     no such key. A sweep's options (``learner=td3,sac``, ``learner=choice(td3,sac)``) are each looked up: the
-    sweep's jobs compose in this process or in a launcher's workers that inherit its registry.
+    sweep's jobs compose in this process or in a launcher's workers that inherit its registry. An
+    ``+experiment=<name>`` bundle found in ``config_dirs`` adds the learner its defaults list picks.
     ``ConfigError`` names a module that fails to import."""
-    values = [item.split("=", 1)[1] for item in overrides if item.startswith("learner=")]
-    if not values:
-        return
-    sweep = re.fullmatch(r"\s*(?:choice\((.*)\)|\[(.*)\]|(.*))\s*", values[-1])
-    options = next(group for group in sweep.groups() if group is not None)
-    for name in (option.strip().strip("'\"") for option in options.split(",")):
-        for directory in config_dirs:
-            path = Path(directory) / "learner" / f"{name}.yaml"
+    folders = [Path(directory).expanduser() for directory in config_dirs]  # "~/configs", as compose_config reads it
+    names = [name for value in _chosen(overrides, "learner") for name in _options(value)]
+    for bundle in (name for value in _chosen(overrides, "experiment") for name in _options(value)):
+        # a bundle of the user's own that picks their learner in its defaults (override /learner: td3)
+        path = next((folder / "experiment" / f"{bundle}.yaml" for folder in folders
+                     if (folder / "experiment" / f"{bundle}.yaml").is_file()), None)
+        defaults = OmegaConf.load(path).get("defaults") if path is not None else None
+        for entry in defaults or ():
+            if isinstance(entry, DictConfig):
+                names += [str(value) for key, value in entry.items()
+                          if re.fullmatch(r"(?:override\s+)?/?learner", str(key)) and value is not None]
+    for name in names:
+        for folder in folders:
+            path = folder / "learner" / f"{name}.yaml"
             if path.is_file():
                 module = OmegaConf.load(path).get("module")
                 if module:
                     learner(name, module=str(module))
                 break
+
+
+def _chosen(overrides: Sequence[str], group: str) -> list[str]:
+    """The values ``overrides`` give the config group ``group`` (``learner=td3``, ``+experiment=mine``)."""
+    return [item.split("=", 1)[1] for item in overrides if re.match(rf"^\+{{0,2}}{group}=", item)]
+
+
+def _options(value: str) -> list[str]:
+    """A group value's options: one name, or a sweep's (``td3,sac``, ``choice(td3, sac)``, ``[td3]``)."""
+    sweep = re.fullmatch(r"\s*(?:choice\((.*)\)|\[(.*)\]|(.*))\s*", value, re.S)
+    options = next(group for group in sweep.groups() if group is not None)
+    return [option.strip().strip("'\"") for option in options.split(",")]
 
 
 def config_dirs_of(argv: Sequence[str]) -> list[str]:
@@ -246,6 +265,25 @@ def config_dirs_of(argv: Sequence[str]) -> list[str]:
     return found
 
 
+def _check_offline_data(config: TrainConfig, row: Any, offline_phase: bool) -> None:
+    """``dataset.path`` and ``learner.offline_ratio`` must agree before anything is built: they were checked only
+    once the run's folder and envs existed (a ratio without data only when the learner was built)."""
+    ratio = getattr(config.learner, "offline_ratio", 0)
+    if ratio > 0 and config.dataset.path is None:
+        raise ConfigError(f"learner.offline_ratio={ratio} draws that share of every batch from offline data, but "
+                          "dataset.path is not set: set it (a D4RL HDF5 file or a Minari id), or learner.offline_ratio=0 "
+                          "to learn from online data only")
+    if config.dataset.path is None or offline_phase:
+        return
+    if not row.off_policy:
+        raise ConfigError(f"dataset.path is set, but learner={config.learner.name} learns on-policy and cannot use "
+                          "offline data online: use pipeline=offline_to_online to pretrain on it, or an off-policy "
+                          "learner (learner=sac) with learner.offline_ratio to mix it into every batch")
+    if ratio == 0:  # read and held, then never sampled: refused, not wasted
+        raise ConfigError(f"dataset.path is set, but learner.offline_ratio=0 mixes none of it into the batches of "
+                          f"learner={config.learner.name}: set learner.offline_ratio (RLPD: 0.5), or drop dataset.path")
+
+
 def check_groups(config: TrainConfig) -> None:
     """The checks that need two groups at once (policy with pipeline or learner); ``ConfigError``
     names the keys. May set ``policy.clip_final`` from the learner's clip range (one source of truth)."""
@@ -256,6 +294,7 @@ def check_groups(config: TrainConfig) -> None:
         require(config.dataset.path is not None, "dataset.path", "set for pipeline=offline_to_online",
                  config.dataset.path)
     offline_phase = getattr(config.pipeline, "name", None) == "offline_to_online"
+    _check_offline_data(config, row, offline_phase)
     if offline_phase:
         _check_online_options(config, row)
     if getattr(config.learner, "offline_lr_decay", False) and not offline_phase:

@@ -447,11 +447,28 @@ def test_an_evaluation_episode_is_not_spoilt_by_what_its_env_does_after_it_ended
 def test_a_dataset_an_online_learner_would_never_sample_is_refused_before_it_is_read(tmp_path, hopper_dataset):
     """``pipeline=online`` with ``dataset.path`` mixes the data into off-policy batches at
     ``learner.offline_ratio``: at 0 (SAC's default) the file would be read, held and never sampled. Refused,
-    naming both keys, before the env is built (an on-policy learner's refusal: test_sac.py)."""
+    naming both keys, before the env is built."""
     dataset = [f"dataset.path={hopper_dataset}", "total_steps=10"]
     with pytest.raises(ConfigError, match=r"learner.offline_ratio=0 mixes none of it into the batches of learner=sac"):
         train(env="hopper", policy="tanh_gaussian", learner="sac", run_dir=tmp_path / "sac", overrides=dataset)
     assert not (tmp_path / "sac" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["learner=ppo", "dataset.path=data.hdf5"], r"dataset.path is set, but learner=ppo learns on-policy"),
+    (["learner=sac", "policy=tanh_gaussian", "dataset.path=data.hdf5"], r"learner.offline_ratio=0 mixes none"),
+    (["learner=sac", "policy=tanh_gaussian", "learner.offline_ratio=0.5"],
+     r"learner.offline_ratio=0.5 draws that share of every batch from offline data, but dataset.path is not set"),
+    (["+experiment=rlpd"], r"learner.offline_ratio=0.5 draws .* dataset.path is not set"),
+    (["+experiment=expo"], r"learner.offline_ratio=0.5 draws .* dataset.path is not set"),
+])
+def test_validate_refuses_a_dataset_and_an_offline_ratio_that_disagree(overrides, message):
+    """validate() (the config checks every entry point runs first) took these: the online pipeline refused the
+    first two only after making the run's folder, and a ratio with no data failed when the learner was built."""
+    with pytest.raises(ConfigError, match=message):
+        validate(compose_config(["env=hopper", "run_dir=/tmp/unused", *overrides]))
+    if "+experiment=rlpd" in overrides:  # what the bundle needs, given: it validates
+        validate(compose_config(["env=hopper", "run_dir=/tmp/unused", *overrides, "dataset.path=data.hdf5"]))
 
 
 def test_a_sweep_over_learners_imports_each_option_of_the_users_own(tmp_path):

@@ -242,7 +242,7 @@ def test_a_run_saved_before_a_field_that_changed_behaviour_resumes_only_with_the
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    expo = [f"run_dir={run_dir}", "learner=expo", "policy=diffusion_expo"]
+    expo = [f"run_dir={run_dir}", "learner=expo", "policy=diffusion_expo", "learner.offline_ratio=0"]
     check_resume_config(run_dir, validate(compose_config(expo)))
     make_checkpoint(run_dir)
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())

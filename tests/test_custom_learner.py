@@ -91,3 +91,26 @@ def test_a_misspelt_config_dir_is_named(tmp_path):
 
     with pytest.raises(ConfigError, match=rf"^config_dirs: {tmp_path / 'cofnigs'} is not a directory"):
         compose_config(["learner=td3"], config_dirs=[tmp_path / "cofnigs"])
+
+
+def test_a_bundle_of_the_users_own_registers_the_learner_it_picks(tmp_path, examples_on_path):
+    """An ``+experiment=`` bundle in the user's config folder that picks their learner in its defaults list, given
+    as ``~/...``: the learner's module was imported only for ``learner=<name>`` among the overrides, and its folder
+    looked up without expanding ``~``, so the learner's yaml had no schema. A fresh interpreter: this process may
+    hold TD3's registration from another test."""
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    shutil.copytree(CONFIGS, home / "mine")
+    (home / "mine" / "experiment").mkdir()
+    (home / "mine" / "experiment" / "td3_pendulum.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /learner: td3\n  - override /policy: tanh_gaussian\n"
+        "  - override /env: pendulum\nlearner:\n  policy_delay: 3\n")
+    script = ("from genpol.api import compose_config; from genpol.configure import validate; "
+              "cfg = validate(compose_config(['+experiment=td3_pendulum', 'run_dir=/tmp/unused'], config_dirs=['~/mine']));"
+              "print(cfg.learner.name, cfg.learner.policy_delay, cfg.env.id)")
+    result = subprocess.run([sys.executable, "-c", script], env={**os.environ, "HOME": str(home)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["td3", "3", "Pendulum-v1"], result.stderr[-2000:]

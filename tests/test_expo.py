@@ -138,7 +138,7 @@ def test_edit_loss_matches_torch_distributions():
 
 
 def tiny_expo(head=None, **overrides) -> EXPO:
-    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused",
+    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.offline_ratio=0",
                                    "learner.num_qs=4", "learner.utd=2", "learner.batch_size=8",
                                    "learner.critic_hidden_sizes=[16,16]", "learner.edit_hidden_sizes=[16]",
                                    "learner.num_samples=3", "learner.n_edit=2", "learner.offline_ratio=0",
@@ -291,7 +291,8 @@ def test_the_compiled_critic_step_matches_the_eager_one():
     targets and critics."""
     from genpol.build import make_head
 
-    policy = validate(compose_config(["+experiment=expo", "run_dir=/tmp/unused", "policy.hidden_sizes=[16]",
+    policy = validate(compose_config(["+experiment=expo", "run_dir=/tmp/unused", "learner.offline_ratio=0",
+                                      "policy.hidden_sizes=[16]",
                                       "policy.denoising_steps=2", "policy.ft_denoising_steps=2"])).policy
     results = []
     for compiled in (False, True):
@@ -319,7 +320,7 @@ def test_a_base_without_candidates_fails_at_validation_naming_head_learner_and_c
 
     monkeypatch.setitem(heads.HEADS, "gaussian", NoCandidates)
     with pytest.raises(ConfigError) as error:
-        validate(compose_config(["+experiment=expo", "policy=gaussian", "run_dir=/tmp/unused"]))
+        validate(compose_config(["+experiment=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.offline_ratio=0"]))
     message = str(error.value)
     assert "policy=gaussian" in message and "learner=expo" in message and "batched candidates" in message
 
@@ -411,7 +412,8 @@ def contextual_bandit_run(iterations: int = 100):
     on 512 fresh states of the on-the-fly policy and of uniform actions, and the mean true-reward gain
     of the (mean) edit over the EMA base's samples."""
     torch.manual_seed(0)
-    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.num_qs=4",
+    cfg = validate(compose_config(["learner=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.offline_ratio=0",
+                                   "learner.num_qs=4",
                                    "learner.utd=2", "learner.batch_size=64", "learner.critic_hidden_sizes=[64,64]",
                                    "learner.edit_hidden_sizes=[64,64]", "learner.num_samples=4", "learner.n_edit=4",
                                    "learner.offline_ratio=0", "learner.learning_starts=256", "learner.edit_scale=0.2",

@@ -114,17 +114,6 @@ def test_rlpd_mixes_the_offline_dataset_into_every_batch(tmp_path, hopper_datase
               overrides=overrides)
 
 
-def test_offline_ratio_without_a_dataset_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="dataset.path"):
-        train("hopper", "tanh_gaussian", "sac", total_steps=64, run_dir=tmp_path / "run",
-              overrides=[*TINY_SAC, "learner.offline_ratio=0.5"])
-
-
-def test_on_policy_learners_refuse_a_dataset_online(tmp_path, hopper_dataset):
-    with pytest.raises(ConfigError, match="pipeline=offline_to_online"):
-        train("hopper", total_steps=64, run_dir=tmp_path / "run", overrides=[f"dataset.path={hopper_dataset}"])
-
-
 def test_offline_to_online_with_sac_pretrains_then_mixes_the_data(tmp_path, hopper_dataset):
     summary = train("hopper", "tanh_gaussian", "sac", total_steps=256, run_dir=tmp_path / "run",
                     overrides=[*TINY_SAC, "pipeline=offline_to_online", f"dataset.path={hopper_dataset}",

@@ -19,7 +19,7 @@ from genpol.envs import VectorEnv
 from genpol.algorithms import is_off_policy, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
-from genpol.config import ConfigError, TrainConfig
+from genpol.config import TrainConfig
 from genpol.heads.base import PolicyHead
 from genpol.policy import make_policy_spec
 from genpol.runners.onpolicy import OnPolicyRunner
@@ -31,16 +31,7 @@ log = logging.getLogger(__name__)
 def train_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     """Train (or resume) the run in ``run_dir`` from scratch; return the summary."""
     run_dir = prepare_run(cfg, run_dir)
-    offline = None
-    if cfg.dataset.path is not None:
-        if not is_off_policy(cfg.learner.name):
-            raise ConfigError(f"dataset.path is set, but learner={cfg.learner.name} learns on-policy and "
-                              "cannot use offline data online; use pipeline=offline_to_online to pretrain on it, "
-                              "or an off-policy updater (learner=sac) to mix it into every batch")
-        if getattr(cfg.learner, "offline_ratio", 0) == 0:  # read and held, then never sampled: refuse, not waste
-            raise ConfigError(f"dataset.path is set, but learner.offline_ratio=0 mixes none of it into the batches "
-                              f"of learner={cfg.learner.name}: set learner.offline_ratio (RLPD: 0.5), or drop "
-                              "dataset.path")
+    offline = None  # dataset.path against the learner: checked by configure.check_groups
     stack = {**env_stack(cfg.policy), **off_policy_env_settings(cfg)}
     env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
