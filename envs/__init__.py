@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .core import EnvDimsError, EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost
+from .core import EnvDimsError, EnvError, StepResult, VectorEnv, VectorEnvWrapper, innermost, kwargs_not_taken
 from .imports import import_user_modules, merge_imports
 from .wrappers import (
     ActionRescale,
@@ -79,7 +79,7 @@ def _make_genpol(name: str, *, env_kwargs: dict[str, Any] | None = None, **kwarg
     except TypeError as error:  # a task argument misspelt
         if not env_kwargs:
             raise
-        raise EnvError(f"genpol:{name} does not take the arguments env.kwargs={dict(env_kwargs)}: {error}") from None
+        raise kwargs_not_taken(f"genpol:{name}", env_kwargs, error) from None
 
 
 def _make_dmc(name: str, **kwargs: Any) -> VectorEnv:

@@ -60,6 +60,12 @@ class EnvDimsError(EnvError):
     """The env's obs/act dims are not those asked for (``make(dims=...)``: a saved policy's)."""
 
 
+def kwargs_not_taken(env_id: str, env_kwargs: dict[str, Any], error: TypeError) -> EnvError:
+    """The error for ``env.kwargs`` an env's constructor does not take (a misspelt key), worded alike for every
+    backend: a bare TypeError named the backend's internals, not the key."""
+    return EnvError(f"{env_id} does not take the arguments env.kwargs={dict(env_kwargs)}: {error}")
+
+
 class VectorEnv(abc.ABC):
     """Base class of backends and wrappers: batched torch tensors on one device.
 

@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import EnvError, StepResult, VectorEnv, saves_state
+from .core import EnvError, StepResult, VectorEnv, kwargs_not_taken, saves_state
 from .imports import import_user_module
 
 REQUIRED_ATTRIBUTES = ("num_envs", "device", "obs_dim", "act_dim", "action_low", "action_high", "reset", "step")
@@ -81,6 +81,25 @@ def _accepts(factory: Callable[..., Any], parameter: str) -> bool:
     return any(p.name == parameter or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
+def _check_call(factory: Callable[..., Any], arguments: dict[str, Any], env_id: str,
+                env_kwargs: dict[str, Any]) -> None:
+    """``EnvError`` where the factory's signature cannot take ``arguments`` (a misspelt ``env.kwargs`` key, or a
+    factory without ``num_envs``, ``device`` or ``seed``): a TypeError from the call itself was a traceback (exit
+    1), and one raised inside the factory is its own bug, not ours to reword, so the signature is checked first."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return
+    try:
+        signature.bind(**arguments)
+    except TypeError as error:
+        if env_kwargs and not set(env_kwargs) <= set(signature.parameters) and not any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+            raise kwargs_not_taken(env_id, env_kwargs, error) from None
+        raise EnvError(f"{env_id}: the factory cannot be called as genpol calls it, with {sorted(arguments)}: {error} "
+                       "(it must take num_envs, device and seed as keywords: the protocol is in envs/custom.py)") from None
+
+
 def make_custom(name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                 render: bool = False, render_size: tuple[int, int] = (256, 256), max_episode_steps: int | None = None,
                 env_kwargs: dict[str, Any] | None = None, action_chunk: int = 1) -> CustomVectorEnv:
@@ -106,7 +125,13 @@ def make_custom(name: str, num_envs: int = 1, device: str | torch.device = "cpu"
             raise EnvError(f"{env_id}: the factory takes no '{parameter}' argument, which {setting} needs; add the "
                            f"parameter to {getattr(factory, '__name__', 'the factory')}, or leave the setting off")
         arguments[parameter] = value
-    env = factory(**arguments)
+    _check_call(factory, arguments, env_id, env_kwargs)
+    try:
+        env = factory(**arguments)
+    except TypeError as error:  # a factory that forwards **env.kwargs to a class that does not take one of them
+        if not any(f"'{key}'" in str(error) for key in env_kwargs):
+            raise  # the factory's own bug: its traceback, unreworded
+        raise kwargs_not_taken(env_id, env_kwargs, error) from error
     return CustomVectorEnv(env, env_id, num_envs, torch.device(device), seed, action_chunk)
 
 

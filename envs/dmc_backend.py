@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .chunking import chunk_bounds
-from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv
+from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv, kwargs_not_taken
 
 import mujoco  # noqa: E402
 from dm_control import suite  # noqa: E402
@@ -83,8 +83,7 @@ class DMCVectorEnv(VectorEnv):
         except TypeError as error:  # a task argument misspelt: a traceback naming the suite's run()
             if not self._task_kwargs:
                 raise
-            raise EnvError(f"dmc:{self._domain}-{self._task} does not take the arguments env.kwargs="
-                           f"{dict(self._task_kwargs)}: {error}") from None
+            raise kwargs_not_taken(f"dmc:{self._domain}-{self._task}", self._task_kwargs, error) from None
 
     def _flatten(self, observation: dict[str, Any]) -> np.ndarray:
         return np.concatenate([np.asarray(observation[key], dtype=np.float64).ravel()

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .chunking import ActionChunking
-from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv
+from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv, kwargs_not_taken
 from .goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space,
                         remove_generated_model_file, restore_goal_env_state, success_flag)
 from .gym_ids import newer_version_hint, resolve_gym_id
@@ -105,8 +105,7 @@ class GymVectorEnv(VectorEnv):
                 except TypeError as error:  # an argument the env's constructor does not take
                     if not env_kwargs:
                         raise
-                    raise EnvError(f"gym:{gym_id} does not take the arguments env.kwargs={dict(env_kwargs)}: "
-                                   f"{error}") from None
+                    raise kwargs_not_taken(f"gym:{gym_id}", env_kwargs, error) from None
                 except (ImportError, gym.error.Error) as error:  # registered, but its package is missing or retired
                     raise EnvError(f"gym:{gym_id} is registered but cannot be built: {error}"
                                    f"{newer_version_hint(gym_id)}") from None

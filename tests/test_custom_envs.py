@@ -444,6 +444,17 @@ def test_a_policy_whose_env_changed_dims_is_refused_before_its_statistics_are_lo
     pytest.param(lambda: envs.make("genpol:MultiGoal", env_kwargs={"goal_dist": 5}),
                  r"^genpol:MultiGoal does not take the arguments env.kwargs=\{'goal_dist': 5\}: ",
                  id="genpol-kwargs-typo"),
+    # a custom factory called with what it cannot take was a TypeError traceback too (exit 1)
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_without_state", env_kwargs={"goal_radus": 1}),
+                 r"^custom:custom_envs.batched:make_env_without_state does not take the arguments "
+                 r"env.kwargs=\{'goal_radus': 1\}: ", id="custom-kwargs-typo"),
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env", env_kwargs={"goal_radus": 1}),
+                 r"^custom:custom_envs.batched:make_env does not take the arguments env.kwargs=\{'goal_radus': 1\}: "
+                 r".*unexpected keyword argument 'goal_radus'", id="custom-kwargs-typo-forwarded"),
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_without_seed"),
+                 r"^custom:custom_envs.batched:make_env_without_seed: the factory cannot be called as genpol calls it, "
+                 r"with \['device', 'num_envs', 'seed'\]: got an unexpected keyword argument 'seed'",
+                 id="custom-factory-without-seed"),
     pytest.param(lambda: envs.make("genpol:MultiGoal", env_kwargs={"seed": 5}),
                  r"^genpol:MultiGoal: env.kwargs may not set \['seed'\]", id="genpol-kwargs-seed"),
     pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_with_reversed_bounds"),

@@ -167,6 +167,11 @@ def make_env_without_state(num_envs: int, device: torch.device, seed: int | None
     return StatelessReach(num_envs=num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps or 50)
 
 
+def make_env_without_seed(num_envs: int, device: torch.device) -> StatelessReach:
+    """A mistake: the factory lacks the seed genpol passes."""
+    return StatelessReach(num_envs=num_envs, device=device, seed=0, max_episode_steps=50)
+
+
 def make_duck_typed_env(num_envs: int, device: torch.device, seed: int | None = None,
                         max_episode_steps: int | None = None) -> DuckTypedReach:
     return DuckTypedReach(num_envs=num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps or 50)
