@@ -9,7 +9,7 @@
 # pick with GPU_CHECKS="versions playground-cuda ..." (the names are the `check` lines below) and
 # give each call its own budget. Playground's checks take about 5 minutes on a fresh machine, most
 # of it JAX compilation (110 s per batch size cold). The torchrun-cuda, gorl-playground and
-# expo-cuda checks have not run on a device yet.
+# expo-cuda checks have not run on a device yet (nor resume-cuda).
 # Measured 2026-11-30 on an H200: docs/benchmarks.md, "Playground on a GPU".
 #
 # That machine has jax (CUDA), torch and CUDA but no internet, and lacks playground, mujoco and
@@ -110,6 +110,26 @@ if [ "$ngpu" -lt 2 ]; then
 fi
 )
 check torchrun-cuda torchrun_cuda
+# Resume on CUDA (NOT RUN on a device yet): a PPO run (its head samples on the GPU's generator) trained to 3
+# rollouts, and a copy stopped after the first and resumed: the final weights must be equal. Before the training
+# state saved the CUDA generators (2026-12-07), such a resume drew other noise than the uninterrupted run.
+resume_cuda() ( set -e
+tiny="env=pendulum device=cuda env.num_envs=4 learner.rollout_steps=64 learner.epochs=2 total_steps=768 \
+    pipeline.checkpoint_every=1 pipeline.video=false pipeline.eval_episodes=1 logger.progress_bar=false"
+rm -rf /tmp/resume_cuda && mkdir -p /tmp/resume_cuda
+python3 -m genpol.train $tiny run_dir=/tmp/resume_cuda/whole >/dev/null
+cp -r /tmp/resume_cuda/whole /tmp/resume_cuda/resumed && rm /tmp/resume_cuda/resumed/summary.json
+rm -r /tmp/resume_cuda/resumed/checkpoints/step_000000000512 /tmp/resume_cuda/resumed/checkpoints/step_000000000768
+python3 -m genpol.train $tiny run_dir=/tmp/resume_cuda/resumed >/dev/null
+python3 -c "
+import torch
+from genpol.checkpoint import load_latest
+(a, wa, sa), (b, wb, sb) = (load_latest(f'/tmp/resume_cuda/{run}/checkpoints') for run in ('whole', 'resumed'))
+same = a.name == b.name and all(torch.equal(wa['head'][k], wb['head'][k]) for k in wa['head'])
+print('resumed on cuda at', a.name, '- cuda generators saved:', 'cuda_rng' in sa, '- identical weights:', same)
+assert same"
+)
+check resume-cuda resume_cuda
 # GoRL (pipeline=gorl) on Playground HopperStand: 4 stages of encoder PPO at 2048 envs (6M encoder steps in
 # all, 2:2:1:1), ~1M collection steps and a decoder fit (batch 8192) after stages 0-2, in one run dir. The
 # paper's own schedule is 180M encoder steps (GoRL ~880 vs PPO ~300 at the end); this checks that the

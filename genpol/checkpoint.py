@@ -34,6 +34,26 @@ TRAINING_STATE = "training_state/state.pt"
 MANIFEST = "manifest.json"
 
 
+def random_states() -> dict[str, Any]:
+    """torch's global generators, for a training state: the CPU's, and where CUDA is in use every CUDA device's
+    (``cuda_rng``; the heads draw their noise on the training device, ``torch.randn(..., device=obs.device)``,
+    so a GPU run that saved the CPU's alone resumed on other noise than the uninterrupted run, marked exact)."""
+    states: dict[str, Any] = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # a CPU run on a GPU machine leaves CUDA alone
+        states["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_random_states(state: dict[str, Any]) -> None:
+    """Set the generators ``random_states`` saved into ``state`` (a CUDA state only where CUDA is here, each
+    device's own; a machine with fewer devices than the saving one sets those it has)."""
+    torch.set_rng_state(state["torch_rng"])
+    cuda_states = state.get("cuda_rng")
+    if cuda_states is not None and torch.cuda.is_available():
+        for index, cuda_state in enumerate(cuda_states[:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
+
+
 def file_sha256(path: Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks (the manifest's; also how the benchmarks name a dataset)."""
     digest = hashlib.sha256()

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from genpol.algorithms.registry import LEARNERS, learner
+from genpol.checkpoint import random_states, restore_random_states
 from genpol.collectives import broadcast_modules, is_main, rank, world_size
 from genpol.envs.core import VectorEnvWrapper
 from genpol.envs.wrappers import RunningMeanStd
@@ -151,7 +152,7 @@ def prepare_runner(runner: Any) -> None:
 
 def _rank_state(runner: Any) -> dict[str, Any]:
     """What differs between ranks: each rank's envs, last observation and random streams."""
-    return {"env": runner.env.state_dict(), "obs": runner.obs, "torch_rng": torch.get_rng_state(),
+    return {"env": runner.env.state_dict(), "obs": runner.obs, **random_states(),
             "shuffle_rng": runner.algorithm.shuffle_generator.get_state()}
 
 
@@ -179,5 +180,5 @@ def load_rank_state(runner: Any, state: dict[str, Any]) -> None:
     own = saved["ranks"][rank()]
     runner.env.load_state_dict(own["env"])
     runner.obs = own["obs"].to(runner.algorithm_device())
-    torch.set_rng_state(own["torch_rng"])
+    restore_random_states(own)
     runner.algorithm.shuffle_generator.set_state(own["shuffle_rng"])

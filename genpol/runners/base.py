@@ -17,6 +17,7 @@ from genpol.envs.core import inexact_reset_seed, state_is_exact
 from genpol import collectives, distributed
 from genpol.algorithms.base import Algorithm
 from genpol.callbacks.base import Callback, CallbackList
+from genpol.checkpoint import random_states, restore_random_states
 from genpol.heads.base import PolicyHead
 from genpol.policy import observation_state
 from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
@@ -133,7 +134,7 @@ class EnvRunner(abc.ABC):
             "wall_time": self.wall_time,
             "recent_returns": list(self.recent_returns),
             "recent_successes": list(self.recent_successes),
-            "torch_rng": torch.get_rng_state(),
+            **random_states(),
             "callbacks": self.callbacks.state_dict(),
         }
         return distributed.gather_rank_states(self, state) if collectives.world_size() > 1 else state
@@ -153,7 +154,7 @@ class EnvRunner(abc.ABC):
         self.wall_time = float(training_state["wall_time"])
         self.recent_returns.extend(training_state["recent_returns"])
         self.recent_successes.extend(training_state.get("recent_successes", []))  # older checkpoints: none
-        torch.set_rng_state(training_state["torch_rng"])
+        restore_random_states(training_state)
         self.callbacks.load_state_dict(training_state["callbacks"])
         if collectives.world_size() > 1 or "distributed" in training_state:
             distributed.load_rank_state(self, training_state)

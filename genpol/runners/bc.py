@@ -17,6 +17,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from genpol.callbacks.base import Callback, CallbackList
+from genpol.checkpoint import random_states, restore_random_states
 from genpol.heads.base import PolicyHead
 from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 
@@ -125,7 +126,7 @@ class BCRunner:
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "generator": self.generator.get_state(), "order": self.order, "cursor": self.cursor,
                 "global_step": self.global_step, "iteration": self.iteration, "wall_time": self.wall_time,
-                "torch_rng": torch.get_rng_state(), "callbacks": self.callbacks.state_dict()}
+                **random_states(), "callbacks": self.callbacks.state_dict()}
 
     def load(self, policy_weights: dict[str, Any], state: dict[str, Any]) -> None:
         self.head.load_state_dict(state["head"])
@@ -136,5 +137,5 @@ class BCRunner:
         self.order, self.cursor = state["order"], int(state["cursor"])
         self.global_step, self.iteration = int(state["global_step"]), int(state["iteration"])
         self.wall_time = float(state["wall_time"])
-        torch.set_rng_state(state["torch_rng"])
+        restore_random_states(state)
         self.callbacks.load_state_dict(state["callbacks"])

@@ -30,6 +30,7 @@ import torch
 
 from genpol.algorithms.qgradient import QGradientActor
 from genpol.callbacks.base import Callback, CallbackList
+from genpol.checkpoint import random_states, restore_random_states
 from genpol.heads.base import PolicyHead
 from genpol.runners.guards import check_finite, module_tensors, stop_if_requested
 from genpol.storage.replay import OfflineReplay
@@ -116,7 +117,7 @@ class OfflineRLRunner:
     def training_state(self) -> dict[str, Any]:
         return {"head": self.algorithm.head.state_dict(), "algorithm": self.algorithm.state_dict(),
                 "offline": self.offline.state_dict(), "global_step": self.global_step, "iteration": self.iteration,
-                "wall_time": self.wall_time, "torch_rng": torch.get_rng_state(),
+                "wall_time": self.wall_time, **random_states(),
                 "callbacks": self.callbacks.state_dict()}
 
     def load(self, policy_weights: dict[str, Any], state: dict[str, Any]) -> None:
@@ -125,5 +126,5 @@ class OfflineRLRunner:
         self.offline.load_state_dict(state["offline"])
         self.global_step, self.iteration = int(state["global_step"]), int(state["iteration"])
         self.wall_time = float(state["wall_time"])
-        torch.set_rng_state(state["torch_rng"])
+        restore_random_states(state)
         self.callbacks.load_state_dict(state["callbacks"])
