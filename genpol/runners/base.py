@@ -62,8 +62,10 @@ class EnvRunner(abc.ABC):
 
     # ------------------------------------------------------------------ the loop
     @abc.abstractmethod
-    def iterate(self) -> dict[str, float]:
-        """One iteration (collect and learn); returns its metrics and advances ``global_step``."""
+    def iterate(self) -> dict[str, float] | None:
+        """One iteration (collect and learn); returns its metrics and advances ``global_step``. None: a stop
+        request cut it short (a runner whose iterations last minutes), to be checkpointed now and completed by the
+        resume; that runner saves where in the iteration it stopped."""
 
     def track_episodes(self, info: dict[str, Any]) -> None:
         """Keep the statistics of episodes that ended at this step (kept as tensors until
@@ -96,9 +98,11 @@ class EnvRunner(abc.ABC):
             steps_before = self.global_step
             metrics = self.iterate()
             elapsed = time.perf_counter() - start
-            check_finite(self, [("env data", self.algorithm.recent_data()), ("logged value", metrics),
+            check_finite(self, [("env data", self.algorithm.recent_data()), ("logged value", metrics or {}),
                                 ("parameter", module_tensors(self.algorithm.networks()))])
             self.wall_time += elapsed
+            if metrics is None:  # cut short by a stop request: no iteration end (callbacks, count), a checkpoint
+                stop_if_requested(self)
             self.iteration += 1
             self.close_episodes()
             metrics["charts/SPS"] = (self.global_step - steps_before) / elapsed

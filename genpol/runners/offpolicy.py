@@ -21,13 +21,21 @@ from genpol.config import TrainConfig
 from genpol.data import OfflineDataset, load_dataset, normalized_score, reference_returns
 from genpol.data.dataset import Normalization
 from genpol.runners.base import EnvRunner
+from genpol.runners.guards import STOP
 from genpol.runners.scaffold import check_same_dataset
 from genpol.storage.replay import OfflineReplay, offline_transitions
 
 
 class OffPolicyRunner(EnvRunner):
     """``EnvRunner`` whose iteration is ``iteration_steps`` env steps (rounded up to whole vector
-    steps), each followed by the algorithm's gradient steps once it is ready."""
+    steps), each followed by the algorithm's gradient steps once it is ready.
+
+    A stop request (SIGTERM, SIGINT, ``request_stop``) ends the iteration after the current env step and its
+    updates, not at its end: an iteration of RLPD's or MaxEntDP's lasts minutes on a CPU, past the grace a
+    scheduler gives before SIGKILL (SLURM's KillWait: 30 s), and everything since the last checkpoint was lost.
+    The checkpoint then records the vector steps taken (``steps_into_iteration``), and the resume completes that
+    iteration: the iterations, and so the evaluations and checkpoints, fall where the uninterrupted run's do.
+    """
 
     algorithm: OffPolicyAlgorithm
 
@@ -35,12 +43,13 @@ class OffPolicyRunner(EnvRunner):
                  callbacks: Sequence[Callback] = (), iteration_steps: int = 1000):
         super().__init__(env, algorithm, total_steps, seed, callbacks)
         self.vector_steps = max(1, -(-iteration_steps // env.num_envs))
+        self.steps_into_iteration = 0  # vector steps of the current iteration taken before a stop cut it
 
-    def iterate(self) -> dict[str, float]:
+    def iterate(self) -> dict[str, float] | None:
         env, algorithm = self.env, self.algorithm
         obs = self.obs
         diagnostics: list[dict[str, torch.Tensor]] = []
-        for _ in range(self.vector_steps):
+        for _ in range(self.vector_steps - self.steps_into_iteration):
             action = algorithm.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
             # a truncation stored as done ends the target there (learner.bootstrap_truncation=false)
@@ -52,9 +61,14 @@ class OffPolicyRunner(EnvRunner):
             obs = next_obs
             if algorithm.ready():
                 diagnostics.append(algorithm.update())
+            self.steps_into_iteration += 1
             if self.global_step >= self.total_steps:
                 break
+            if STOP.signal_name is not None and self.steps_into_iteration < self.vector_steps:
+                self.obs = obs  # off-policy learners run in one process: no rank to agree with
+                return None
         self.obs = obs
+        self.steps_into_iteration = 0
         # each key's mean over the steps that report it (a critic-only step reports no actor losses)
         keys = dict.fromkeys(key for named in diagnostics for key in named)
         metrics = {f"losses/{key}": float(torch.stack([named[key] for named in diagnostics if key in named]).mean())
@@ -62,6 +76,13 @@ class OffPolicyRunner(EnvRunner):
         metrics["losses/gradient_steps"] = float(algorithm.critic_steps)
         metrics["charts/replay_size"] = float(len(algorithm.replay))
         return metrics
+
+    def training_state(self) -> dict[str, Any]:
+        return {**super().training_state(), "steps_into_iteration": self.steps_into_iteration}
+
+    def load(self, policy_weights: dict[str, Any], training_state: dict[str, Any]) -> None:
+        super().load(policy_weights, training_state)
+        self.steps_into_iteration = int(training_state.get("steps_into_iteration", 0))  # older checkpoints: 0
 
 
 def agent_action_transform(env: VectorEnv, act_dim: int) -> Any:
