@@ -242,6 +242,35 @@ def test_resume_mid_stage_after_sigkill_is_bit_identical(reference_run, tmp_path
         assert_trees_equal(state_a[key], state_b[key], key)
 
 
+def test_a_redone_decoder_fit_shows_its_epochs_once_in_tensorboard(reference_run, tmp_path, monkeypatch):
+    """A decoder fit killed midway is redone from its first epoch on resume; its epochs were logged as they came,
+    so TensorBoard showed the redone ones twice. They are logged once the fit is done, as the reference run's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from genpol.api import train
+    from genpol.pipelines.gorl.distill import DecoderTraining
+
+    original = DecoderTraining.fit
+
+    def killed_at_the_third_epoch(self, head, obs, actions, seed, log_epoch=None):
+        def log(epoch, row):
+            if epoch == 2:
+                raise RuntimeError("killed")
+            log_epoch(epoch, row)
+        return original(self, head, obs, actions, seed, log)
+
+    monkeypatch.setattr(DecoderTraining, "fit", killed_at_the_third_epoch)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(overrides=ARGS, run_dir=tmp_path / "run")
+    monkeypatch.setattr(DecoderTraining, "fit", original)
+    train(overrides=ARGS, run_dir=tmp_path / "run")
+    counts = []
+    for run_dir in (reference_run[0], tmp_path / "run"):
+        events = EventAccumulator(str(run_dir / "tb")).Reload()
+        counts.append([event.step for event in events.Scalars("decoder/stage_0/val_loss")])
+    assert counts[0] == counts[1] and len(counts[0]) == len(set(counts[0]))
+
+
 @pytest.mark.parametrize("updater", ["ppo", "spo", "aspo", "trpo"])
 def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updater):
     """One stage-1 update (a trained decoder, stage 1's clip and grad-norm) on real MultiGoal rollouts."""
@@ -271,7 +300,8 @@ def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updat
 def test_only_a_stage_that_can_have_stale_events_purges_them(tmp_path, monkeypatch):
     """A fresh run's first stage writes no purge: TensorBoard orders event files by name, whose last
     part is a per-process counter compared as text, so a purge at step 1 in a file read after the
-    later stages' ("...9" after "...10") dropped all their events (seen once in CI)."""
+    later stages' ("...9" after "...10") dropped all their events (seen once in CI). Stage 0 restarted from step 0
+    onto an attempt's events (killed before its first checkpoint) purges them all: it showed that curve twice."""
     import torch.utils.tensorboard
 
     from genpol.pipelines.gorl.callbacks import StageTensorBoard
@@ -283,6 +313,10 @@ def test_only_a_stage_that_can_have_stale_events_purges_them(tmp_path, monkeypat
     for stage, offset, step in ((0, 0, 0), (1, 512, 0), (0, 0, 256)):
         StageTensorBoard(tmp_path, stage, offset).on_train_start(type("R", (), {"global_step": step})())
     assert purges == [None, 513, 257]
+    (tmp_path / "events.out.tfevents.1.host.1.0").write_bytes(b"")  # the killed attempt's file
+    for stage, offset, step in ((0, 0, 0), (1, 512, 0)):
+        StageTensorBoard(tmp_path, stage, offset).on_train_start(type("R", (), {"global_step": step})())
+    assert purges[3:] == [0, 513]
 
 
 def test_a_stage_change_on_an_env_without_state_does_not_warn_of_a_resume(tmp_path, recwarn, caplog):

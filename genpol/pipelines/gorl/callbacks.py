@@ -75,11 +75,14 @@ class StageTensorBoard(TensorBoardLogger):
         from torch.utils.tensorboard import SummaryWriter
 
         # a resumed (or restarted) stage drops what an interrupted session logged past its checkpoint.
-        # Not at the very start (nothing to drop): TensorBoard reads event files in name order, and a
+        # Not at a fresh start (nothing to drop): TensorBoard reads event files in name order, and a
         # writer's name ends in a per-process counter compared as text ("10" < "9"), so a purge in the
-        # first stage's file could be read after the later stages' events and drop them all.
+        # first stage's file could be read after the later stages' events and drop them all. Stage 0 restarted
+        # from step 0 onto event files purges them all: an attempt killed before its first checkpoint (no later
+        # stage can have run), whose curve TensorBoard showed beside the new one.
         start = self.offset + runner.global_step
-        self.writer = SummaryWriter(str(self.log_dir), purge_step=start + 1 if start > 0 else None)
+        stale = start == 0 and any(Path(self.log_dir).glob("events.out.tfevents.*"))
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=start + 1 if start > 0 else (0 if stale else None))
         if runner.global_step == 0:
             self.writer.add_text("gorl/stage_boundary", f"stage {self.stage} starts at encoder env step {self.offset}",
                                  self.offset)

@@ -256,25 +256,21 @@ def distill(cfg: TrainConfig, run_dir: Path, stage_dir: Path, stage: int, env: V
                                    lr=pipeline.decoder_lr, pairs=pipeline.decoder_pairs,
                                    validation=pipeline.decoder_validation, patience=pipeline.decoder_patience,
                                    max_samples=pipeline.decoder_max_samples)
-        writer = None
+        # the epochs go to TensorBoard once the fit is done: a fit killed midway is redone from its first epoch,
+        # and its events, logged as they came, showed every redone epoch twice (a purge would drop every tag's
+        # events from that step on, the encoder's curves too)
+        epochs: list[tuple[int, dict[str, float]]] = []
+        start = time.perf_counter()
+        weights, report = training.fit(head, data["obs"], data["actions"], stage_seed(cfg.seed, stage, DECODER),
+                                       lambda epoch, row: epochs.append((epoch, dict(row))))
+        report["wall_time_s"] = time.perf_counter() - start
         if cfg.logger.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(str(run_dir / "tb"))
-
-        def log_epoch(epoch: int, row: dict[str, float]) -> None:
-            if writer is not None:
-                for name, value in row.items():
-                    writer.add_scalar(f"decoder/stage_{stage}/{name}", value, epoch)
-
-        start = time.perf_counter()
-        try:
-            weights, report = training.fit(head, data["obs"], data["actions"], stage_seed(cfg.seed, stage, DECODER),
-                                           log_epoch)
-        finally:
-            if writer is not None:
-                writer.close()
-        report["wall_time_s"] = time.perf_counter() - start
+            with SummaryWriter(str(run_dir / "tb")) as writer:
+                for epoch, row in epochs:
+                    for name, value in row.items():
+                        writer.add_scalar(f"decoder/stage_{stage}/{name}", value, epoch)
         save_atomic({"decoder": weights, "report": report}, decoder_path)
     report = torch.load(decoder_path, weights_only=True)["report"]
     returns = data["episode_returns"]
