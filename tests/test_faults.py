@@ -4,6 +4,7 @@ previous one, and one run directory has one writer."""
 
 import dataclasses
 import errno
+import json
 import math
 import os
 import time
@@ -132,7 +133,8 @@ def test_a_stop_at_a_checkpoint_iteration_writes_that_checkpoint_once(tmp_path, 
 def test_an_off_policy_stop_cuts_its_iteration_and_the_resume_completes_it(tmp_path, monkeypatch):
     """SIGTERM in an off-policy iteration stops after the current env step and its updates (the iteration of
     RLPD's or MaxEntDP's lasts minutes on a CPU, past a scheduler's grace before SIGKILL), checkpointed there; the
-    resume completes that iteration, and ends bit-identical to the uninterrupted run."""
+    resume completes that iteration (with the losses and the episodes of its first part), and ends bit-identical
+    to the uninterrupted run, logging the same values."""
     from conftest import assert_trees_equal, final_checkpoint
     from genpol.algorithms.offpolicy import OffPolicyAlgorithm
     from genpol.errors import TrainingInterrupted
@@ -141,32 +143,38 @@ def test_an_off_policy_stop_cuts_its_iteration_and_the_resume_completes_it(tmp_p
     tiny = ["learner.learning_starts=64", "learner.iteration_steps=128", "learner.batch_size=32", "env.num_envs=2",
             "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]", "pipeline.eval_episodes=1",
             "pipeline.checkpoint_every=1", "pipeline.video=false", "logger.progress_bar=false"]
-    train("pendulum", "tanh_gaussian", "sac", total_steps=384, run_dir=tmp_path / "whole", overrides=tiny)
+    train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "whole", overrides=tiny)
 
     original, stored = OffPolicyAlgorithm.process_env_step, {"rows": 0}
 
-    def signalled(self, *args, **kwargs):  # as SIGTERM arriving during env step 160 (2 envs: 80 vector steps in)
+    def signalled(self, *args, **kwargs):  # as SIGTERM arriving at env step 416, after the first episodes ended (400)
         original(self, *args, **kwargs)
         stored["rows"] += 2
-        if stored["rows"] == 160:
+        if stored["rows"] == 416:
             guards.request_stop("SIGTERM")
 
     monkeypatch.setattr(OffPolicyAlgorithm, "process_env_step", signalled)
-    with pytest.raises(TrainingInterrupted, match=r"SIGTERM received: stopped at step 160 after writing .*"
-                                                  r"step_000000000160"):
-        train("pendulum", "tanh_gaussian", "sac", total_steps=384, run_dir=tmp_path / "cut", overrides=tiny)
+    with pytest.raises(TrainingInterrupted, match=r"SIGTERM received: stopped at step 416 after writing .*"
+                                                  r"step_000000000416"):
+        train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "cut", overrides=tiny)
     guards.STOP.signal_name = None
-    assert final_checkpoint(tmp_path / "cut")[3]["steps_into_iteration"] == 16  # of the second iteration's 64
+    cut = final_checkpoint(tmp_path / "cut")[3]
+    assert cut["steps_into_iteration"] == 16 and len(cut["iteration_episodes"]["returns"]) == 2  # of the 4th's 64
     monkeypatch.setattr(OffPolicyAlgorithm, "process_env_step", original)
-    train("pendulum", "tanh_gaussian", "sac", total_steps=384, run_dir=tmp_path / "cut", overrides=tiny)
+    train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "cut", overrides=tiny)
     steps = [path.name for path in list_checkpoints(tmp_path / "cut" / "checkpoints")]
-    assert steps[-2:] == ["step_000000000256", "step_000000000384"]  # the iterations end where the whole run's do
+    # the stop's checkpoint, and the iterations' ends where the whole run's are
+    assert steps[-3:] == ["step_000000000384", "step_000000000416", "step_000000000512"]
     name_a, _, weights_a, state_a = final_checkpoint(tmp_path / "whole")
     name_b, _, weights_b, state_b = final_checkpoint(tmp_path / "cut")
     assert name_a == name_b and state_b["steps_into_iteration"] == 0
     assert_trees_equal(weights_a, weights_b, "policy")
-    for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration"):
+    for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration", "recent_returns"):
         assert_trees_equal(state_a[key], state_b[key], key)
+    timing = ("wall_time", "charts/SPS")
+    rows = [[{key: value for key, value in json.loads(line).items() if key not in timing and not key.startswith("time/")}
+             for line in (run / "progress.jsonl").read_text().splitlines()] for run in (tmp_path / "whole", tmp_path / "cut")]
+    assert rows[0] == rows[1] and "charts/episodic_return" in rows[1][-1]
 
 
 def test_a_restart_before_the_first_checkpoint_shows_one_curve_in_tensorboard(tmp_path, monkeypatch):

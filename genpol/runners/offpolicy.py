@@ -33,8 +33,9 @@ class OffPolicyRunner(EnvRunner):
     A stop request (SIGTERM, SIGINT, ``request_stop``) ends the iteration after the current env step and its
     updates, not at its end: an iteration of RLPD's or MaxEntDP's lasts minutes on a CPU, past the grace a
     scheduler gives before SIGKILL (SLURM's KillWait: 30 s), and everything since the last checkpoint was lost.
-    The checkpoint then records the vector steps taken (``steps_into_iteration``), and the resume completes that
-    iteration: the iterations, and so the evaluations and checkpoints, fall where the uninterrupted run's do.
+    The checkpoint then records the vector steps taken (``steps_into_iteration``), the losses and the episodes
+    finished so far in it, and the resume completes that iteration: the iterations, and so the evaluations and
+    checkpoints, fall where the uninterrupted run's do, with the same logged values.
     """
 
     algorithm: OffPolicyAlgorithm
@@ -44,11 +45,12 @@ class OffPolicyRunner(EnvRunner):
         super().__init__(env, algorithm, total_steps, seed, callbacks)
         self.vector_steps = max(1, -(-iteration_steps // env.num_envs))
         self.steps_into_iteration = 0  # vector steps of the current iteration taken before a stop cut it
+        self.diagnostics: list[dict[str, torch.Tensor]] = []  # the current iteration's losses, step by step
 
     def iterate(self) -> dict[str, float] | None:
         env, algorithm = self.env, self.algorithm
         obs = self.obs
-        diagnostics: list[dict[str, torch.Tensor]] = []
+        diagnostics = self.diagnostics
         for _ in range(self.vector_steps - self.steps_into_iteration):
             action = algorithm.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
@@ -68,7 +70,7 @@ class OffPolicyRunner(EnvRunner):
                 self.obs = obs  # off-policy learners run in one process: no rank to agree with
                 return None
         self.obs = obs
-        self.steps_into_iteration = 0
+        self.steps_into_iteration, self.diagnostics = 0, []
         # each key's mean over the steps that report it (a critic-only step reports no actor losses)
         keys = dict.fromkeys(key for named in diagnostics for key in named)
         metrics = {f"losses/{key}": float(torch.stack([named[key] for named in diagnostics if key in named]).mean())
@@ -78,11 +80,21 @@ class OffPolicyRunner(EnvRunner):
         return metrics
 
     def training_state(self) -> dict[str, Any]:
-        return {**super().training_state(), "steps_into_iteration": self.steps_into_iteration}
+        # all empty at an iteration's end; filled only when a stop cut the iteration
+        waiting = {name: torch.cat(parts) if parts else None
+                   for name, parts in (("returns", self._returns), ("lengths", self._lengths),
+                                       ("successes", self._successes))}
+        return {**super().training_state(), "steps_into_iteration": self.steps_into_iteration,
+                "iteration_losses": self.diagnostics, "iteration_episodes": waiting}
 
     def load(self, policy_weights: dict[str, Any], training_state: dict[str, Any]) -> None:
         super().load(policy_weights, training_state)
-        self.steps_into_iteration = int(training_state.get("steps_into_iteration", 0))  # older checkpoints: 0
+        # checkpoints before 2026-12-07 (none of these keys) were written at iterations' ends
+        self.steps_into_iteration = int(training_state.get("steps_into_iteration", 0))
+        self.diagnostics = list(training_state.get("iteration_losses", []))
+        waiting = training_state.get("iteration_episodes", {})
+        self._returns, self._lengths, self._successes = (
+            [waiting[name]] if waiting.get(name) is not None else [] for name in ("returns", "lengths", "successes"))
 
 
 def agent_action_transform(env: VectorEnv, act_dim: int) -> Any:
