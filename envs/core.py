@@ -90,6 +90,10 @@ class VectorEnv(abc.ABC):
     # env workers import them, and policy checkpoints record them for evaluation.
     imports: tuple[str, ...] = ()
     step_groups: int = 0  # the groups send_group / recv_group step; 0: the env implements step only
+    # A simulator whose observations are dicts (goal envs, dm_control, some EnvPool tasks): each key and its
+    # one-env shape, in the order the backend flattens them into obs [N, D]; None: flat observations. Policy
+    # checkpoints record it, so that TrainedPolicy.predict flattens a raw dict as training did.
+    observation_layout: list[tuple[str, tuple[int, ...]]] | None = None
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:

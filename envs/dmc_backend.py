@@ -61,6 +61,7 @@ class DMCVectorEnv(VectorEnv):
         self._pending_seed = seed
         spec = self._envs[0].observation_spec()
         self.observation_keys = list(spec)
+        self.observation_layout = [(key, tuple(array.shape)) for key, array in spec.items()]
         self.obs_dim = int(sum(np.prod(array.shape, dtype=int) for array in spec.values()))
         action_spec = self._envs[0].action_spec()
         self.action_chunk = action_chunk

@@ -144,6 +144,8 @@ class EnvPoolVectorEnv(VectorEnv):
         space = self._pool.observation_space
         self.observation_keys: list[str] | None = list(space.spaces) if hasattr(space, "spaces") else None
         shapes = [space[key].shape for key in self.observation_keys] if self.observation_keys else [space.shape]
+        if self.observation_keys:
+            self.observation_layout = [(key, tuple(shape)) for key, shape in zip(self.observation_keys, shapes)]
         self.obs_dim = int(sum(np.prod(shape) for shape in shapes))
         self.act_dim = int(self._pool.action_space.shape[0])
         self.action_low = torch.as_tensor(self._pool.action_space.low, dtype=torch.float32, device=self.device)

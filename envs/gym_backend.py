@@ -133,7 +133,11 @@ class GymVectorEnv(VectorEnv):
                            f"them), got {single_obs}")
         self.obs_dim = int(single_obs.shape[0])
         # goal envs (gymnasium-robotics) flag success at every step; DiscardInfo keeps that flag
-        self.reports_success = _find_wrapper(self._envs.envs[0], FlattenGoalObservation) is not None
+        flatten = _find_wrapper(self._envs.envs[0], FlattenGoalObservation)
+        self.reports_success = flatten is not None
+        if flatten is not None:
+            space = flatten.env.observation_space
+            self.observation_layout = [(key, tuple(space.spaces[key].shape)) for key in flatten.keys]
         self.act_dim = int(single_act.shape[0])
         self.action_low = torch.as_tensor(single_act.low, dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(single_act.high, dtype=torch.float32, device=self.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 import torch
@@ -38,7 +38,9 @@ def make_policy_spec(head: PolicyHead, env: VectorEnv, env_id: str, env_kwargs: 
         "head": head.spec(),
         "env": {"id": env_id, "kwargs": dict(env_kwargs), "max_episode_steps": max_episode_steps,
                 "render_size": list(render_size), "obs_dim": env.obs_dim, "act_dim": env.act_dim,
-                "action_chunk": getattr(raw, "action_chunk", 1), "imports": list(env.imports)},
+                "action_chunk": getattr(raw, "action_chunk", 1), "imports": list(env.imports),
+                "observation_layout": None if raw.observation_layout is None else
+                [[key, list(shape)] for key, shape in raw.observation_layout]},
         "obs_normalization": observation_kind(env),
         "action_bounds": [raw.action_low.tolist(), raw.action_high.tolist()],
         "agent_action_bounds": agent_bounds,
@@ -140,6 +142,32 @@ class TrainedPolicy:
     def obs_dim(self) -> int:
         return int(self.spec["env"]["obs_dim"])
 
+    def _flatten_dict(self, raw_obs: Mapping[str, Any]) -> np.ndarray:
+        """A dict observation (a goal env's, dm_control's) -> ``[..., D]`` in the key order training flattened it
+        in (``policy.json``'s ``observation_layout``). gymnasium's FlattenObservation sorts the keys instead
+        (achieved_goal first): a vector of the right size in another order, which gave wrong actions silently."""
+        layout = self.spec["env"].get("observation_layout")
+        if layout is None:
+            raise TypeError(f"TrainedPolicy.predict: got a dict observation (keys {sorted(raw_obs)}), but "
+                            f"{self.env_id}'s observations were flat arrays in training (or the policy was saved "
+                            "before genpol recorded dict layouts, 2026-12-07): pass the [D] array the env stack saw")
+        keys = [key for key, _ in layout]
+        if set(raw_obs) != set(keys):
+            raise ValueError(f"TrainedPolicy.predict: the dict observation has keys {sorted(raw_obs)}; "
+                             f"{self.env_id}'s are {keys}")
+        parts, leading = [], None
+        for key, shape in layout:
+            value = np.asarray(raw_obs[key], dtype=np.float32)
+            cut = value.ndim - len(shape)
+            fits = cut >= 0 and list(value.shape[cut:]) == list(shape)
+            if not fits or (leading is not None and value.shape[:cut] != leading):
+                raise ValueError(f"TrainedPolicy.predict: observation['{key}'] has shape {value.shape}; expected "
+                                 f"{tuple(shape)}, after the same leading (batch) shape as the other keys"
+                                 + (f" {leading}" if leading is not None else ""))
+            leading = value.shape[:cut]
+            parts.append(value.reshape(*leading, -1))
+        return np.concatenate(parts, axis=-1)
+
     def _check_obs_shape(self, shape: tuple[int, ...], method: str, expected: str) -> None:
         if len(shape) == 0 or shape[-1] != self.obs_dim:
             raise ValueError(f"TrainedPolicy.{method}: observations must be {expected} with D = {self.obs_dim} "
@@ -167,12 +195,15 @@ class TrainedPolicy:
         """Raw simulator ``obs [..., D]`` (one ``[D]``, a batch ``[B, D]``, or any leading shape) ->
         actions in the env's bounds ``[..., A]``, the same leading shape. A policy that acts in chunks of
         C actions (``action_chunk`` > 1, e.g. DPPO's ``act_steps``) returns ``[..., C, A]``: step the env
-        with each in turn before the next ``predict``, as its evaluation does."""
+        with each in turn before the next ``predict``, as its evaluation does. A simulator's dict observation (a
+        goal env's, dm_control's; each entry ``[..., *shape]``) is flattened in the order training used."""
         parameter = next(self.head.parameters(), None)  # None: a head without weights (a scripted one)
         device = parameter.device if parameter is not None else torch.device("cpu")
         if isinstance(raw_obs, tuple) and len(raw_obs) == 2 and isinstance(raw_obs[1], dict):
             raise TypeError("TrainedPolicy.predict takes an observation, got gymnasium's (observation, info) pair: "
                             "pass obs from `obs, info = env.reset()`")
+        if isinstance(raw_obs, Mapping):
+            raw_obs = self._flatten_dict(raw_obs)
         try:
             obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
         except (TypeError, ValueError, RuntimeError) as error:  # a dict, a ragged list: torch's message names neither

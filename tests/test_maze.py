@@ -288,3 +288,36 @@ def test_episode_success_survives_a_checkpoint_of_the_wrapper_stack(tmp_path):
     assert outcomes[0].all() and torch.equal(outcomes[0], outcomes[1])
     env.close()
     resumed.close()
+
+
+@pytest.mark.parametrize("env_id", ["gym:PointMaze_UMaze-v3", "dmc:cartpole-balance"])
+def test_predict_flattens_a_dict_observation_as_training_did(tmp_path, env_id):
+    """A goal env's or dm_control's raw observation is a dict; predict refused it, and gymnasium's
+    FlattenObservation gives a vector of the right size in sorted key order (achieved_goal first), whose actions
+    were silently wrong. The checkpoint records the layout, and predict flattens a dict, one or a batch, in it."""
+    from genpol.api import load_policy, train
+    from genpol.envs.goal_envs import FlattenGoalObservation
+
+    train(env=env_id, total_steps=64, run_dir=tmp_path / "run",
+          overrides=["env.num_envs=2", "learner.rollout_steps=32", "learner.epochs=1", "pipeline.video=false",
+                     "pipeline.eval_episodes=1", "logger.progress_bar=false", "env.max_episode_steps=20"])
+    policy = load_policy(tmp_path / "run")
+    if env_id.startswith("gym:"):
+        raw_env = gym.make("PointMaze_UMaze-v3")
+        observations = [raw_env.reset(seed=seed)[0] for seed in (0, 1)]
+        flat = [FlattenGoalObservation(raw_env).observation(obs) for obs in observations]
+        assert list(observations[0]) == ["observation", "achieved_goal", "desired_goal"]
+    else:
+        from dm_control import suite
+
+        raw_env = suite.load("cartpole", "balance", task_kwargs={"random": 0})
+        observations = [dict(raw_env.reset().observation) for _ in range(2)]
+        flat = [np.concatenate([np.ravel(obs[key]) for key in obs]) for obs in observations]
+    assert np.array_equal(policy.predict(observations[0]), policy.predict(flat[0]))
+    batch = {key: np.stack([obs[key] for obs in observations]) for key in observations[0]}
+    assert np.array_equal(policy.predict(batch), policy.predict(np.stack(flat)))
+    key = next(iter(observations[0]))
+    with pytest.raises(ValueError, match=rf"the dict observation has keys .*; {env_id}'s are"):
+        policy.predict({name: value for name, value in observations[0].items() if name != key})
+    with pytest.raises(ValueError, match=rf"observation\['{key}'\] has shape"):
+        policy.predict({**observations[0], key: np.zeros(7)})
