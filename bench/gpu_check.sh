@@ -111,7 +111,8 @@ fi
 )
 check torchrun-cuda torchrun_cuda
 # Resume on CUDA (NOT RUN on a device yet): a PPO run (its head samples on the GPU's generator) trained to 3
-# rollouts, and a copy stopped after the first and resumed: the final weights must be equal. Before the training
+# rollouts, and a copy stopped after the first and resumed: the final weights must be equal (and a CUDA policy's
+# make_env steps with its actions). Before the training
 # state saved the CUDA generators (2026-12-07), such a resume drew other noise than the uninterrupted run.
 resume_cuda() ( set -e
 tiny="env=pendulum device=cuda env.num_envs=4 learner.rollout_steps=64 learner.epochs=2 total_steps=768 \
@@ -127,7 +128,12 @@ from genpol.checkpoint import load_latest
 (a, wa, sa), (b, wb, sb) = (load_latest(f'/tmp/resume_cuda/{run}/checkpoints') for run in ('whole', 'resumed'))
 same = a.name == b.name and all(torch.equal(wa['head'][k], wb['head'][k]) for k in wa['head'])
 print('resumed on cuda at', a.name, '- cuda generators saved:', 'cuda_rng' in sa, '- identical weights:', same)
-assert same"
+assert same
+from genpol.api import load_policy
+policy = load_policy('/tmp/resume_cuda/whole', device='cuda')
+env = policy.make_env()  # on the policy's device by default (it made a CPU env, whose rescaling failed on cuda actions)
+env.step(policy.act(env.reset(seed=0)))
+print('make_env on the policy device:', env.reset(seed=0).device)"
 )
 check resume-cuda resume_cuda
 # GoRL (pipeline=gorl) on Playground HopperStand: 4 stages of encoder PPO at 2048 envs (6M encoder steps in

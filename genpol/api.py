@@ -132,9 +132,6 @@ def train(
     if run_dir is not None:
         check_run_dir(str(run_dir))  # "" is Path("") == ".": the run went into the working directory
         run_dir = Path(run_dir).expanduser()  # "~/runs/x" made a folder named ~ in the working directory
-    claimed = run_dir is None and not run_dir_overridden
-    if claimed:  # the command line's default folder
-        run_dir = Path(claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))))
     if updater is not None:
         if learner is not None and learner != updater:
             raise ConfigError(f"train(): learner={learner} and updater={updater} (its old name) differ: give learner")
@@ -155,6 +152,9 @@ def train(
         if named and named[-1] != value:
             raise ConfigError(f"train(): {key}={value} (from the arguments) and the override {key}={named[-1]} "
                               "differ: give one")
+    claimed = run_dir is None and not run_dir_overridden
+    if claimed:  # the command line's default folder, after the checks of the arguments (a refusal left it empty)
+        run_dir = Path(claim_new_dir(str(Path("runs") / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S"))))
     items = [*groups, *(f"{key}={value}" for key, value in arguments.items() if value is not None),
              *([] if run_dir_overridden else [f"run_dir={quoted(run_dir)}"]), *extra]
     try:
@@ -178,12 +178,16 @@ def train(
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, video: bool = False, *, checkpoint: str | None = None,
-             video_dir: str = "videos", seed: int = 10_000) -> dict[str, Any]:
-    """Deterministic and stochastic mean returns of a run's latest (or a given) checkpoint."""
+             video_dir: str = "videos", seed: int = 10_000, device: str = "cpu", torch_threads: int = 1
+             ) -> dict[str, Any]:
+    """Deterministic and stochastic mean returns of a run's latest (or a given) checkpoint, as
+    ``genpol-evaluate`` computes them (``device`` and ``torch_threads`` too: the training default, 1 thread,
+    reproduces the run's own evaluation exactly)."""
     from genpol.evaluate import evaluate_run
 
     items = [f"run_dir={quoted(run_dir)}", f"episodes={episodes}", f"video={str(video).lower()}",
-             f"video_dir={quoted(video_dir)}", f"seed={seed}"]
+             f"video_dir={quoted(video_dir)}", f"seed={seed}", f"device={quoted(device)}",
+             f"torch_threads={torch_threads}"]
     if checkpoint is not None:
         items.append(f"checkpoint={quoted(checkpoint)}")
     return evaluate_run(validate(compose_config(items, config_name="evaluate")))

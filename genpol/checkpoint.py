@@ -261,6 +261,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(f"{path} is a file: expected a run directory or one of its checkpoints")
     if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
         return path
+    policy_folder = Path(POLICY_JSON).parent.name
+    if (path / Path(POLICY_JSON).name).is_file():  # a checkpoint's policy/ folder: the checkpoint holds its manifest
+        if path.name == policy_folder and (path.parent / MANIFEST).is_file():
+            return path.parent
+        raise CheckpointError(f"{path} holds a policy's files without the checkpoint around them: copy the whole "
+                              f"checkpoint folder ({PREFIX}*, whose {MANIFEST} verifies them) and load that")
     if path.name == "checkpoints" and not (path / "checkpoints").exists():  # a run's checkpoints folder itself
         path = path.parent
     found = list_checkpoints(path / "checkpoints")

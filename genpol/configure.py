@@ -227,7 +227,9 @@ def import_learner_modules(overrides: Sequence[str], config_dirs: Sequence[str |
         # a bundle of the user's own that picks their learner in its defaults (override /learner: td3)
         path = next((folder / "experiment" / f"{bundle}.yaml" for folder in folders
                      if (folder / "experiment" / f"{bundle}.yaml").is_file()), None)
-        defaults = OmegaConf.load(path).get("defaults") if path is not None else None
+        bundle_config = OmegaConf.load(path) if path is not None else None
+        # a bundle that is not a mapping is Hydra's to refuse, naming it, when it composes
+        defaults = bundle_config.get("defaults") if isinstance(bundle_config, DictConfig) else None
         for entry in defaults or ():
             if isinstance(entry, DictConfig):
                 names += [str(value) for key, value in entry.items()

@@ -107,10 +107,15 @@ class TrainedPolicy:
         before genpol recorded them)."""
         return list(self.spec["env"].get("imports", []))
 
-    def make_env(self, num_envs: int = 1, seed: int | None = None, device: str | torch.device = "cpu",
+    def make_env(self, num_envs: int = 1, seed: int | None = None, device: str | torch.device | None = None,
                  video_dir: str | Path | None = None, video_prefix: str = "rollout",
                  render: bool = False) -> VectorEnv:
-        """The training env's stack for evaluation: raw rewards, observation statistics frozen."""
+        """The training env's stack for evaluation: raw rewards, observation statistics frozen. ``device``: where
+        its tensors live, by default the policy's (a CPU env stepped with a GPU policy's actions failed on the
+        action rescaling's device mismatch)."""
+        if device is None:
+            parameter = next(self.head.parameters(), None)
+            device = parameter.device if parameter is not None else "cpu"
         env_spec = self.spec["env"]
         kind = self.spec["obs_normalization"]
         state = self.obs_statistics
@@ -204,6 +209,10 @@ class TrainedPolicy:
                             "pass obs from `obs, info = env.reset()`")
         if isinstance(raw_obs, Mapping):
             raw_obs = self._flatten_dict(raw_obs)
+        if isinstance(raw_obs, np.ndarray) and raw_obs.dtype.kind in "fiu":
+            # a float32 copy in native byte order: torch refused a big-endian array (HDF5, MATLAB) and warned on a
+            # read-only one (a ROS message's buffer)
+            raw_obs = np.array(raw_obs, dtype=np.float32)
         try:
             obs = torch.as_tensor(raw_obs, dtype=torch.float32).to(device)
         except (TypeError, ValueError, RuntimeError) as error:  # a dict, a ragged list: torch's message names neither

@@ -97,7 +97,14 @@ def test_any_gymnasium_id_and_a_multirun_sweep(tmp_path):
 
 
 def test_python_api_trains_evaluates_and_predicts(tmp_path):
+    """Also: evaluate() takes the command line's device and torch_threads; predict takes a big-endian or read-only
+    array (HDF5, MATLAB, a ROS buffer: torch refused the one and warned on the other); load_policy takes a
+    checkpoint's policy/ folder, and names what is missing where that folder was copied alone."""
+    import shutil
+    import warnings
+
     from genpol.api import evaluate, load_policy, train
+    from genpol.errors import CheckpointError
 
     summary = train(env="genpol:MultiGoal", total_steps=2048, run_dir=tmp_path / "api",
                     overrides=["learner.rollout_steps=64", "learner.epochs=1", "pipeline.video=false",
@@ -105,10 +112,22 @@ def test_python_api_trains_evaluates_and_predicts(tmp_path):
     assert summary["env_steps"] == 2048 and summary["env"] == "genpol:MultiGoal"
     results = evaluate(tmp_path / "api", episodes=2)
     assert np.isfinite(results["deterministic_return_mean"])
+    assert evaluate(tmp_path / "api", episodes=2, device="cpu", torch_threads=2) == results
     policy = load_policy(tmp_path / "api")
     action = policy.predict(np.zeros(2))
     assert action.shape == (2,) and np.all(np.abs(action) <= 1)
     assert torch.equal(torch.as_tensor(policy.predict(np.zeros((3, 2)))[0]), torch.as_tensor(action))
+    obs = np.array([0.3, -1.2])
+    read_only = np.frombuffer(obs.tobytes(), dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(policy.predict(obs.astype(">f8")), policy.predict(obs))
+        assert np.array_equal(policy.predict(read_only), policy.predict(obs))
+    checkpoint = sorted((tmp_path / "api" / "checkpoints").glob("step_*"))[-1]
+    assert np.array_equal(load_policy(checkpoint / "policy").predict(obs), policy.predict(obs))
+    shutil.copytree(checkpoint / "policy", tmp_path / "deployed" / "policy")
+    with pytest.raises(CheckpointError, match=r"holds a policy's files without the checkpoint around them"):
+        load_policy(tmp_path / "deployed" / "policy")
 
 
 def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_path):
@@ -194,7 +213,8 @@ def test_python_api_trains_in_the_run_dir_its_config_records(tmp_path, monkeypat
         with pytest.raises(ConfigError, match="run_dir must be a directory path"):
             train(**given)
     with pytest.raises(ConfigError, match="learner=sac and updater=ppo .its old name. differ"):
-        train(learner="sac", updater="ppo", run_dir=tmp_path / "y")
+        train(learner="sac", updater="ppo")
+    assert not (tmp_path / "runs").exists()  # the default folder is claimed after the arguments' checks
     with pytest.warns(FutureWarning, match="now train.learner"):
         cfg, _ = train(policy="tanh_gaussian", learner="sac", updater="sac", run_dir=tmp_path / "z")
     assert cfg.learner.name == "sac"

@@ -114,3 +114,15 @@ def test_a_bundle_of_the_users_own_registers_the_learner_it_picks(tmp_path, exam
     result = subprocess.run([sys.executable, "-c", script], env={**os.environ, "HOME": str(home)},
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["td3", "3", "Pendulum-v1"], result.stderr[-2000:]
+
+
+def test_a_bundle_that_is_not_a_mapping_is_hydras_error(tmp_path):
+    """A user's bundle file holding a list: looking for the learner it picks raised omegaconf's own error
+    (a traceback, exit 1) before Hydra could refuse the file, naming it, as a ConfigError."""
+    from genpol.api import compose_config
+    from genpol.errors import ConfigError
+
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "listed.yaml").write_text("- learner: td3\n")
+    with pytest.raises(ConfigError, match="experiment/listed"):
+        compose_config(["+experiment=listed", "run_dir=/tmp/unused"], config_dirs=[tmp_path])
