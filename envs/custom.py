@@ -93,9 +93,16 @@ def _check_call(factory: Callable[..., Any], arguments: dict[str, Any], env_id: 
     try:
         signature.bind(**arguments)
     except TypeError as error:
-        if env_kwargs and not set(env_kwargs) <= set(signature.parameters) and not any(
-                p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        parameters = signature.parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        unknown = set() if takes_any else set(arguments) - set(parameters)
+        if unknown and unknown <= set(env_kwargs):  # only the user's keys are not taken: a misspelt one
             raise kwargs_not_taken(env_id, env_kwargs, error) from None
+        missing = [name for name, p in parameters.items() if p.default is inspect.Parameter.empty
+                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in arguments]
+        if not unknown and missing:  # a task argument the factory requires: the user's to give
+            raise EnvError(f"{env_id}: the factory requires {missing}, which genpol does not pass: set them as "
+                           f"env.kwargs ({', '.join(f'+env.kwargs.{name}=...' for name in missing)})") from None
         raise EnvError(f"{env_id}: the factory cannot be called as genpol calls it, with {sorted(arguments)}: {error} "
                        "(it must take num_envs, device and seed as keywords: the protocol is in envs/custom.py)") from None
 

@@ -455,6 +455,13 @@ def test_a_policy_whose_env_changed_dims_is_refused_before_its_statistics_are_lo
                  r"^custom:custom_envs.batched:make_env_without_seed: the factory cannot be called as genpol calls it, "
                  r"with \['device', 'num_envs', 'seed'\]: got an unexpected keyword argument 'seed'",
                  id="custom-factory-without-seed"),
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_without_seed", env_kwargs={"widht": 2}),
+                 r"^custom:custom_envs.batched:make_env_without_seed: the factory cannot be called as genpol calls it",
+                 id="custom-factory-without-seed-and-a-kwarg"),  # not blamed on the user's key
+    pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_with_required_width"),
+                 r"^custom:custom_envs.batched:make_env_with_required_width: the factory requires \['width'\], which "
+                 r"genpol does not pass: set them as env.kwargs \(\+env.kwargs.width=...\)$",
+                 id="custom-required-kwarg"),
     pytest.param(lambda: envs.make("genpol:MultiGoal", env_kwargs={"seed": 5}),
                  r"^genpol:MultiGoal: env.kwargs may not set \['seed'\]", id="genpol-kwargs-seed"),
     pytest.param(lambda: envs.make("custom:custom_envs.batched:make_env_with_reversed_bounds"),

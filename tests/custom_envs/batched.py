@@ -172,6 +172,11 @@ def make_env_without_seed(num_envs: int, device: torch.device) -> StatelessReach
     return StatelessReach(num_envs=num_envs, device=device, seed=0, max_episode_steps=50)
 
 
+def make_env_with_required_width(num_envs: int, device: torch.device, seed: int | None, width: float) -> StatelessReach:
+    """A factory with a task argument of its own and no default: the user's to set as env.kwargs.width."""
+    return StatelessReach(num_envs=num_envs, device=device, seed=seed, max_episode_steps=50)
+
+
 def make_duck_typed_env(num_envs: int, device: torch.device, seed: int | None = None,
                         max_episode_steps: int | None = None) -> DuckTypedReach:
     return DuckTypedReach(num_envs=num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps or 50)
