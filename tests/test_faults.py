@@ -140,31 +140,32 @@ def test_an_off_policy_stop_cuts_its_iteration_and_the_resume_completes_it(tmp_p
     from genpol.errors import TrainingInterrupted
     from genpol.runners import guards
 
-    tiny = ["learner.learning_starts=64", "learner.iteration_steps=128", "learner.batch_size=32", "env.num_envs=2",
-            "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]", "pipeline.eval_episodes=1",
-            "pipeline.checkpoint_every=1", "pipeline.video=false", "logger.progress_bar=false"]
-    train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "whole", overrides=tiny)
+    tiny = ["learner.learning_starts=32", "learner.iteration_steps=64", "learner.batch_size=16", "env.num_envs=2",
+            "policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16,16]", "pipeline.eval_episodes=1",
+            "env.max_episode_steps=50", "pipeline.checkpoint_every=1", "pipeline.video=false",
+            "logger.progress_bar=false"]
+    train("pendulum", "tanh_gaussian", "sac", total_steps=256, run_dir=tmp_path / "whole", overrides=tiny)
 
     original, stored = OffPolicyAlgorithm.process_env_step, {"rows": 0}
 
-    def signalled(self, *args, **kwargs):  # as SIGTERM arriving at env step 416, after the first episodes ended (400)
+    def signalled(self, *args, **kwargs):  # as SIGTERM arriving at env step 208, after two episodes ended (200)
         original(self, *args, **kwargs)
         stored["rows"] += 2
-        if stored["rows"] == 416:
+        if stored["rows"] == 208:
             guards.request_stop("SIGTERM")
 
     monkeypatch.setattr(OffPolicyAlgorithm, "process_env_step", signalled)
-    with pytest.raises(TrainingInterrupted, match=r"SIGTERM received: stopped at step 416 after writing .*"
-                                                  r"step_000000000416"):
-        train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "cut", overrides=tiny)
+    with pytest.raises(TrainingInterrupted, match=r"SIGTERM received: stopped at step 208 after writing .*"
+                                                  r"step_000000000208"):
+        train("pendulum", "tanh_gaussian", "sac", total_steps=256, run_dir=tmp_path / "cut", overrides=tiny)
     guards.STOP.signal_name = None
     cut = final_checkpoint(tmp_path / "cut")[3]
-    assert cut["steps_into_iteration"] == 16 and len(cut["iteration_episodes"]["returns"]) == 2  # of the 4th's 64
+    assert cut["steps_into_iteration"] == 8 and len(cut["iteration_episodes"]["returns"]) == 2  # of the 4th's 32
     monkeypatch.setattr(OffPolicyAlgorithm, "process_env_step", original)
-    train("pendulum", "tanh_gaussian", "sac", total_steps=512, run_dir=tmp_path / "cut", overrides=tiny)
+    train("pendulum", "tanh_gaussian", "sac", total_steps=256, run_dir=tmp_path / "cut", overrides=tiny)
     steps = [path.name for path in list_checkpoints(tmp_path / "cut" / "checkpoints")]
     # the stop's checkpoint, and the iterations' ends where the whole run's are
-    assert steps[-3:] == ["step_000000000384", "step_000000000416", "step_000000000512"]
+    assert steps[-3:] == ["step_000000000192", "step_000000000208", "step_000000000256"]
     name_a, _, weights_a, state_a = final_checkpoint(tmp_path / "whole")
     name_b, _, weights_b, state_b = final_checkpoint(tmp_path / "cut")
     assert name_a == name_b and state_b["steps_into_iteration"] == 0
