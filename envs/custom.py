@@ -104,7 +104,8 @@ def _check_call(factory: Callable[..., Any], arguments: dict[str, Any], env_id: 
             raise EnvError(f"{env_id}: the factory requires {missing}, which genpol does not pass: set them as "
                            f"env.kwargs ({', '.join(f'+env.kwargs.{name}=...' for name in missing)})") from None
         raise EnvError(f"{env_id}: the factory cannot be called as genpol calls it, with {sorted(arguments)}: {error} "
-                       "(it must take num_envs, device and seed as keywords: the protocol is in envs/custom.py)") from None
+                       "(it must take num_envs, device and seed as keywords: the protocol is in envs/custom.py)"
+                       ) from None
 
 
 def make_custom(name: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,

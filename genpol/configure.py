@@ -273,8 +273,8 @@ def _check_offline_data(config: TrainConfig, row: Any, offline_phase: bool) -> N
     ratio = getattr(config.learner, "offline_ratio", 0)
     if ratio > 0 and config.dataset.path is None:
         raise ConfigError(f"learner.offline_ratio={ratio} draws that share of every batch from offline data, but "
-                          "dataset.path is not set: set it (a D4RL HDF5 file or a Minari id), or learner.offline_ratio=0 "
-                          "to learn from online data only")
+                          "dataset.path is not set: set it (a D4RL HDF5 file or a Minari id), or "
+                          "learner.offline_ratio=0 to learn from online data only")
     if config.dataset.path is None or offline_phase:
         return
     if not row.off_policy:

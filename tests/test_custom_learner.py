@@ -109,8 +109,8 @@ def test_a_bundle_of_the_users_own_registers_the_learner_it_picks(tmp_path, exam
         "# @package _global_\ndefaults:\n  - override /learner: td3\n  - override /policy: tanh_gaussian\n"
         "  - override /env: pendulum\nlearner:\n  policy_delay: 3\n")
     script = ("from genpol.api import compose_config; from genpol.configure import validate; "
-              "cfg = validate(compose_config(['+experiment=td3_pendulum', 'run_dir=/tmp/unused'], config_dirs=['~/mine']));"
-              "print(cfg.learner.name, cfg.learner.policy_delay, cfg.env.id)")
+              "cfg = validate(compose_config(['+experiment=td3_pendulum', 'run_dir=/tmp/unused'], "
+              "config_dirs=['~/mine'])); print(cfg.learner.name, cfg.learner.policy_delay, cfg.env.id)")
     result = subprocess.run([sys.executable, "-c", script], env={**os.environ, "HOME": str(home)},
                             capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["td3", "3", "Pendulum-v1"], result.stderr[-2000:]

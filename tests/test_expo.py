@@ -320,7 +320,8 @@ def test_a_base_without_candidates_fails_at_validation_naming_head_learner_and_c
 
     monkeypatch.setitem(heads.HEADS, "gaussian", NoCandidates)
     with pytest.raises(ConfigError) as error:
-        validate(compose_config(["+experiment=expo", "policy=gaussian", "run_dir=/tmp/unused", "learner.offline_ratio=0"]))
+        validate(compose_config(["+experiment=expo", "policy=gaussian", "run_dir=/tmp/unused",
+                                 "learner.offline_ratio=0"]))
     message = str(error.value)
     assert "policy=gaussian" in message and "learner=expo" in message and "batched candidates" in message
 

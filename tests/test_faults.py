@@ -173,8 +173,9 @@ def test_an_off_policy_stop_cuts_its_iteration_and_the_resume_completes_it(tmp_p
     for key in ("head", "algorithm", "env", "obs", "torch_rng", "global_step", "iteration", "recent_returns"):
         assert_trees_equal(state_a[key], state_b[key], key)
     timing = ("wall_time", "charts/SPS")
-    rows = [[{key: value for key, value in json.loads(line).items() if key not in timing and not key.startswith("time/")}
-             for line in (run / "progress.jsonl").read_text().splitlines()] for run in (tmp_path / "whole", tmp_path / "cut")]
+    rows = [[{key: value for key, value in json.loads(line).items() if not key.startswith(("time/", *timing))}
+             for line in (run / "progress.jsonl").read_text().splitlines()]
+            for run in (tmp_path / "whole", tmp_path / "cut")]
     assert rows[0] == rows[1] and "charts/episodic_return" in rows[1][-1]
 
 
