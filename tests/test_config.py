@@ -72,7 +72,8 @@ def test_each_schema_is_stored_once_and_again_when_its_entry_was_replaced():
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_bundle_composes_and_validates(experiment):
     """The README and bench scripts point users at these bundles: each must compose into a valid config."""
-    needs_data = experiment.startswith(("dppo_hopper", "consistency_ac"))  # offline-to-online bundles name no default
+    # offline-to-online bundles, and those that mix offline data into every batch (rlpd, expo), name no default
+    needs_data = experiment.startswith(("dppo_hopper", "consistency_ac", "rlpd", "expo"))
     extra = ["dataset.path=data/hopper_medium-v5.hdf5"] if needs_data else []
     cfg = validate(compose_config([f"+experiment={experiment}", "run_dir=/tmp/x", *extra]))
     assert cfg.total_steps > 0
