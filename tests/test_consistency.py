@@ -186,6 +186,26 @@ def test_rsample_and_candidates_are_differentiable_and_bounded():
     assert not torch.equal(candidates[:, 0], candidates[:, 1])
 
 
+def test_stochastic_act_is_the_reference_sampler_until_an_on_policy_learner_switches_it():
+    """BC and the Q-gradient learners train and act with the reference sampler (no noise after its last
+    consistency step: rsample's forward pass); an on-policy learner's ``act_as_sampled`` switches a stochastic
+    act to the chain (its last step adds min_sampling_std noise), and the deterministic act stays."""
+    head = small_head()
+    obs = torch.randn(BATCH, OBS_DIM)
+    with torch.no_grad():
+        deterministic = head.act(obs)
+        torch.manual_seed(3)
+        reference = head.rsample(obs)
+        torch.manual_seed(3)
+        assert torch.equal(head.act(obs, deterministic=False), reference)
+        head.act_as_sampled()
+        torch.manual_seed(3)
+        chain = head.act(obs, deterministic=False)
+        torch.manual_seed(3)
+        assert torch.equal(chain, head.sample(obs)[0]) and not torch.equal(chain, reference)
+        assert torch.equal(head.act(obs), deterministic)
+
+
 def test_bad_configuration_names_the_key():
     from genpol.api import compose_config
     from genpol.config import ConfigError

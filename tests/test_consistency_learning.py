@@ -101,8 +101,15 @@ def test_ppo_through_the_stochastic_consistency_sampler_reaches_the_goals(tmp_pa
     summary = train(env="multigoal", policy="consistency", learner="ppo", total_steps=20_480, run_dir=tmp_path / "run",
                     seed=0, overrides=[*SMALL, "pipeline.eval_episodes=50", "learner.minibatch_size=256"])
     assert summary["episodic_return_mean"] > 10.0, summary
-    coverage = goal_coverage(load_policy(tmp_path / "run"), episodes=100, seed=0)
+    policy = load_policy(tmp_path / "run")
+    coverage = goal_coverage(policy, episodes=100, seed=0)
     assert coverage.goal_counts.sum() >= 80, coverage.goal_counts
+    # the saved policy's stochastic act is the chain PPO trained, not the reference sampler
+    obs = torch.randn(16, 2)
+    torch.manual_seed(4)
+    acted = policy.act(obs, deterministic=False)
+    torch.manual_seed(4)
+    assert torch.equal(acted, policy.head.sample(obs)[0])
 
 
 # one epoch of four minibatches, or three conjugate-gradient steps and one critic epoch: what the test checks

@@ -164,6 +164,26 @@ def test_a_states_deterministic_action_does_not_depend_on_its_batch(head):
     torch.testing.assert_close(alone, in_batch, rtol=1e-4, atol=1e-5)
 
 
+def test_stochastic_act_of_an_on_policy_head_is_the_policy_sample_draws(head):
+    """After ``act_as_sampled`` (what an on-policy learner calls), ``act(deterministic=False)`` draws the action
+    ``sample`` draws under the same seed, also in a head rebuilt from its saved weights: a stochastic evaluation
+    of a PPO-trained head is the policy PPO's ratio trained. The consistency head's stochastic act was its
+    reference sampler (action std 0.117 against the chain's 0.156) until 2026-12-07."""
+    obs = observations()
+    head.act_as_sampled()
+    buffer = io.BytesIO()
+    torch.save(head.state_dict(), buffer)
+    buffer.seek(0)
+    rebuilt = head_from_spec(head.spec())
+    rebuilt.load_state_dict(torch.load(buffer, weights_only=True))
+    with torch.no_grad():
+        torch.manual_seed(11)
+        sampled, _ = head.sample(obs)
+        for acting in (head, rebuilt):
+            torch.manual_seed(11)
+            assert torch.equal(acting.act(obs, deterministic=False), sampled)
+
+
 def test_each_hyperparameter_is_written_once_in_the_heads_config(head):
     """The head's Config is its policy group's schema and its constructor's arguments: spec_kwargs is the
     Config's fields less the family and the critic's, a spec rebuilds an equal Config, and the

@@ -83,6 +83,7 @@ class OnPolicyAlgorithm(Algorithm):
         self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
+        head.act_as_sampled()  # stochastic evaluation and the saved policy act with the policy the ratio is of
         self._pending: Pending | None = None  # (record, V(obs)) of the last act
 
     @staticmethod

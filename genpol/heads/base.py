@@ -259,6 +259,14 @@ class PolicyHead(nn.Module, abc.ABC):
     def begin_update(self) -> None:
         """Called by the runner once before each update phase (e.g. to snapshot the rollout network)."""
 
+    def act_as_sampled(self) -> None:
+        """From now on ``act(deterministic=False)`` draws what ``sample`` draws. On-policy learners call it
+        once when built: their ratio is of ``sample``'s distribution, so a stochastic evaluation, and a
+        saved policy's ``predict(deterministic=False)``, must act with that policy too. Most heads' ``act``
+        already does (a test checks every head); one whose stochastic ``act`` is another sampler (the
+        consistency head's reference multistep sampler, which BC and the Q-gradient learners train)
+        switches, and saves the switch with its weights."""
+
     def start_finetuning(self) -> None:
         """Called once between offline pretraining and online fine-tuning (e.g. to freeze the early
         denoising steps of a diffusion policy at their pretrained weights)."""

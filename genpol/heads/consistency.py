@@ -47,6 +47,9 @@ clip; the record holds the unclamped x_T). Every transition is Gaussian, so each
 log-probability (summed over action dims), and ``log_ratio`` is ``[B, T]``, one unit per step, as
 DPPO's denoising chain. ``kl`` is exact per step (equal stds): the mean over steps of
 sum_dims (mu_old - mu_theta)^2 / (2 sigma^2), which matches the updaters' mean over units.
+An on-policy learner calls ``act_as_sampled``: from then on a stochastic ``act`` (evaluation with
+``pipeline.eval_deterministic=false``, a saved policy's ``predict(deterministic=False)``) draws this chain's
+action, the policy the ratio trained, instead of the reference sampler; the switch is saved with the weights.
 
 Action chunks (``act_steps`` executed of ``horizon_steps`` predicted, as DPPO's head): the network,
 the chain and the CT targets are whole chunks of C = horizon_steps * A values; acting returns the
@@ -224,6 +227,8 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         for parameter in self.target.parameters():
             parameter.requires_grad_(False)
         self.ct_step = 0  # consistency-training steps taken (saved as extra state)
+        # what act(deterministic=False) draws: the reference sampler, or the on-policy chain (act_as_sampled)
+        self.stochastic_act = "reference"
         for name, buffer in self._sampling_buffers(sampling_steps).items():
             self.register_buffer(name, buffer, persistent=False)
 
@@ -275,7 +280,17 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         return clamp_to_box(self._multistep(obs, None)[:, : self.executed_dim], self.clamp_gradient)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """The reference sampler, or (stochastic, after ``act_as_sampled``) the on-policy chain's action;
+        deterministic: the reference sampler on a fixed draw either way."""
+        if not deterministic and self.stochastic_act == "chain":
+            return self._draw_chain(obs)[:, -1, : self.executed_dim].clamp(-1.0, 1.0)
         return self._multistep(obs, evaluation_generator(obs, deterministic))[:, : self.executed_dim].clamp(-1.0, 1.0)
+
+    def act_as_sampled(self) -> None:
+        """Stochastic ``act`` draws the on-policy chain (``sample``'s action, its last step's
+        ``min_sampling_std`` noise included), not the reference sampler: measured on the contract test's
+        head, the chain's action std is 0.156 where the reference sampler's is 0.117."""
+        self.stochastic_act = "chain"
 
     def candidates(self, obs: torch.Tensor, num_candidates: int) -> torch.Tensor:
         """``[B, n, A]`` from the (differentiable) sampler on the repeated observations."""
@@ -300,7 +315,8 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         log_probs = ((-0.5 * z.square() - stds.log() - _HALF_LOG_2PI) * self.logprob_dims).sum(dim=-1)
         return log_probs, means
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+    def _draw_chain(self, obs: torch.Tensor) -> torch.Tensor:
+        """One draw of the on-policy chain: ``obs [B, D] -> chain [B, T + 1, C]`` (x_0 .. x_T, whole chunks)."""
         batch = obs.shape[0]
         x = torch.randn(batch, self.chunk_dim, device=obs.device) * self.tau_max
         chain = [x]
@@ -308,9 +324,13 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
             mean = self.consistency(x, self.sampling_taus[i].expand(batch), obs)
             x = mean + self.step_stds[i] * torch.randn_like(mean)
             chain.append(x)
-        chain_tensor = torch.stack(chain, dim=1)
-        log_probs, means = self.chain_log_probs(obs, chain_tensor)
-        return x[:, : self.executed_dim].clamp(-1.0, 1.0), {"chain": chain_tensor, "log_prob": log_probs, "mean": means}
+        return torch.stack(chain, dim=1)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, Record]:
+        chain = self._draw_chain(obs)
+        log_probs, means = self.chain_log_probs(obs, chain)
+        action = chain[:, -1, : self.executed_dim].clamp(-1.0, 1.0)
+        return action, {"chain": chain, "log_prob": log_probs, "mean": means}
 
     def log_ratio(self, obs: torch.Tensor, record: Record) -> RatioTerms:
         log_probs, _ = self.chain_log_probs(obs, record["chain"])
@@ -376,7 +396,9 @@ class ConsistencyHead(ChunkedActions, PolicyHead):
         return self.consistency_training_loss(obs, actions, scales)
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {"ct_step": self.ct_step}
+        return {"ct_step": self.ct_step, "stochastic_act": self.stochastic_act}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.ct_step = int(state["ct_step"])
+        # weights saved before 2026-12-07 carry no sampler: the head's own stays (a resumed on-policy run's chain)
+        self.stochastic_act = str(state.get("stochastic_act", self.stochastic_act))
