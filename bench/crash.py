@@ -71,6 +71,17 @@ CONFIGS: dict[str, list[str]] = {
              "pipeline.pretrain_log_every=50", "policy.denoising_steps=4", "policy.ft_denoising_steps=2",
              "policy.hidden_sizes=[32,32,32]", "policy.critic_hidden_sizes=[32,32]", "learner.rollout_steps=32",
              "learner.minibatch_size=64", "learner.epochs=1", "pipeline.compile_sampling=false", "update_threads=1"],
+    # the maximum-entropy learners (issue 30): MaxEntDP's diffusion policy with its Q-weighted noise estimation and
+    # its importance-sampled log-likelihood, and MEow's energy-based flow with its target flow
+    "maxentdp": ["+experiment=maxentdp", "env=hopper", "total_steps=512", "learner.learning_starts=128",
+                 "learner.iteration_steps=64", "learner.batch_size=32", "learner.candidates=8",
+                 "learner.log_prob_levels=3", "learner.log_prob_draws=2", "learner.eval_candidates=3",
+                 "policy.sampling_steps=3", "policy.hidden_sizes=[32,32]", "learner.critic_hidden_sizes=[32,32]",
+                 "pipeline.eval_every=2", "pipeline.eval_episodes=1"],
+    "meow": ["+experiment=meow", "env=hopper", "total_steps=512", "learner.learning_starts=128",
+             "learner.iteration_steps=64", "learner.batch_size=32", "policy.base_hidden_sizes=[32]",
+             "policy.coupling_hidden_sizes=[32,32]", "policy.shift_hidden_sizes=[32]", "pipeline.eval_every=2",
+             "pipeline.eval_episodes=1"],
     # a batched simulator of the user's own (tests/custom_envs/batched.py, with its state_dict)
     "custom_env": ["env=custom", "env.id=custom_envs.batched:make_env", "total_steps=1536", "learner.rollout_steps=128",
                    "learner.epochs=2"],

@@ -1,8 +1,8 @@
 """MultiGoal multimodality: Gaussian vs FPO vs FPO++ vs PolicyFlow with the same budget, and SAC's
 maximum-entropy objective with a tanh-Gaussian and with the normalizing-flow head, and MaxEntDP's diffusion
 policy (scaled down to this CPU), and MEow's energy-based flow; the max-entropy rows also on soft
-Q-learning's MultiGoal at a fixed temperature whose exact optimum meets issue 30's targets; and the
-consistency head under Consistency-AC.
+Q-learning's MultiGoal at a fixed temperature whose exact optimum meets issue 30's targets; the
+consistency head under Consistency-AC; and the consistency, diffusion (DPPO's) and GoRL heads under PPO.
 
 The flow heads run twice: with their papers' settings, and with the Brownian regularizer strong
 enough to keep the modes (PolicyFlow ``brownian_coef`` 0.05 instead of 0.01; FPO++ with genpol's
@@ -140,6 +140,17 @@ HEADS: dict[str, tuple[str, list[str], int | None]] = {
     "maxentdp vp_diffusion alpha1 softlearning": ("vp_diffusion", [*MAXENTDP, *AT_THE_SOFT_OPTIMUM], 5_000),
     # Q-gradient learning (no entropy term) of the consistency head
     "consistency_ac consistency": ("consistency", CONSISTENCY_AC, 30_000),
+    # the other heads under PPO from scratch (issue 30: every head x learner pair that trains here): the
+    # consistency head through its stochastic chain (tests/test_consistency_learning.py's sizes), DPPO's
+    # diffusion head with every denoising step fine-tuned (nothing is pretrained) and single actions (the start-state
+    # analysis steps the env with one action), and GoRL's stages (bench/gorl.py's MultiGoal settings)
+    "consistency ppo": ("consistency", [*ON_POLICY, "learner.minibatch_size=256", "policy.hidden_sizes=[64,64,64]",
+                                        "policy.critic_hidden_sizes=[64,64]", "policy.critic_activation=tanh"], None),
+    "diffusion ppo": ("diffusion", [*ON_POLICY, "learner.minibatch_size=256", "policy.act_steps=1",
+                                    "policy.horizon_steps=1", "policy.ft_denoising_steps=20",
+                                    "policy.hidden_sizes=[64,64,64]", "policy.critic_hidden_sizes=[64,64]"], None),
+    "gorl ppo": ("gorl", ["+experiment=gorl", *ON_POLICY, "learner.minibatch_size=256", "learner.epochs=10",
+                          "learner.lr=3e-4", "pipeline.collect_steps=15360", "pipeline.eval_every=5"], None),
     # MEow (issue 30; docs/concepts/meow.md) with its authors' MultiGoal settings (their toy config: 4000 steps,
     # 1000 random, gamma 0.9, tau 0.0005, alpha 2.5, log sigma in [-2, 1]) on their env, soft Q-learning's
     # MultiGoal (env=multigoal_softlearning, the bundle's); and the same on genpol's progress reward, where alpha
