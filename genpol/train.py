@@ -133,6 +133,31 @@ def register_launchers() -> None:
             Plugins.instance().register(launcher)
 
 
+def check_local_sweep(argv: list[str]) -> None:
+    """Validate every job of a ``--multirun`` sweep that runs on this machine before the first starts
+    (``genpol.sweep_check``): a refused job used to surface only when its turn came, hours in."""
+    from genpol.sweep_check import check_sweep, jobs_run_here
+
+    overrides = hydra_overrides(argv)
+    if jobs_run_here(overrides):
+        check_sweep(overrides, config_dirs_of(argv))
+
+
+def hydra_overrides(argv: list[str]) -> list[str]:
+    """The overrides of a Hydra command line: its arguments less the flags (``-m``, ``--config-dir X``, ...)."""
+    with_value = {"--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "--cfg", "-c", "--package", "-p",
+                  "--experimental-rerun"}
+    overrides, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item in with_value:
+            skip = True
+        elif not item.startswith("-"):
+            overrides.append(item)
+    return overrides
+
+
 def main() -> None:
     """The command line (``python -m genpol.train``, ``genpol-train``): renamed keys in the
     arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
@@ -143,6 +168,8 @@ def main() -> None:
             if item.lstrip("+").startswith("run_dir="):
                 check_run_dir(item.split("=", 1)[1].strip("'\""))  # run_dir='' is Hydra's empty string
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
+        if any(item in ("-m", "--multirun") for item in sys.argv[1:]):
+            check_local_sweep(sys.argv[1:])
     except ConfigError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -484,3 +484,32 @@ def test_a_sweep_over_learners_imports_each_option_of_the_users_own(tmp_path):
         with pytest.raises(ConfigError, match="no_such_module_of_mine"):
             import_learner_modules([f"learner={value}"], [tmp_path])
     import_learner_modules(["learner=sac,ppo"], [tmp_path])  # genpol's own: nothing to import
+
+
+def test_a_sweep_with_a_bad_job_is_refused_before_any_job_starts(tmp_path):
+    """``--multirun learner.lr=1e-3,-1 seed=0,1``: job 2 of 4 is bad. Hydra composes a job only when it starts,
+    so the refusal came after jobs 0 and 1 had trained (hours, at real budgets), and it ended the sweep. Every job
+    is now validated first: exit 2, the job and its value named, and no job's folder made."""
+    from conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    result = run_cli("-m", "genpol.train", "--multirun", *PENDULUM, "total_steps=64", "learner.lr=1e-3,-1", "seed=0,1",
+                     f"hydra.sweep.dir={sweep}", check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "sweep job 2 of 4 (learner.lr=-1 seed=0)" in result.stderr and "learner.lr must be > 0" in result.stderr
+    assert not sweep.exists()
+
+
+def test_sweep_jobs_expand_as_hydras_basic_sweeper_and_leave_what_they_cannot_to_the_jobs():
+    from genpol.sweep_check import jobs_run_here, sweep_jobs
+    from genpol.train import hydra_overrides
+
+    argv = ["--multirun", "-cd", "mine", "env=gym,hopper", "seed=range(2)", "+experiment=sac", "hydra.sweep.dir=x"]
+    overrides = hydra_overrides(argv)
+    assert overrides == ["env=gym,hopper", "seed=range(2)", "+experiment=sac", "hydra.sweep.dir=x"]
+    assert sweep_jobs(overrides) == [["env=gym", "seed=0", "+experiment=sac"], ["env=gym", "seed=1", "+experiment=sac"],
+                                     ["env=hopper", "seed=0", "+experiment=sac"],
+                                     ["env=hopper", "seed=1", "+experiment=sac"]]
+    assert sweep_jobs(["hydra/sweeper=optuna", "learner.lr=interval(1e-4, 1e-2)"]) is None
+    assert jobs_run_here(overrides) and jobs_run_here(["launcher=joblib"])
+    assert not jobs_run_here(["launcher=slurm"]) and not jobs_run_here(["hydra/launcher=ray"])

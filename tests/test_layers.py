@@ -43,7 +43,7 @@ LAYERS: dict[str, int] = {
     "genpol.runners": 7,
     "genpol.pipelines": 8,
     "genpol.train": 9, "genpol.evaluate": 9, "genpol.api": 9, "genpol.report": 9, "genpol.report_folder": 9,
-    "genpol.report_stats": 9, "genpol.multigoal_analysis": 9,
+    "genpol.report_stats": 9, "genpol.multigoal_analysis": 9, "genpol.sweep_check": 9,
     "genpol.data.collect": 9, "genpol.data.maze_dataset": 9, "genpol.data.maze_planner": 9,
 }
 
