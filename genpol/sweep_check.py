@@ -17,9 +17,11 @@ interpolation (there is no Hydra app yet), and sweeps larger than ``MAX_JOBS`` (
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import tempfile
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -30,6 +32,16 @@ from genpol.errors import ConfigError
 LOCAL_LAUNCHERS = ("local", "joblib", "submitit_local", "basic")  # genpol's launcher groups (and Hydra's basic)
 MAX_JOBS = 256  # composing and validating a job takes ~0.1 s; a larger sweep is checked up to here
 _CANNOT_EXPAND = (HydraException, ValueError, TypeError, NotImplementedError)
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 def jobs_run_here(overrides: Sequence[str]) -> bool:
@@ -68,7 +80,8 @@ def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> in
 
     jobs = sweep_jobs(overrides) or []
     given_run_dir = any(item.lstrip("+").startswith("run_dir=") for item in overrides)
-    with tempfile.TemporaryDirectory(prefix="genpol-sweep-check-") as scratch:
+    # the jobs log validation's warnings themselves when they run: here they would print once more per job
+    with tempfile.TemporaryDirectory(prefix="genpol-sweep-check-") as scratch, _quiet_logs():
         for number, job in enumerate(jobs):
             # the default run_dir resolves by claiming a new dated folder: one for each job checked, left empty
             items = job if given_run_dir else [*job, f"run_dir={scratch}/{number}"]
