@@ -232,7 +232,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=61_440, help="env steps of the on-policy rows")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--heads", nargs="+", default=list(HEADS), choices=list(HEADS))
+    parser.add_argument("--table", action="store_true", help="print the rows' table from multigoal.json; train nothing")
     args = parser.parse_args()
+    if args.table:
+        print(table(read_results("multigoal.json")["runs"], args.heads, args.seeds))
+        return
     torch.set_num_threads(1)
 
     results, coverages = {}, {}
@@ -263,6 +267,29 @@ def main() -> None:
     picture = "multigoal.png" if set(args.heads) == set(HEADS) else "multigoal_" + "_".join(
         name.replace(" +", "-").replace(" ", "_").replace("+", "p") for name in args.heads) + ".png"
     plot(coverages, args.seeds[0], list(args.heads), RESULTS / picture)
+    print(table(runs, args.heads, args.seeds))
+
+
+def table(runs: dict, heads: list[str], seeds: list[int]) -> str:
+    """docs/benchmarks.md's MultiGoal table: per row, the episodes per goal of each seed, the ranges of the
+    start-state entropy, lobes and stochastic return, and the seeds that meet issue 30's targets."""
+    lines = ["| head and learner | env steps | episodes per goal (seeds " + " / ".join(map(str, seeds)) + ") | "
+             "angular entropy | lobes | return | seeds meeting the target |", "|---|---|---|---|---|---|---|"]
+    for name in heads:
+        rows = [runs[f"{name}-s{seed}"] for seed in seeds if f"{name}-s{seed}" in runs]
+        if not rows:
+            continue
+
+        def span(key: str, digits: int = 2) -> str:
+            values = [row[key] for row in rows]
+            low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+            return low if low == high else f"{low}-{high}"
+
+        met = sum(all(row["issue_30_targets"].values()) for row in rows)
+        counts = " / ".join(",".join(map(str, row["episodes_per_goal"])) for row in rows)
+        lines.append(f"| {name} | {rows[0].get('steps') or '-'} | {counts} | {span('angular_entropy_at_start')} | "
+                     f"{span('lobe_fraction_25deg')} | {span('stochastic_return', 1)} | {met} of {len(rows)} |")
+    return "\n".join(lines)
 
 
 def plot(coverages: dict, seed: int, heads: list[str], path: Path) -> None:
