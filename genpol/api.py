@@ -30,7 +30,7 @@ from genpol.policy import TrainedPolicy
 
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
-                   config_dirs: Sequence[str | Path] = ()) -> DictConfig:
+                   config_dirs: Sequence[str | Path] = (), return_hydra_config: bool = False) -> DictConfig:
     """Compose genpol's ``<config_name>.yaml`` (the installed ``genpol.configs``) with Hydra
     command-line style ``overrides``.
 
@@ -38,6 +38,8 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
     on the command line): ``my_dir/experiment/mine.yaml`` is then ``+experiment=mine``. genpol's
     own folder is searched first, so give your files names genpol's groups do not use. A lone string
     is one override or one folder.
+
+    ``return_hydra_config``: keep Hydra's own node (``cfg.hydra``: the launcher, the sweeper), as a job sees it.
 
     Raises ``ConfigError`` where Hydra cannot compose (an unknown group option, a value of the wrong
     type), with Hydra's reason in the message (and the original exception as its cause).
@@ -54,7 +56,8 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
              ] if config_dirs else []
     with initialize_config_module(config_module="genpol.configs", version_base="1.3"):
         try:
-            return compose(config_name=config_name, overrides=[*extra, *overrides])
+            return compose(config_name=config_name, overrides=[*extra, *overrides],
+                           return_hydra_config=return_hydra_config)
         except HydraException as error:  # one error type for the API's bad input, with Hydra's reason in it
             cause = f": {error.__cause__}" if error.__cause__ is not None else ""
             message = f"{error}{cause}".split("Config search path")[0]  # the folders searched: noise here

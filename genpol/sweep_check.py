@@ -4,15 +4,20 @@ Hydra composes a sweep job's config only when the launcher starts that job. A va
 refuses in job 7 of 20 (``learner.lr=1e-3,3e-4,abc``, a head the learner cannot train, a dataset for an
 on-policy learner) was found after the jobs before it had trained, hours later; with the basic launcher the
 refusal (exit 2) also ended the sweep, so the jobs after it never ran. ``check_sweep`` expands the command
-line's sweeps as Hydra's basic sweeper does (the cartesian product of every ``key=a,b`` and ``key=range(..)``),
-composes and validates each job, and names the first bad one with its overrides, before anything runs.
+line's sweeps as Hydra's basic sweeper does (the cartesian product of every ``key=a,b``, ``range(..)`` and
+``choice(..)``; a key given twice keeps its last value), composes and validates each job, and names the first
+bad one with its overrides, before anything runs.
 
-Only sweeps whose jobs run on this machine are checked (``launcher=local``, Hydra's basic launcher, the default;
-``joblib``; ``submitit_local``): validation includes checks of the machine (``device=cuda`` where torch sees
-no GPU), which a SLURM or Ray job passes on its own node. There, each job validates when it starts, and a
-refused job ends alone. What it cannot see it leaves to the jobs: a sweeper of another kind (``hydra/sweeper=...``: Optuna's intervals
-are not a list of jobs), sweep values only Hydra's app can expand (``glob(...)``), a ``${hydra:...}``
-interpolation (there is no Hydra app yet), and sweeps larger than ``MAX_JOBS`` (checked up to it).
+Only sweeps whose jobs run on this machine are checked: the launcher the first job composes with (from the
+command line, an experiment or a config of the user's) must be Hydra's basic one (``launcher=local``, the
+default), ``joblib`` or ``submitit_local``. Validation includes checks of the machine (``device=cuda`` where
+torch sees no GPU), which a SLURM or Ray job passes on its own node; there each job validates when it starts,
+and a refused job ends alone. The check also leaves to the jobs what it cannot expand the way Hydra would:
+another sweeper or ``hydra.sweeper.params``, ``glob(...)``, a primary config of another folder
+(``--config-path``, or ``--config-name`` of one in ``--config-dir``: only Hydra's app composes it; so is any
+first job genpol's composition cannot compose, which Hydra then reports at once), Hydra's print and help
+flags, and ``${hydra:...}`` values (there is no Hydra app yet).
+Sweeps larger than ``MAX_JOBS`` are checked up to it.
 """
 
 from __future__ import annotations
@@ -20,17 +25,19 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import tempfile
 from typing import Iterator, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from omegaconf import DictConfig
 from omegaconf.errors import InterpolationResolutionError
 
 from genpol.errors import ConfigError
 
-LOCAL_LAUNCHERS = ("local", "joblib", "submitit_local", "basic")  # genpol's launcher groups (and Hydra's basic)
-MAX_JOBS = 256  # composing and validating a job takes ~0.1 s; a larger sweep is checked up to here
+LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher", "ResumingLocalLauncher", "LocalLauncher")  # class names
+MAX_JOBS = 256  # composing and validating a job takes 0.1-0.25 s; a larger sweep is checked up to here
 _CANNOT_EXPAND = (HydraException, ValueError, TypeError, NotImplementedError)
 
 
@@ -44,53 +51,72 @@ def _quiet_logs() -> Iterator[None]:
         logging.disable(previous)
 
 
-def jobs_run_here(overrides: Sequence[str]) -> bool:
-    """Whether the command line's launcher (``launcher=`` or ``hydra/launcher=``; ``local`` by default) runs the
-    sweep's jobs on this machine."""
-    chosen = [item.split("=", 1)[1] for item in overrides if item.lstrip("+").startswith(("launcher=", "hydra/launcher="))]
-    return (chosen[-1] if chosen else "local") in LOCAL_LAUNCHERS
-
-
-def sweep_jobs(overrides: Sequence[str]) -> list[list[str]] | None:
-    """The jobs of a basic sweep, each a list of overrides (``hydra.*`` ones left out); None where this
-    command line's sweep cannot be expanded outside Hydra's app (see the module docstring)."""
+def sweep_axes(overrides: Sequence[str]) -> tuple[list[list[str]], list[str]] | None:
+    """``(axes, hydra_overrides)``: one list of ``key=value`` items per key (a sweep's values, or the one
+    value; a key given twice keeps its last), and the ``hydra.*`` overrides, which every job shares. None
+    where the sweep cannot be expanded outside Hydra's app (see the module docstring)."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
-        axes = []
+        axes: dict[str, list[str]] = {}
+        hydra_items = []
         for override in parsed:
-            if override.is_hydra_override():
-                if override.get_key_element().startswith("hydra/sweeper"):
-                    return None
-                continue
             key = override.get_key_element()
-            if override.is_sweep_override():
-                axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
-            else:
-                axes.append([override.input_line])
+            if override.is_hydra_override():
+                if key.startswith("hydra/sweeper") or key.startswith("hydra.sweeper"):
+                    return None
+                if override.is_sweep_override():
+                    return None
+                hydra_items.append(override.input_line)
+                continue
+            axes.pop(key, None)  # the last occurrence wins and takes its place in the order, as Hydra's
+            axes[key] = ([f"{key}={value}" for value in override.sweep_string_iterator()]
+                         if override.is_sweep_override() else [override.input_line])
     except _CANNOT_EXPAND:
         return None
-    return [list(job) for job in itertools.islice(itertools.product(*axes), MAX_JOBS)]
+    return list(axes.values()), hydra_items
 
 
-def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = ()) -> int:
+def jobs_run_here(first_job: DictConfig) -> bool:
+    """Whether the launcher and sweeper of a job composed with Hydra's node are ones this check follows."""
+    hydra = first_job.hydra
+    launcher = str(hydra.launcher.get("_target_", "")).rpartition(".")[2]
+    sweeper = str(hydra.sweeper.get("_target_", "")).rpartition(".")[2]
+    return launcher in LOCAL_LAUNCHERS and sweeper == "BasicSweeper" and not hydra.sweeper.get("params")
+
+
+def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), config_name: str = "config") -> int:
     """Compose and validate every job of the sweep ``overrides`` describes (up to ``MAX_JOBS``); raise
-    ``ConfigError`` naming the first job refused, its overrides and the reason. Returns the jobs checked."""
+    ``ConfigError`` naming the first job refused, its overrides and the reason. Returns the jobs checked (0
+    where the check leaves the sweep to the jobs)."""
     from genpol.api import compose_config  # the API's composition: renamed keys, users' learners, config_dirs
     from genpol.configure import validate
 
-    jobs = sweep_jobs(overrides) or []
+    expanded = sweep_axes(overrides)
+    if expanded is None:
+        return 0
+    axes, hydra_items = expanded
+    total = math.prod(len(axis) for axis in axes)
+    jobs = [list(job) for job in itertools.islice(itertools.product(*axes), MAX_JOBS)]
     given_run_dir = any(item.lstrip("+").startswith("run_dir=") for item in overrides)
+    first = None
     # the jobs log validation's warnings themselves when they run: here they would print once more per job
     with tempfile.TemporaryDirectory(prefix="genpol-sweep-check-") as scratch, _quiet_logs():
         for number, job in enumerate(jobs):
             # the default run_dir resolves by claiming a new dated folder: one for each job checked, left empty
-            items = job if given_run_dir else [*job, f"run_dir={scratch}/{number}"]
+            items = [*hydra_items, *job, *([] if given_run_dir else [f"run_dir={scratch}/{number}"])]
             try:
-                validate(compose_config(items, config_dirs=config_dirs))
+                if number == 0:
+                    first = compose_config(items, config_name=config_name, config_dirs=config_dirs,
+                                           return_hydra_config=True)
+                    if not jobs_run_here(first):
+                        return 0
+                validate(compose_config(items, config_name=config_name, config_dirs=config_dirs))
             except InterpolationResolutionError:  # a ${hydra:...} value: only the job itself can resolve it
                 continue
             except ConfigError as error:
+                if number == 0 and first is None:  # Hydra cannot compose the first job: it says so at once itself
+                    return 0
                 shown = " ".join(item for item in job if item not in overrides) or "its overrides"
-                raise ConfigError(f"sweep job {number} of {len(jobs)} ({shown}): {error}. No job was started: "
+                raise ConfigError(f"sweep job {number} of {total} ({shown}): {error}. No job was started: "
                                   "mend it (or leave it out of the sweep) and launch again") from None
     return len(jobs)

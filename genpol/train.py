@@ -135,27 +135,36 @@ def register_launchers() -> None:
 
 def check_local_sweep(argv: list[str]) -> None:
     """Validate every job of a ``--multirun`` sweep that runs on this machine before the first starts
-    (``genpol.sweep_check``): a refused job used to surface only when its turn came, hours in."""
-    from genpol.sweep_check import check_sweep, jobs_run_here
+    (``genpol.sweep_check``): a refused job used to surface only when its turn came, hours in. Left to Hydra:
+    its print and help flags, and a primary config from another folder (``--config-path``)."""
+    from genpol.sweep_check import check_sweep
 
-    overrides = hydra_overrides(argv)
-    if jobs_run_here(overrides):
-        check_sweep(overrides, config_dirs_of(argv))
+    if any(item.split("=", 1)[0] in HYDRA_INFO_FLAGS for item in argv):
+        return
+    overrides, config_name = hydra_overrides(argv)
+    check_sweep(overrides, config_dirs_of(argv), config_name or "config")
 
 
-def hydra_overrides(argv: list[str]) -> list[str]:
-    """The overrides of a Hydra command line: its arguments less the flags (``-m``, ``--config-dir X``, ...)."""
-    with_value = {"--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "--cfg", "-c", "--package", "-p",
-                  "--experimental-rerun"}
-    overrides, skip = [], False
+HYDRA_INFO_FLAGS = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+                    "--config-path", "-cp", "--version", "--experimental-rerun"}
+
+
+def hydra_overrides(argv: list[str]) -> tuple[list[str], str | None]:
+    """The overrides of a Hydra command line (its arguments less the flags: ``-m``, ``--config-dir X``, ...)
+    and its ``--config-name``, if given."""
+    with_value = {"--config-dir", "-cd", "--config-name", "-cn", "--package", "-p"}
+    overrides, config_name, flag = [], None, None
     for item in argv:
-        if skip:
-            skip = False
+        if flag is not None:
+            config_name = item if flag in ("--config-name", "-cn") else config_name
+            flag = None
         elif item in with_value:
-            skip = True
+            flag = item
+        elif item.startswith("--config-name="):
+            config_name = item.split("=", 1)[1]
         elif not item.startswith("-"):
             overrides.append(item)
-    return overrides
+    return overrides, config_name
 
 
 def main() -> None:

@@ -500,16 +500,27 @@ def test_a_sweep_with_a_bad_job_is_refused_before_any_job_starts(tmp_path):
     assert not sweep.exists()
 
 
-def test_sweep_jobs_expand_as_hydras_basic_sweeper_and_leave_what_they_cannot_to_the_jobs():
-    from genpol.sweep_check import jobs_run_here, sweep_jobs
+def test_the_sweep_check_expands_as_hydras_basic_sweeper_and_leaves_what_it_cannot_follow_to_the_jobs(tmp_path):
+    """Comma lists and range() expand to their product, a key given twice keeps its last value, hydra.* overrides
+    go to every job. Left to the jobs (0 checked, nothing refused): a sweeper of another kind, a launcher that runs
+    the jobs elsewhere (set by an experiment of the user's, whose device=cuda this machine may lack), and
+    hydra.sweeper.params."""
+    from genpol.sweep_check import check_sweep, sweep_axes
     from genpol.train import hydra_overrides
 
-    argv = ["--multirun", "-cd", "mine", "env=gym,hopper", "seed=range(2)", "+experiment=sac", "hydra.sweep.dir=x"]
-    overrides = hydra_overrides(argv)
-    assert overrides == ["env=gym,hopper", "seed=range(2)", "+experiment=sac", "hydra.sweep.dir=x"]
-    assert sweep_jobs(overrides) == [["env=gym", "seed=0", "+experiment=sac"], ["env=gym", "seed=1", "+experiment=sac"],
-                                     ["env=hopper", "seed=0", "+experiment=sac"],
-                                     ["env=hopper", "seed=1", "+experiment=sac"]]
-    assert sweep_jobs(["hydra/sweeper=optuna", "learner.lr=interval(1e-4, 1e-2)"]) is None
-    assert jobs_run_here(overrides) and jobs_run_here(["launcher=joblib"])
-    assert not jobs_run_here(["launcher=slurm"]) and not jobs_run_here(["hydra/launcher=ray"])
+    argv = ["--multirun", "-cd", "mine", "env=gym,hopper", "seed=range(2)", "seed=0,1,2", "hydra.sweep.dir=x"]
+    overrides, config_name = hydra_overrides(argv)
+    assert overrides == ["env=gym,hopper", "seed=range(2)", "seed=0,1,2", "hydra.sweep.dir=x"] and config_name is None
+    assert hydra_overrides(["-m", "--config-name", "mine", "a=1"]) == (["a=1"], "mine")
+    assert sweep_axes(overrides) == ([["env=gym", "env=hopper"], ["seed=0", "seed=1", "seed=2"]], ["hydra.sweep.dir=x"])
+    assert sweep_axes(["hydra/sweeper=optuna", "learner.lr=interval(1e-4, 1e-2)"]) is None
+    assert check_sweep([*PENDULUM, "seed=0,1", "launcher=joblib"]) == 2
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "cluster.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /launcher: slurm\nlearner:\n  lr: -1\n")
+    (tmp_path / "experiment" / "grid.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n      learner.lr: -1,1\n")
+    for experiment in ("cluster", "grid"):
+        assert check_sweep([*PENDULUM, f"+experiment={experiment}", "seed=0,1"], [str(tmp_path)]) == 0
+    with pytest.raises(ConfigError, match=r"sweep job 0 of 2 \(seed=0\): learner.lr must be > 0"):
+        check_sweep([*PENDULUM, "+experiment=cluster", "seed=0,1", "launcher=local"], [str(tmp_path)])

@@ -154,6 +154,8 @@ def test_stage_transitions_and_budget_accounting(reference_run):
     assert not (run_dir / "stage_1" / "collection.pt").exists()
     assert summary["encoder_env_steps"] == 2048 and summary["collection_env_steps"] == collection["env_steps"]
     assert summary["total_env_steps"] == 2048 + collection["env_steps"]
+    # the summary's throughput, a key every pipeline's summary has (bench/multigoal.py read it and failed on GoRL's)
+    assert summary["sps"] == pytest.approx(summary["total_env_steps"] / summary["wall_time_s"])
     # stage 0's decoder is the zero identity; stage 1 runs the new decoder and a fresh encoder
     best0 = load_policy_files(list_checkpoints(run_dir / "stage_0" / "best")[-1])[1]["head"]
     first1 = load_training_state(list_checkpoints(run_dir / "stage_1" / "checkpoints")[0])["head"]

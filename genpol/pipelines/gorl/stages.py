@@ -334,6 +334,8 @@ def finish(cfg: TrainConfig, run_dir: Path, spec: dict[str, Any], head: LatentDe
             for key in ("encoder_wall_time_s", "collection_wall_time_s", "decoder_wall_time_s")),
         "stages": stages, "missing": missing,
     }
+    # env steps of both kinds per second of the whole run, as the other pipelines' summaries report
+    summary["sps"] = summary["total_env_steps"] / summary["wall_time_s"] if summary["wall_time_s"] > 0 else None
     write_json_atomic(summary, run_dir / "summary.json")
     log.info("GoRL finished: %s", {k: summary[k] for k in ("encoder_env_steps", "collection_env_steps",
                                                             "eval_return_mean")})
