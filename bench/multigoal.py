@@ -259,7 +259,8 @@ def main() -> None:
                 "critic_q_toward_each_goal_at_start": critic_at_start(run_dir),
             }
             print(f"{name:22s} seed {seed}: goals {counts}, angular entropy {coverage.angular_entropy:.2f}, "
-                  f"lobes {lobes:.2f}, return {coverage.mean_return:.1f}, SPS {summary.get('sps') or 0:.0f}", flush=True)
+                  f"lobes {lobes:.2f}, return {coverage.mean_return:.1f}, SPS {summary.get('sps') or 0:.0f}",
+                  flush=True)
     # rows of heads and seeds not run now keep their earlier values (each row has its steps and date)
     runs = {**read_results("multigoal.json").get("runs", {}), **results}
     write_results("multigoal.json", {"benchmark": "multigoal", "steps_on_policy": args.steps, "runs": runs})
