@@ -282,7 +282,7 @@ def table(runs: dict, heads: list[str], seeds: list[int]) -> str:
             continue
 
         def span(key: str, digits: int = 2) -> str:
-            values = [row[key] for row in rows]
+            values = [round(row[key], digits) + 0.0 for row in rows]  # + 0.0: an entropy of -1e-9 is 0.00, not -0.00
             low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
             return low if low == high else f"{low}-{high}"
 
