@@ -61,10 +61,8 @@ def sweep_axes(overrides: Sequence[str]) -> tuple[list[list[str]], list[str]] | 
         hydra_items = []
         for override in parsed:
             key = override.get_key_element()
-            if override.is_hydra_override():
-                if key.startswith("hydra/sweeper") or key.startswith("hydra.sweeper"):
-                    return None
-                if override.is_sweep_override():
+            if override.is_hydra_override():  # shared by every job; a sweep of Hydra's own settings is not followed
+                if key.startswith(("hydra/sweeper", "hydra.sweeper")) or override.is_sweep_override():
                     return None
                 hydra_items.append(override.input_line)
                 continue
