@@ -288,7 +288,9 @@ def table(runs: dict, heads: list[str], seeds: list[int]) -> str:
             return low if low == high else f"{low}-{high}"
 
         met = sum(all(row["issue_30_targets"].values()) for row in rows)
-        counts = " / ".join(",".join(map(str, row["episodes_per_goal"])) for row in rows)
+        # a seed the row lacks is "-", so each group stays under the seed the header names for it
+        counts = " / ".join(",".join(map(str, runs[f"{name}-s{seed}"]["episodes_per_goal"]))
+                            if "issue_30_targets" in runs.get(f"{name}-s{seed}", {}) else "-" for seed in seeds)
         lines.append(f"| {name} | {rows[0].get('steps') or '-'} | {counts} | {span('angular_entropy_at_start')} | "
                      f"{span('lobe_fraction_25deg')} | {span('stochastic_return', 1)} | {met} of {len(rows)} |")
     return "\n".join(lines)
