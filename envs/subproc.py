@@ -18,6 +18,7 @@ format (one entry per env), so checkpoints move between worker counts.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -45,7 +46,7 @@ SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one 
 SPIN_SECONDS = 0.002
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "env_id", "action_chunk",
-            "imports", "reports_success")
+            "imports", "reports_success", "observation_layout")
 
 
 def _poll(semaphore: Any, seconds: float) -> bool:
@@ -59,6 +60,22 @@ def _poll(semaphore: Any, seconds: float) -> bool:
             return True
         _yield()
     return False
+
+
+def _error_reply(error: Exception) -> tuple[str, Exception | None, str]:
+    """The reply that carries a worker's exception to the parent: the exception itself where it survives a
+    pickle round trip, else None, and always its formatted traceback. An exception whose ``__init__`` takes
+    other arguments than its message does not unpickle, and one holding a lock does not pickle: sent as it
+    was, the first reached the parent as an unrelated TypeError and the second killed the worker."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - any failure means: send the text alone
+        return ("error", None, _formatted(error))
+    return ("error", error, _formatted(error))
+
+
+def _formatted(error: Exception) -> str:
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
 def _write_step(buffers: dict[str, torch.Tensor], rows: slice, result: StepResult) -> None:
@@ -98,7 +115,7 @@ def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, 
         env = make_backend(env_id, num_envs=count, device="cpu", seed=None, **kwargs)
         conn.send(("ok", None))
     except Exception as error:  # noqa: BLE001 - sent to the parent, which re-raises it
-        conn.send(("error", error, traceback.format_exc()))
+        conn.send(_error_reply(error))
         return
     while True:
         if not _poll(go, SPIN_SECONDS):
@@ -109,7 +126,7 @@ def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, 
             try:
                 _write_step(buffers, rows, env.step(buffers["actions"][rows]))
             except Exception as error:  # noqa: BLE001 - sent to the parent, which re-raises it
-                conn.send(("error", error, traceback.format_exc()))
+                conn.send(_error_reply(error))
             done.release()
             continue
         command, argument = conn.recv()
@@ -127,7 +144,7 @@ def _worker(conn: Any, go: Any, done: Any, env_id: str, first: int, count: int, 
                 return
             conn.send(("ok", result))
         except Exception as error:  # noqa: BLE001 - sent to the parent, which re-raises it
-            conn.send(("error", error, traceback.format_exc()))
+            conn.send(_error_reply(error))
 
 
 def _stop(processes: list[Any], connections: list[Any], gos: list[Any]) -> None:
@@ -263,7 +280,7 @@ class SubprocVectorEnv(VectorEnv):
             _, error, formatted = reply
             if isinstance(error, EnvError):
                 raise error
-            raise RuntimeError(f"env worker {w + 1} failed:\n{formatted}") from error
+            raise RuntimeError(f"env worker {w + 1} failed:\n{formatted}") from error  # error None: text alone
         return reply[1]
 
     def _command(self, command: str, arguments: list[Any]) -> list[Any]:
@@ -322,11 +339,20 @@ class SubprocVectorEnv(VectorEnv):
         for go in self._go:
             go.release()
         local_rows = slice(0, self._slices[0][1])
+        first_error: BaseException | None = None
         try:
             _write_step(buffers, local_rows, self._local.step(buffers["actions"][local_rows]))
-        finally:  # even if slice 0 failed: a step left unawaited would answer the next one
-            for w in range(len(self._processes)):
+        except BaseException as error:  # noqa: BLE001 - raised below, once every worker has answered
+            first_error = error
+        # every worker awaited, even after slice 0 or an earlier worker failed: a step left unawaited answered
+        # the next one, whose rows of that worker then lagged one step behind for the rest of the run
+        for w in range(len(self._processes)):
+            try:
                 self._await_step(w)
+            except BaseException as error:  # noqa: BLE001 - the first error is the one raised
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
         info: dict[str, Any] = {"final_obs": buffers["final_obs"].to(self.device, copy=True)}
         if self.action_chunk > 1:
             info["env_steps"] = buffers["env_steps"].to(self.device, copy=True)

@@ -254,7 +254,8 @@ def _check_episode_ends(make: Callable[[], Any], env_id: str, actions: torch.Ten
             obs, reward, terminated, truncated, info = result
             obs, reward, terminated, truncated = obs.cpu(), reward.cpu(), terminated.cpu(), truncated.cpu()
             final_obs = info["final_obs"].cpu()
-            lengths += 1
+            # in env steps, as max_episode_steps and episode_length count them: a chunked env runs several per step
+            lengths += info["env_steps"].cpu() if "env_steps" in info else 1
             returns += reward.double()
             ended = terminated | truncated
             with _Rule("final observation", env_id) as rule:

@@ -217,6 +217,8 @@ def test_workers_import_the_module_of_an_id_registered_in_this_process():
     pytest.param("custom:custom_envs.batched:make_env", {}, id="batched"),
     pytest.param("gym:custom_envs.reach:MyReach-v0", {}, id="gym-module-id"),
     pytest.param("genpol:MultiGoal", {"distinct_seeds": False}, id="genpol-multigoal"),
+    # chunks of 3 env steps reach the limit of 8 at the third step, which runs 2: the suite counted agent steps
+    pytest.param("genpol:MultiGoal", {"distinct_seeds": False, "action_chunk": 3}, id="genpol-multigoal-chunked"),
 ])
 def test_conformance_suite_passes_on_working_envs(env_id, options):
     checked = check_vector_env(env_id, num_envs=3, max_episode_steps=8, **options)

@@ -138,6 +138,39 @@ def test_an_exception_in_a_worker_comes_back_and_the_worker_keeps_serving():
     assert obs.shape == (2, 11) and torch.isfinite(obs).all()
 
 
+@pytest.mark.parametrize("env_name,message", [("UnpicklableError-v0", "JointDiverged: joint knee diverged to nan"),
+                                               ("LockedError-v0", "RuntimeError: solver diverged at step 3")])
+def test_a_worker_exception_that_does_not_pickle_still_reaches_the_parent(env_name, message):
+    """An exception whose __init__ takes other arguments reached the parent as an unrelated TypeError from
+    unpickling; one holding a lock killed the worker (blamed on a missing __main__ guard)."""
+    with SubprocVectorEnv(f"gym:custom_envs.faulty:{env_name}", num_envs=2, workers=2, seed=0) as env:
+        env.reset()
+        env.step(torch.zeros(2, 1)), env.step(torch.zeros(2, 1))
+        with pytest.raises(RuntimeError, match=f"(?s)env worker 1 failed:.*Traceback.*{message}"):
+            env.step(torch.zeros(2, 1))
+        assert env.step(torch.zeros(2, 1))[0].flatten().tolist() == [4.0, 4.0]  # the worker keeps serving
+
+
+@pytest.mark.filterwarnings("ignore:.*env workers on:RuntimeWarning")
+def test_every_worker_is_awaited_after_one_step_fails():
+    """Worker 1 fails at step 3 and worker 2 answers late: the step stopped awaiting at worker 1, and worker 2's
+    rows lagged one step behind for the rest of the run."""
+    with SubprocVectorEnv("gym:custom_envs.faulty:Counter-v0", num_envs=3, workers=3, seed=0) as env:
+        env.reset()
+        env.step(torch.zeros(3, 1)), env.step(torch.zeros(3, 1))
+        with pytest.raises(RuntimeError, match="worker 1 blew up at step 3"):
+            env.step(torch.zeros(3, 1))
+        for t in (4, 5):
+            assert env.step(torch.zeros(3, 1))[0].flatten().tolist() == [t, t, t]
+
+
+def test_a_dict_observation_layout_crosses_the_workers():
+    """Policies record the env's observation layout for predict() on raw dicts: with workers it was None."""
+    with envs.make_backend("dmc:cartpole-balance", num_envs=2) as single, \
+            SubprocVectorEnv("dmc:cartpole-balance", num_envs=2, workers=2) as split:
+        assert split.observation_layout == single.observation_layout == [("position", (3,)), ("velocity", (2,))]
+
+
 def test_a_failed_reset_here_leaves_no_worker_reply_behind():
     """This process's envs refuse a negative seed, worker 1's take theirs: the worker's reply stayed on its pipe
     and answered the next command (a later reset's rows stale, state_dict a crash)."""
