@@ -311,9 +311,11 @@ class VideoRecorder(VectorEnvWrapper):
     episode cut short by ``reset`` or ``close``, or of fewer than two frames, leaves no file.
 
     Args:
-        directory: where ``<prefix>-episode<k>.mp4`` files go (created if missing).
+        directory: where ``<prefix>-episode<k>.mp4`` files go, k counting env 0's recorded episodes from 0
+            (created if missing).
         fps: frames per second of the file.
-        max_episodes: stop recording after this many episodes of env 0 (None: no limit).
+        max_episodes: stop recording after this many episodes of env 0 have ended, each with its file or,
+            under two frames, without (None: no limit).
     """
 
     def __init__(
@@ -326,10 +328,13 @@ class VideoRecorder(VectorEnvWrapper):
         self.fps = fps
         self.max_episodes = max_episodes
         self.paths: list[Path] = []
+        # env 0's episodes recorded and ended, a file or not: counting the files, an evaluated episode too short
+        # for one left the count at 0, and the next, unevaluated episode was filmed under the evaluated one's name
+        self.episodes_ended = 0
         self._stream: Mp4Stream | None = None  # env 0's episode being written
 
     def _capture(self) -> None:
-        if self.max_episodes is not None and len(self.paths) >= self.max_episodes:
+        if self.max_episodes is not None and self.episodes_ended >= self.max_episodes:
             return
         frame = self.env.render()
         if frame is None:
@@ -339,7 +344,7 @@ class VideoRecorder(VectorEnvWrapper):
                                "render=True whose render() returns env 0's RGB frame [H, W, 3] (uint8); "
                                "pipeline.video=false skips videos")
         if self._stream is None:
-            path = self.directory / f"{self.prefix}-episode{len(self.paths)}.mp4"
+            path = self.directory / f"{self.prefix}-episode{self.episodes_ended}.mp4"
             self._stream = Mp4Stream(path, fps=self.fps)
         try:
             self._stream.append(frame)
@@ -366,8 +371,10 @@ class VideoRecorder(VectorEnvWrapper):
         return obs, reward, terminated, truncated, info
 
     def flush(self) -> Path | None:
-        """Publish the mp4 of env 0's current episode (if it has two frames or more); return its path."""
+        """End env 0's current episode: publish its mp4 (if it has two frames or more) and return its path."""
         stream, self._stream = self._stream, None
+        if stream is not None:
+            self.episodes_ended += 1
         if stream is None or stream.frames < 2:
             if stream is not None:
                 stream.abort()

@@ -259,7 +259,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise CheckpointError(f"{path} does not exist: expected a run directory or one of its checkpoints")
     if path.is_file():  # it was told "no checkpoint in <file>: expected <file>/checkpoints/step_*"
         raise CheckpointError(f"{path} is a file: expected a run directory or one of its checkpoints")
-    if (path / MANIFEST).is_file() or path.name.startswith(PREFIX):
+    # a step_* folder without a manifest is an incomplete checkpoint (verify_checkpoint names it), unless it is
+    # a run named so (run_dir=step_lr0.1): that one's checkpoints are below it
+    if (path / MANIFEST).is_file() or (path.name.startswith(PREFIX) and not (path / "checkpoints").is_dir()):
         return path
     policy_folder = Path(POLICY_JSON).parent.name
     if (path / Path(POLICY_JSON).name).is_file():  # a checkpoint's policy/ folder: the checkpoint holds its manifest

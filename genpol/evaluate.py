@@ -2,8 +2,9 @@
 
 Reports the deterministic and stochastic mean return (and success rate, where the env defines
 success) of a run's latest checkpoint (or of ``checkpoint=<dir>``) and writes
-``videos/<run name>/{deterministic,stochastic}-episode0.mp4`` (the run's own folder there:
-``genpol.runners.scaffold.video_folder``).
+``videos/<run name>/{deterministic,stochastic}-<checkpoint>-episode0.mp4`` (the run's own folder there:
+``genpol.runners.scaffold.video_folder``; the checkpoint's name, e.g. ``step_000010240``, keeps each checkpoint's
+videos).
 """
 
 from __future__ import annotations

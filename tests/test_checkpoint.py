@@ -106,6 +106,18 @@ def test_a_damaged_newer_checkpoint_is_kept_aside_once_an_earlier_one_resumes(tm
     assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["step_000000000260"] == [written.name]
 
 
+def test_a_run_named_like_a_checkpoint_resolves_to_its_latest_checkpoint(tmp_path):
+    """run_dir=step_lr0.1 (a sweep's name): its name made it a checkpoint, and loading it said the checkpoint
+    had no manifest. A step_* folder without a manifest and without checkpoints/ is still named incomplete."""
+    from genpol.checkpoint import resolve_checkpoint
+
+    path, _, _ = make_checkpoint(tmp_path / "step_lr0.1")
+    assert resolve_checkpoint(tmp_path / "step_lr0.1") == path == resolve_checkpoint(path)
+    (path / "manifest.json").unlink()
+    with pytest.raises(CheckpointError, match="has no manifest.json"):
+        load_policy_files(resolve_checkpoint(path))
+
+
 def test_missing_pieces_are_named(tmp_path):
     path, _, _ = make_checkpoint(tmp_path)
     (path / "manifest.json").unlink()

@@ -177,6 +177,41 @@ def test_an_evaluation_cut_short_publishes_env_0s_video_up_to_the_cut(tmp_path, 
     assert path.name == "cut-episode0.mp4" and frames_of(path).shape[0] == 6  # the reset frame and 5 steps
 
 
+class FirstEpisodeOfOneStep(envs.VectorEnv):
+    """Two envs: env 0's episodes last 1, then 4 steps; env 1's last 6. Env 0's frames are 40 in its first
+    episode, 140 in its second."""
+
+    num_envs, device, obs_dim, act_dim, env_id = 2, torch.device("cpu"), 1, 1, "first-episode-of-one-step"
+    action_low, action_high = -torch.ones(1), torch.ones(1)
+
+    def reset(self, seed=None):
+        self.t, self.episode = [0, 0], [0, 0]
+        return torch.zeros(2, 1)
+
+    def step(self, actions):
+        ended = torch.zeros(2, dtype=torch.bool)
+        for i, lengths in enumerate(([1, 4], [6])):
+            self.t[i] += 1
+            if self.t[i] >= lengths[min(self.episode[i], len(lengths) - 1)]:
+                ended[i], self.t[i], self.episode[i] = True, 0, self.episode[i] + 1
+        return torch.zeros(2, 1), torch.ones(2), ended, torch.zeros(2, dtype=torch.bool), {"final_obs": torch.zeros(2, 1)}
+
+    def render(self):
+        return np.full((16, 16, 3), 40 + 100 * self.episode[0], np.uint8)
+
+
+def test_an_evaluated_episode_too_short_for_a_video_leaves_none_not_the_next_ones(tmp_path):
+    """Evaluation films env 0's first episode (max_episodes=1). One too short for a file (one frame) left the
+    count of files at 0, so the recorder went on to film env 0's second episode, which no evaluation counted,
+    and published it as episode 0."""
+    from genpol.policy import evaluate_episodes
+
+    recorder = envs.VideoRecorder(FirstEpisodeOfOneStep(), tmp_path, prefix="deterministic", max_episodes=1)
+    results = evaluate_episodes(recorder, lambda obs: torch.zeros(obs.shape[0], 1), seed=0)
+    assert list(results.lengths) == [1, 6]
+    assert recorder.paths == [] and not list(tmp_path.iterdir()) and recorder.episodes_ended == 1
+
+
 def test_runs_named_alike_get_their_own_video_folder_and_find_it_again(tmp_path):
     """``runs/ppo/seed0`` and ``runs/sac/seed0`` both file videos as ``seed0``: the second run to ask gets
     the name with a digest of its directory; each finds its own folder again (a resume, genpol.evaluate)."""
