@@ -157,6 +157,15 @@ def test_minari_episodes_of_other_shapes_are_named_or_read_flat(tmp_path):
     with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/wider-v0', episode 1: observations of shape "
                                            r"\(5, 4\), expected \[T \+ 1, 3\] with T >= 1$"):
         load_minari("genpol/t/wider-v0", root=tmp_path)
+    # string arrays in an episode were numpy's float32 cast as a traceback
+    for key, value in (("observations", np.array([[b"a"] * 3] * 5)), ("rewards", np.array([b"a"] * 4))):
+        path = write_minari(f"genpol/t/str{key}-v0", [episode(5), episode(4)], *spaces, root=tmp_path)
+        with h5py.File(path / "data" / "main_data.hdf5", "r+") as handle:
+            del handle[f"episode_1/{key}"]
+            handle[f"episode_1/{key}"] = value
+        with pytest.raises(DatasetError, match=rf"'genpol/t/str{key}-v0', episode 1: '{key}' must be numeric, got "
+                                               r"dtype \|S1"):
+            load_minari(f"genpol/t/str{key}-v0", root=tmp_path)
     with pytest.raises(DatasetError, match=r"'rewards' must be \[N\], got shape \(2, 1\)"):
         OfflineDataset(np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32), np.zeros((2, 1), np.float32),
                        np.zeros(2, bool), np.zeros(2, bool), source="mine")
@@ -218,12 +227,36 @@ def test_bad_dataset_files_name_the_culprit(tmp_path):
         with pytest.raises(DatasetError, match=rf"{key}.hdf5: '{key}' must be a numeric array with a row per "
                                                rf"transition, got {shown}"):
             load_d4rl(tmp_path / f"{key}.hdf5")
-    # a metadata entry is read whole outside the memory check: a large one is skipped, named
+    # an empty 'rewards' and a string 'next_observations' (with and without 'timeouts') were numpy tracebacks
+    tiny_d4rl(tmp_path / "norewards.hdf5")
+    with h5py.File(tmp_path / "norewards.hdf5", "r+") as handle:
+        del handle["rewards"]
+        handle["rewards"] = np.zeros(0, np.float32)
+    with pytest.raises(DatasetError, match=r"norewards.hdf5: 'rewards' has 0 rows, 'observations' has 16"):
+        load_d4rl(tmp_path / "norewards.hdf5")
+    for name, timeouts in (("strnext", True), ("strnext_no_timeouts", False)):
+        tiny_d4rl(tmp_path / f"{name}.hdf5")
+        with h5py.File(tmp_path / f"{name}.hdf5", "r+") as handle:
+            handle["next_observations"] = np.array([[b"a"] * 11] * 16)
+            if not timeouts:
+                del handle["timeouts"]
+        with pytest.raises(DatasetError, match=rf"{name}.hdf5: 'next_observations' must be a numeric array"):
+            load_d4rl(tmp_path / f"{name}.hdf5")
+    # metadata is read whole outside the memory check: an entry above 1 MiB is skipped, and so is every entry past
+    # 8 MiB of them all (200 entries of 1 MiB, in a file of 1 MB, were read whole), named
     tiny_d4rl(tmp_path / "bomb.hdf5")
     with h5py.File(tmp_path / "bomb.hdf5", "r+") as handle:
         handle.create_dataset("metadata/blob", data=np.zeros(1 << 18, np.float64), compression="gzip")
-    with pytest.warns(UserWarning, match=r"bomb.hdf5: skipping metadata/blob, 2097152 bytes"):
+    with pytest.warns(UserWarning, match=r"bomb.hdf5: skipped 1 metadata entries, e.g. metadata/blob \(2097152 "):
         assert "metadata/blob" not in load_d4rl(tmp_path / "bomb.hdf5").metadata
+    tiny_d4rl(tmp_path / "many.hdf5")
+    with h5py.File(tmp_path / "many.hdf5", "r+") as handle:
+        for k in range(12):
+            # 1 KiB under 1 MiB each: eight fit beside tiny_d4rl's own few bytes of metadata
+            handle.create_dataset(f"metadata/part{k:02d}", data=np.zeros((1 << 17) - 128), compression="gzip")
+    with pytest.warns(UserWarning, match=r"many.hdf5: skipped 4 metadata entries, e.g. metadata/part08 \(1047552 "):
+        metadata = load_d4rl(tmp_path / "many.hdf5").metadata
+    assert sorted(key for key in metadata if "part" in key) == [f"metadata/part{k:02d}" for k in range(8)]
     tiny_d4rl(tmp_path / "good.hdf5")
     with pytest.raises(DatasetError, match=r"observations/actions have 11/3 dims, but gym:HalfCheetah-v5 has 17/6"):
         load_d4rl(tmp_path / "good.hdf5").check_dims(17, 6, "gym:HalfCheetah-v5")
@@ -333,6 +366,14 @@ def test_a_dataset_over_max_transitions_is_refused_before_its_arrays_are_read(tm
     with pytest.raises(DatasetError, match=r"Minari dataset 'genpol/hopper/capped-v0' holds 12 transitions, more "
                                            r"than dataset.max_transitions=11"):
         load_dataset("genpol/hopper/capped-v0", minari_root=tmp_path, max_transitions=11)
+    # metadata.json's total_steps is the writer's word: the rows read count too (a stale one read any size whole)
+    path = write_minari("genpol/hopper/stale-v0", episodes * 4, gym.spaces.Box(-np.inf, np.inf, (11,), np.float64),
+                        gym.spaces.Box(-1, 1, (3,), np.float32), root=tmp_path)
+    metadata = json.loads((path / "data" / "metadata.json").read_text())
+    (path / "data" / "metadata.json").write_text(json.dumps({**metadata, "total_steps": 10}))
+    with pytest.raises(DatasetError, match=r"'genpol/hopper/stale-v0' holds more than dataset.max_transitions=20 "
+                                           r"transitions \(24 in its first episodes\), though its metadata says 10"):
+        load_minari("genpol/hopper/stale-v0", root=tmp_path, max_transitions=20)
 
 
 def test_offline_to_online_end_to_end_through_the_cli(tmp_path):

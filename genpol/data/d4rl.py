@@ -29,9 +29,21 @@ REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 # the behaviour policy's log-probs) would only take memory, and of ``next_observations`` only the rows
 # that end a truncated episode are read (``_end_next_observations``): elsewhere s' is the next row
 READ_KEYS = (*REQUIRED_KEYS, "timeouts")
-# metadata holds names and a few numbers (the env id, reference returns, the collecting policy): a larger entry
-# would be read whole outside the memory check, so it is skipped (a 200 KB gzip file once asked for 200 MB)
+# metadata holds names and a few numbers (the env id, reference returns, the collecting policy's weights, ~0.3 MB
+# in D4RL's MuJoCo files): it is read outside the memory check, so an entry above the first bound is skipped (a
+# 200 KB gzip file once asked for 200 MB), and so is any entry past the second, over all of them (200 entries
+# of 1 MB each, in a 1 MB file, were read whole)
 METADATA_MAX_BYTES = 1 << 20
+METADATA_TOTAL_MAX_BYTES = 8 << 20
+
+
+def _numeric(node: h5py.Dataset, path: Path, key: str) -> h5py.Dataset:
+    """``node``, after checking that it is a numeric array (a string, compound or scalar entry reached numpy's
+    casts as a traceback)."""
+    if node.dtype.kind not in "biuf" or node.ndim == 0:
+        raise DatasetError(f"{path}: '{key}' must be a numeric array with a row per transition, got dtype "
+                           f"{node.dtype} and shape {node.shape}")
+    return node
 
 
 def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[str, Any]:
@@ -42,10 +54,8 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     if missing:
         present = sorted(key for key in handle.keys() if isinstance(handle[key], h5py.Dataset))
         raise DatasetError(f"{path} lacks the D4RL key(s) {missing}; it has {present}")
-    for key, node in arrays.items():  # a string, compound or scalar entry reached numpy's casts as a traceback
-        if node.dtype.kind not in "biuf" or node.ndim == 0:
-            raise DatasetError(f"{path}: '{key}' must be a numeric array with a row per transition, got dtype "
-                               f"{node.dtype} and shape {node.shape}")
+    for key, node in arrays.items():
+        _numeric(node, path, key)
     shape = arrays["observations"].shape
     check_size(str(path), shape[0] if shape else 0, max_transitions)
     # the arrays as read, then float32 copies of them in the dataset and the replay: three times the file's
@@ -54,15 +64,23 @@ def _read(handle: h5py.File, path: Path, max_transitions: int | None) -> dict[st
     data: dict[str, Any] = {key: node[()] for key, node in arrays.items()}
     metadata = handle.get("metadata")
     if isinstance(metadata, h5py.Group):
+        read_bytes, skipped = 0, []
+
         def visit(name: str, node: Any) -> None:
+            nonlocal read_bytes
             if isinstance(node, h5py.Dataset):
-                if node.size * node.dtype.itemsize > METADATA_MAX_BYTES:  # outside the memory check above
-                    warnings.warn(f"{path}: skipping metadata/{name}, {node.size * node.dtype.itemsize} bytes "
-                                  f"(metadata entries above {METADATA_MAX_BYTES} are not read)", stacklevel=4)
+                size = node.size * node.dtype.itemsize
+                if size > METADATA_MAX_BYTES or read_bytes + size > METADATA_TOTAL_MAX_BYTES:
+                    skipped.append(f"metadata/{name} ({size} bytes)")
                     return
+                read_bytes += size
                 data[f"metadata/{name}"] = node[()]
 
         metadata.visititems(visit)
+        if skipped:
+            warnings.warn(f"{path}: skipped {len(skipped)} metadata entries, e.g. {skipped[0]}: an entry above "
+                          f"{METADATA_MAX_BYTES} bytes, or past {METADATA_TOTAL_MAX_BYTES} bytes of them all, "
+                          "is not read", stacklevel=4)
     return data
 
 
@@ -72,6 +90,8 @@ def _unflagged_ends(handle: h5py.File, path: Path, observations: np.ndarray, ter
     Without ``next_observations`` nothing tells where a time limit cut an episode: a warning, and none."""
     timeouts = np.zeros(len(observations), dtype=bool)
     node = handle.get("next_observations")
+    if isinstance(node, h5py.Dataset):
+        _numeric(node, path, "next_observations")
     if not isinstance(node, h5py.Dataset) or node.shape != observations.shape:
         warnings.warn(f"{path} has neither 'timeouts' nor 'next_observations': episodes end at its terminals only, so "
                       "an episode cut by a time limit runs on into the next one (its last row gets the next "
@@ -93,6 +113,7 @@ def _end_next_observations(handle: h5py.File, path: Path, terminals: np.ndarray,
     node = handle.get("next_observations")
     if not isinstance(node, h5py.Dataset):
         return None, None
+    _numeric(node, path, "next_observations")
     if node.shape != handle["observations"].shape:
         raise DatasetError(f"{path}: 'next_observations' has shape {node.shape}, 'observations' "
                            f"{handle['observations'].shape}")
@@ -134,13 +155,15 @@ def load_d4rl(path: str | Path, max_transitions: int | None = None) -> OfflineDa
                 end_rows = end_next_observations = None
     except (OSError, KeyError, RuntimeError) as error:  # h5py reports a damaged object header as the latter two
         raise DatasetError(f"{path} is not a readable HDF5 file ({type(error).__name__}: {error})") from None
-    rewards = np.asarray(data["rewards"]).reshape(len(data["rewards"]), -1)
-    if rewards.shape[1] != 1:
+    rewards = np.asarray(data["rewards"])
+    if rewards.ndim == 2 and rewards.shape[1] == 1:
+        rewards = rewards[:, 0]
+    if rewards.ndim != 1:  # an empty [0] is 1-D: OfflineDataset names its row count against the observations'
         raise DatasetError(f"{path}: 'rewards' must be [N] or [N, 1], got {np.asarray(data['rewards']).shape}")
     metadata = {key: value for key, value in data.items() if key.startswith("metadata/")}
     return OfflineDataset(
         observations=observations.astype(np.float32), actions=actions.astype(np.float32),
-        rewards=rewards[:, 0].astype(np.float32), terminals=terminals, timeouts=timeouts,
+        rewards=rewards.astype(np.float32), terminals=terminals, timeouts=timeouts,
         source=str(path), env_name=d4rl_env_name(re.split(r"[_/]", path.stem)[0]), metadata=metadata,
         end_rows=end_rows, end_next_observations=end_next_observations,
     )

@@ -79,6 +79,13 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
                     truncations[-1] = True  # an episode that stops without a flag was cut: truncated
                 parts["trunc"].append(truncations)
                 rows += len(truncations)
+                if max_transitions is not None and rows > max_transitions:
+                    # total_steps, checked above, is metadata.json's word: a stale or edited one let a dataset of
+                    # any size be read whole
+                    raise DatasetError(f"Minari dataset '{dataset_id}' holds more than dataset.max_transitions="
+                                       f"{max_transitions:,} transitions ({rows:,} in its first episodes), though "
+                                       f"its metadata says {int(dataset.total_steps):,}: raise dataset.max_"
+                                       "transitions if this machine has room for it, and rewrite the metadata")
                 if not parts["term"][-1][-1]:  # a truncated end: its true next observation is the episode's last
                     end_rows.append(rows - 1)
                     end_next_observations.append(observations[-1])
@@ -105,8 +112,8 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
 
 
 def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_dim: int | None) -> int:
-    """The episode's step count T, after checking that its arrays fit one another: observations ``[T + 1, D]``
-    (D as the earlier episodes'), and T >= 1 actions, rewards and flags (``[T]`` or ``[T, 1]``)."""
+    """The episode's step count T, after checking that its arrays are numeric and fit one another: observations
+    ``[T + 1, D]`` (D as the earlier episodes'), and T >= 1 actions, rewards and flags (``[T]`` or ``[T, 1]``)."""
     where = f"Minari dataset '{dataset_id}', episode {episode.id}"
     if observations.ndim != 2:
         raise DatasetError(f"{where}: genpol needs flat Box observations, got shape {observations.shape}")
@@ -114,8 +121,13 @@ def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_d
     if steps < 1 or (obs_dim is not None and observations.shape[1] != obs_dim):
         raise DatasetError(f"{where}: observations of shape {observations.shape}, expected [T + 1, "
                            f"{obs_dim or 'D'}] with T >= 1")
-    for name in ("actions", "rewards", "terminations", "truncations"):
-        shape = np.shape(getattr(episode, name))
+    for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+        values = observations if name == "observations" else np.asarray(getattr(episode, name))
+        if values.dtype.kind not in "biuf":  # a string entry reached numpy's float32 cast as a traceback
+            raise DatasetError(f"{where}: '{name}' must be numeric, got dtype {values.dtype}")
+        if name == "observations":
+            continue
+        shape = values.shape
         if not shape or shape[0] != steps or (name != "actions" and int(np.prod(shape)) != steps):
             raise DatasetError(f"{where}: '{name}' has shape {shape}, expected {steps} rows"
                                f"{'' if name == 'actions' else ' of one value'} (T = {steps})")
