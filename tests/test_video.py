@@ -194,7 +194,8 @@ class FirstEpisodeOfOneStep(envs.VectorEnv):
             self.t[i] += 1
             if self.t[i] >= lengths[min(self.episode[i], len(lengths) - 1)]:
                 ended[i], self.t[i], self.episode[i] = True, 0, self.episode[i] + 1
-        return torch.zeros(2, 1), torch.ones(2), ended, torch.zeros(2, dtype=torch.bool), {"final_obs": torch.zeros(2, 1)}
+        no_truncation = torch.zeros(2, dtype=torch.bool)
+        return torch.zeros(2, 1), torch.ones(2), ended, no_truncation, {"final_obs": torch.zeros(2, 1)}
 
     def render(self):
         return np.full((16, 16, 3), 40 + 100 * self.episode[0], np.uint8)
