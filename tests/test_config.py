@@ -258,6 +258,16 @@ def test_a_rollout_that_cannot_fit_is_refused_before_it_is_allocated():
     _, one_sample = head.sample(torch.zeros(1, 11))
     assert sum(gathered.values()) == 64 * 2 * (44 + 12 + 40)
     assert RolloutStorage.epoch_copy_bytes(64, 2, 11, one_sample) == 64 * 2 * (44 + 16 + 40)
+    # sub-sequences of 16 steps, gathered a minibatch at a time; at most the whole rollout in one minibatch, with a
+    # bootstrap observation per sub-sequence (a 4 x 11-byte observation per 16 steps here, not counted before)
+    from genpol.storage.sequences import sequence_minibatches
+
+    (whole,) = sequence_minibatches(storage.obs, storage.records, storage.rewards, storage.terminated,
+                                    storage.truncated, storage.values, storage.last_obs, 16, 8)
+    held = [whole.obs, whole.rewards, whole.terminated, whole.truncated, whole.values, whole.bootstrap_obs,
+            *whole.record.values()]
+    assert sum(t.untyped_storage().nbytes() for t in held) == 64 * 2 * (44 + 10 + 40) + 8 * 44
+    assert RolloutStorage.epoch_copy_bytes(64, 2, 11, one_sample, 16) == 64 * 2 * (44 + 16 + 40) + 8 * 44
     cfg = validate(compose_config(["env=hopper", "learner.rollout_steps=1000000000", "run_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match=r"learner.rollout_steps=1000000000 needs [0-9.]+ [GT]B for the rollout storage "
                                           r"of env.num_envs=8 envs and the model, but cpu has .* available: lower "

@@ -28,15 +28,17 @@ from genpol.storage import RolloutStorage
 Pending = tuple[Record, torch.Tensor]  # (the head's record, V(obs)) of an act, until its step is stored
 
 
-def rollout_bytes(head: PolicyHead, rollout_steps: int, num_envs: int, obs_dim: int, device: torch.device) -> int:
+def rollout_bytes(head: PolicyHead, rollout_steps: int, num_envs: int, obs_dim: int, device: torch.device,
+                  sequence_length: int | None = None) -> int:
     """Bytes of ``head``'s rollout of ``rollout_steps x num_envs`` steps (``RolloutStorage.bytes_for``) and of
     the shuffled copy each epoch gathers from it (``RolloutStorage.epoch_copy_bytes``: the check counted the
-    rollout once, and the first minibatch doubled it), its record measured on one sample drawn with the
-    random state forked (the run's draws are not disturbed)."""
+    rollout once, and the first minibatch doubled it; ``sequence_length``: the updater's sub-sequences, or
+    None), its record measured on one sample drawn with the random state forked (the run's draws are not
+    disturbed)."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         _, record = head.sample(torch.zeros(1, obs_dim, device=device))
     return (RolloutStorage.bytes_for(rollout_steps, num_envs, obs_dim, record)
-            + RolloutStorage.epoch_copy_bytes(rollout_steps, num_envs, obs_dim, record))
+            + RolloutStorage.epoch_copy_bytes(rollout_steps, num_envs, obs_dim, record, sequence_length))
 
 
 def model_bytes(*modules: nn.Module) -> int:
@@ -79,7 +81,9 @@ class OnPolicyAlgorithm(Algorithm):
         self.bootstrap_truncation = bootstrap_truncation
         self.lr_schedule = lr_schedule
         self.device = next(critic.parameters()).device
-        self.check_memory(head, critic, rollout_steps, num_envs, obs_dim, self.device)
+        sequences = getattr(updater, "sequences", None)  # MinibatchUpdater's sub-sequences; TRPO has none
+        self.check_memory(head, critic, rollout_steps, num_envs, obs_dim, self.device,
+                          None if sequences is None else sequences.length)
         self.storage = RolloutStorage(rollout_steps, num_envs, obs_dim, self.device)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sample = torch.compile(head.sample, dynamic=False) if compile_sampling else head.sample
@@ -88,11 +92,12 @@ class OnPolicyAlgorithm(Algorithm):
 
     @staticmethod
     def check_memory(head: PolicyHead, critic: nn.Module, rollout_steps: int, num_envs: int, obs_dim: int,
-                     device: torch.device) -> None:
+                     device: torch.device, sequence_length: int | None = None) -> None:
         """``ConfigError`` naming ``learner.rollout_steps`` when the rollout and the model cannot fit, before the
         rollout is allocated (``critic`` may live on the meta device: only its parameter sizes are read)."""
         require_memory("learner.rollout_steps", rollout_steps,
-                       rollout_bytes(head, rollout_steps, num_envs, obs_dim, device) + model_bytes(head, critic),
+                       rollout_bytes(head, rollout_steps, num_envs, obs_dim, device, sequence_length)
+                       + model_bytes(head, critic),
                        device, f"the rollout storage of env.num_envs={num_envs} envs and the model")
 
     @property

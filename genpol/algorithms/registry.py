@@ -161,8 +161,9 @@ def check_on_policy_memory(cfg: Any, head: PolicyHead, env: VectorEnv) -> None:
     """``build_on_policy``'s memory check, its critic on the meta device (sizes only, no draws)."""
     with torch.device("meta"):
         critic = make_critic(cfg.policy, env.obs_dim)
+    sequences = getattr(cfg.learner, "advantage_estimation", None) == "minibatch"  # as make_updater decides
     OnPolicyAlgorithm.check_memory(head, critic, cfg.learner.rollout_steps, env.num_envs, env.obs_dim,
-                                   torch.device(cfg.device))
+                                   torch.device(cfg.device), cfg.learner.sequence_length if sequences else None)
 
 
 for _name, _schema in (("ppo", PPOConfig), ("spo", SPOConfig), ("aspo", ASPOConfig), ("trpo", TRPOConfig)):

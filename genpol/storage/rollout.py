@@ -79,14 +79,17 @@ class RolloutStorage:
         return num_steps * num_envs * (4 * obs_dim + 5 * 4 + 2 + record_bytes) + num_envs * 4 * obs_dim
 
     @staticmethod
-    def epoch_copy_bytes(num_steps: int, num_envs: int, obs_dim: int, record: Record) -> int:
+    def epoch_copy_bytes(num_steps: int, num_envs: int, obs_dim: int, record: Record,
+                         sequence_length: int | None = None) -> int:
         """Bytes of what an epoch gathers beside the rollout while the updaters slice its minibatches: the
         shuffled copy of the observations, three float fields (advantages, returns, values) and the record
-        (``minibatches``), or, for sub-sequences (``genpol.storage.sequences``), of the observations, values,
-        rewards, the two flags and the record: at most 16 bytes of fields a step either way. (Sub-sequences
-        also gather one bootstrap observation each, 1/sequence_length of the observations, not counted.)"""
+        (``minibatches``). For sub-sequences of ``sequence_length`` steps (``genpol.storage.sequences``), an
+        upper bound: one minibatch at a time (at most the whole rollout) of the observations, values, rewards,
+        the two flags and the record, and each sub-sequence's bootstrap observation. At most 16 bytes of
+        fields a step either way."""
         record_bytes = sum(tensor.numel() * tensor.element_size() for tensor in record.values())
-        return num_steps * num_envs * (4 * obs_dim + 16 + record_bytes)
+        bootstrap_bytes = 0 if sequence_length is None else num_envs * (num_steps // sequence_length) * 4 * obs_dim
+        return num_steps * num_envs * (4 * obs_dim + 16 + record_bytes) + bootstrap_bytes
 
     def __init__(self, num_steps: int, num_envs: int, obs_dim: int, device: torch.device | str = "cpu"):
         self.num_steps = num_steps

@@ -86,30 +86,29 @@ def sequence_minibatches(obs: torch.Tensor, records: Record, rewards: torch.Tens
     ``obs [T, N, D]``, the records, ``rewards``, ``terminated``, ``truncated``, ``values`` ``[T, N]``:
     a full rollout (``genpol.storage.rollout.RolloutStorage``'s buffers); ``last_obs [N, D]``, the
     observation after it. ``T`` must be a multiple of ``length``.
+
+    Each minibatch is gathered from the rollout by index, one at a time: a copy of the whole rollout cut into
+    sub-sequences (Brax's layout, made once per epoch) held every field twice while the minibatches were
+    gathered from it. The order and the values are those of that layout.
     """
     steps, envs = rewards.shape
     if steps % length:
         raise ValueError(f"a rollout of {steps} steps does not cut into sub-sequences of {length}")
     chunks = steps // length
-
-    def by_sequence(tensor: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [N * T / L, L, ...]
-        return tensor.transpose(0, 1).reshape(envs * chunks, length, *tensor.shape[2:])
-
-    # the observation after each sub-sequence: the next chunk's first, or the one after the rollout
-    following = torch.cat([obs[length::length], last_obs.unsqueeze(0)], dim=0)  # [T / L, N, D]
-    bootstrap = following.transpose(0, 1).reshape(envs * chunks, -1)
-    columns = {"obs": by_sequence(obs), "rewards": by_sequence(rewards), "terminated": by_sequence(terminated),
-               "truncated": by_sequence(truncated), "values": by_sequence(values), "bootstrap_obs": bootstrap}
-    record_columns = {key: by_sequence(tensor) for key, tensor in records.items()}
+    offsets = torch.arange(length, device=obs.device).unsqueeze(1)  # [L, 1]
     order = torch.randperm(envs * chunks, generator=generator, device="cpu").to(obs.device)
     for start in range(0, envs * chunks, sequences_per_minibatch):
         index = order[start:start + sequences_per_minibatch]
+        env, chunk = index // chunks, index % chunks  # sub-sequence s = n (T / L) + c
+        rows, columns = chunk * length + offsets, env.expand(length, -1)  # [L, B] each: step and env of each
 
-        def time_first(tensor: torch.Tensor) -> torch.Tensor:  # [B, L, ...] -> [L, B, ...]
-            return tensor[index].transpose(0, 1)
+        def time_first(tensor: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [L, B, ...]
+            return tensor[rows, columns]
 
-        yield SequenceBatch(obs=time_first(columns["obs"]),
-                            record={key: time_first(tensor) for key, tensor in record_columns.items()},
-                            rewards=time_first(columns["rewards"]), terminated=time_first(columns["terminated"]),
-                            truncated=time_first(columns["truncated"]), values=time_first(columns["values"]),
-                            bootstrap_obs=columns["bootstrap_obs"][index])
+        # the observation after each sub-sequence: the next one's first, or the one after the rollout
+        following = (chunk + 1) * length
+        bootstrap = torch.where((following < steps).unsqueeze(1), obs[following.clamp(max=steps - 1), env],
+                                last_obs[env])
+        yield SequenceBatch(obs=time_first(obs), record={key: time_first(tensor) for key, tensor in records.items()},
+                            rewards=time_first(rewards), terminated=time_first(terminated),
+                            truncated=time_first(truncated), values=time_first(values), bootstrap_obs=bootstrap)
