@@ -110,8 +110,10 @@ def validate(cfg: DictConfig) -> Any:
                               "family: <module:ClassName> of a head of your own that declares a Config")
         check_group_names(config)
         check_numbers_finite(config)
-        check_groups(config)
+        # the head against the learner first: a fix check_groups suggests (policy.ft_denoising_steps) led to this
+        # refusal where the learner cannot train the head at all
         check_learner(config)
+        check_groups(config)
         warn_minibatch_above_rollout(config)
     return config
 
@@ -136,14 +138,23 @@ def check_numbers_finite(config: TrainConfig) -> None:
     non-finite values (exit 3, reward_scale=inf) or trained on without a word (adam_eps=inf: nothing learns). A
     ``*clip*`` field may be inf, meaning no clip (``denoised_clip: .inf``, ``env.obs_clip``)."""
     for group in ("learner", "policy", "pipeline", "env"):
-        node = getattr(config, group)
-        for schema_field in dataclasses.fields(node):
-            value = getattr(node, schema_field.name)
-            numbers = value if isinstance(value, list) else [value]
-            bad = [number for number in numbers if isinstance(number, float) and not math.isfinite(number)
-                   and not ("clip" in schema_field.name and math.isinf(number))]
-            if bad:
-                raise ConfigError(f"{group}.{schema_field.name} must be finite, got {value!r}")
+        check_fields_finite(getattr(config, group), group)
+
+
+def check_fields_finite(node: Any, key: str) -> None:
+    """``check_numbers_finite`` of one dataclass object, its fields named ``<key>.<field>``. A clip bound may be
+    inf; a clip's epsilon may not (``grad_clip_eps=inf``: max_norm / (norm + eps) zeroed every gradient)."""
+    for schema_field in dataclasses.fields(node):
+        value = getattr(node, schema_field.name)
+        # a dict's entries by their own keys (pipeline.online_learner.lr, learner.per_env_temperatures.hopper)
+        entries = ({f"{schema_field.name}.{name}": entry for name, entry in value.items()} if isinstance(value, dict)
+                   else {schema_field.name: value})
+        for name, entry in entries.items():
+            numbers = entry if isinstance(entry, list) else [entry]
+            no_clip = "clip" not in name or name.endswith("eps")
+            if any(isinstance(number, float) and not math.isfinite(number) and (no_clip or not math.isinf(number))
+                   for number in numbers):
+                raise ConfigError(f"{key}.{name} must be finite, got {entry!r}")
 
 
 def check_group_names(config: TrainConfig) -> None:
@@ -355,12 +366,13 @@ def _changed(schema_object: Any, options: dict[str, Any], key: str) -> Any:
     """``schema_object`` with ``options`` merged in, typed and checked as the group's own keys are;
     ``ConfigError`` names ``key``.<field>."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema_object), options)
-        return OmegaConf.to_object(merged)
+        merged = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema_object), options))
     except (ValidationError, ConfigKeyError) as error:
         raise ConfigError(f"{key}.{error.full_key}: {error.msg.splitlines()[0]}") from None
     except ConfigError as error:  # a range check of the group's __post_init__, which names the group's key
         raise ConfigError(f"{key}: {error}") from None
+    check_fields_finite(merged, key)  # lr=inf here was found only when the online phase began, after pretraining
+    return merged
 
 
 def _check_online_options(config: TrainConfig, row: Any) -> None:

@@ -448,6 +448,24 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
     (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.ema_every=0"], r"^pipeline.ema_every must be >= 1"),
     (["pipeline=offline_to_online", "dataset.path=x.hdf5", "pipeline.pretrain_weight_decay=-5"],
      r"^pipeline.pretrain_weight_decay must be >= 0"),
+    # a clip's epsilon is no clip bound: max_norm / (norm + inf) zeroed every gradient, and nothing learned
+    (["learner.grad_clip_eps=inf"], r"^learner.grad_clip_eps must be finite, got inf$"),
+    # string temperatures, which the finite check does not read: alpha = inf made SAC's actor loss NaN
+    (["learner=sac", "policy=tanh_gaussian", "learner.ent_coef=inf"],
+     r"^learner.ent_coef must be auto or a finite number >= 0, got 'inf'$"),
+    (["+experiment=maxentdp", "learner.ent_coef=inf"],
+     r"^learner.ent_coef must be per_env, auto or a finite number > 0, got 'inf'$"),
+    (["+experiment=maxentdp", "+learner.per_env_temperatures.pendulum=inf"],
+     r"^learner.per_env_temperatures must be positive finite values, got .*.pendulum.: inf"),
+    (["+experiment=rlpd", "learner.critic_layer_norm_eps=-1"],  # every Q value NaN
+     r"^learner.critic_layer_norm_eps must be > 0, got -1"),
+    (["+experiment=gorl", "policy.decoder=ddim", "policy.diffusion_timesteps=0"],  # a ValueError from the head
+     r"^policy.diffusion_timesteps must be >= 1, got 0$"),
+    # the online phase's values: lr=inf was found only when that phase began, after pretraining
+    (["+experiment=consistency_ac", "dataset.path=x.hdf5", "+pipeline.online_learner.lr=inf"],
+     r"^pipeline.online_learner.lr must be finite, got inf$"),
+    # a learner that cannot train the head at all is named first: the chain-length fix offered before led there
+    (["policy=diffusion", "learner=meow"], r"^policy=diffusion with learner=meow: "),
 ])
 def test_values_that_trained_wrong_or_failed_late_are_refused_up_front(overrides, message):
     """Each of these passed validation: an infinite rate stopped the run at its first update, a pretraining floor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -69,9 +70,9 @@ class MaxEntDPConfig(OffPolicyConfig):
                 fixed = float(self.ent_coef)
             except ValueError:
                 fixed = -1.0
-            require(fixed > 0, "learner.ent_coef", "per_env, auto or a number > 0", self.ent_coef)
-        require(all(value > 0 for value in self.per_env_temperatures.values()), "learner.per_env_temperatures",
-                "positive values", dict(self.per_env_temperatures))
+            require(0 < fixed < math.inf, "learner.ent_coef", "per_env, auto or a finite number > 0", self.ent_coef)
+        require(all(0 < value < math.inf for value in self.per_env_temperatures.values()),
+                "learner.per_env_temperatures", "positive finite values", dict(self.per_env_temperatures))
         require(self.default_temperature > 0, "learner.default_temperature", "> 0", self.default_temperature)
         require(self.ent_coef != "auto" or self.backup_entropy, "learner.backup_entropy",
                 "true with ent_coef=auto (the temperature learns from the backup's log pi estimate)", self.backup_entropy)

@@ -101,6 +101,8 @@ class OffPolicyConfig(FixedFields):
                 self.buffer_size)
         require(self.learning_starts >= 0, "learner.learning_starts", ">= 0", self.learning_starts)
         require(math.isfinite(self.utd) and self.utd > 0, "learner.utd", "> 0 and finite", self.utd)
+        # a LayerNorm of eps <= 0 divides by zero on a constant row: every Q value NaN
+        require(self.critic_layer_norm_eps > 0, "learner.critic_layer_norm_eps", "> 0", self.critic_layer_norm_eps)
         require(utd_fraction(self.utd) > 0, "learner.utd", f">= 1/{UTD_MAX_DENOMINATOR} (smaller rounds to no "
                 "gradient steps at all)", self.utd)
         if float(self.utd).is_integer():  # a whole ratio stays an int: learners loop over range(num_envs * utd)
@@ -176,7 +178,8 @@ class SACConfig(OffPolicyConfig):
                 fixed = float(self.ent_coef)
             except ValueError:
                 fixed = -1.0
-            require(fixed >= 0, "learner.ent_coef", "auto or a number >= 0", self.ent_coef)
+            # a string field, which the finite check does not read: alpha = inf made the actor loss NaN
+            require(0 <= fixed < math.inf, "learner.ent_coef", "auto or a finite number >= 0", self.ent_coef)
         require(self.init_temperature > 0, "learner.init_temperature", "> 0", self.init_temperature)
         require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
                 self.temperature_loss)

@@ -94,6 +94,7 @@ class GoRLConfig(HeadConfig):
                 self.time_embedding)
         require(self.integration_steps >= 1, "policy.integration_steps", ">= 1", self.integration_steps)
         require(self.decoder in ("flow", "ddim"), "policy.decoder", "flow or ddim", self.decoder)
+        require(self.diffusion_timesteps >= 1, "policy.diffusion_timesteps", ">= 1", self.diffusion_timesteps)
         if self.decoder == "ddim":
             require(self.diffusion_timesteps % self.integration_steps == 0, "policy.diffusion_timesteps",
                     f"a multiple of policy.integration_steps ({self.integration_steps}) for the ddim decoder",
