@@ -107,6 +107,24 @@ def test_a_finished_run_trained_on_sets_its_summary_aside_until_the_new_end(tmp_
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
 
 
+def test_a_chunked_run_stops_after_its_budgets_rollouts_and_an_off_policy_one_says_it_rounds_up(tmp_path, caplog):
+    """DPPO's chunks of 4 on MultiGoal, whose 30-step episodes cut a chunk at each end: two rollouts of 1024
+    nominal env steps execute fewer, and counting the steps executed ran a third rollout and update (2891 env
+    steps for total_steps=2048). SAC steps its 16 envs at once: total_steps=250 trains 256, now said."""
+    from genpol.api import train
+
+    quiet = ["logger.progress_bar=false", "pipeline.video=false", "pipeline.eval_episodes=2"]
+    chunked = train(env="genpol:MultiGoal", total_steps=2048, run_dir=tmp_path / "chunked", overrides=[
+        "policy=diffusion", "policy.denoising_steps=2", "policy.ft_denoising_steps=2", "policy.hidden_sizes=[32,32]",
+        "env.num_envs=16", "learner.rollout_steps=16", "learner.minibatch_size=128", "learner.epochs=1", *quiet])
+    assert chunked["iterations"] == 2 and 1024 < chunked["env_steps"] < 2048
+    off_policy = train(env="genpol:MultiGoal", total_steps=250, run_dir=tmp_path / "sac", overrides=[
+        "policy=tanh_gaussian", "learner=sac", "env.num_envs=16", "learner.learning_starts=50",
+        "learner.batch_size=32", "learner.buffer_size=5000", *quiet])
+    assert off_policy["env_steps"] == 256
+    assert "total_steps=250 is not a multiple of the 16 envs stepped at once (env.num_envs=16): training 256" in caplog.text
+
+
 def test_a_stop_at_a_checkpoint_iteration_writes_that_checkpoint_once(tmp_path, monkeypatch):
     """SIGTERM in an iteration that checkpoints: the stop wrote the same step again (the re-save path, twice the
     stop's time and I/O where torchrun gives 30 s). One write, and the stop names it."""

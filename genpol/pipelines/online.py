@@ -55,16 +55,22 @@ def off_policy_env_settings(cfg: TrainConfig) -> dict[str, Any]:
     return {"normalize_obs": False, "normalize_reward": False}
 
 
+def env_steps_per_rollout(cfg: TrainConfig, env: VectorEnv, action_chunk: int = 1) -> int:
+    """An on-policy rollout's nominal env steps: ``rollout_steps`` agent steps of ``action_chunk`` env steps, times
+    ``num_envs``, summed over torchrun's ranks."""
+    return cfg.learner.rollout_steps * action_chunk * env.num_envs * collectives.world_size()
+
+
 def steps_trained(cfg: TrainConfig, env: VectorEnv, on_policy: bool, action_chunk: int = 1) -> int:
     """The env steps the run will take, with a warning where they are not ``total_steps``: an on-policy
-    run collects whole rollouts (``rollout_steps`` agent steps of ``action_chunk`` env steps, times
-    ``num_envs``, summed over torchrun's ranks), so it rounds ``total_steps`` up to a multiple of one (a chunk
-    cut short by an episode's end makes a rollout shorter: then the count is approximate). An off-policy
-    run stops at ``total_steps`` exactly, but an online run that ends inside its uniform warm-up
+    run collects whole rollouts (``env_steps_per_rollout``), so it rounds ``total_steps`` up to a multiple of
+    one (a chunk cut short by an episode's end makes a rollout shorter: then the count is approximate, and the
+    run stops after that many rollouts). An off-policy run steps all its envs at once, so it rounds up to a
+    multiple of ``num_envs``; and an online run that ends inside its uniform warm-up
     (``learner.learning_starts``) takes no gradient step: warned too."""
     if on_policy:
         ranks = collectives.world_size()
-        per_rollout = cfg.learner.rollout_steps * action_chunk * env.num_envs * ranks
+        per_rollout = env_steps_per_rollout(cfg, env, action_chunk)
         trained = -(-cfg.total_steps // per_rollout) * per_rollout
         if trained != cfg.total_steps:
             factors = [f"learner.rollout_steps={cfg.learner.rollout_steps}",
@@ -74,11 +80,16 @@ def steps_trained(cfg: TrainConfig, env: VectorEnv, on_policy: bool, action_chun
                         "steps", cfg.total_steps, per_rollout, " x ".join(factors),
                         "about " if action_chunk > 1 else "", trained)
         return trained
+    executed = env.num_envs * action_chunk
+    trained = -(-cfg.total_steps // executed) * executed
+    if trained != cfg.total_steps:
+        log.warning("total_steps=%d is not a multiple of the %d envs stepped at once (env.num_envs=%d): training "
+                    "%d env steps", cfg.total_steps, executed, env.num_envs, trained)
     starts = getattr(cfg.learner, "learning_starts", 0)
     if cfg.pipeline.name == "online" and starts >= cfg.total_steps:
         log.warning("learner.learning_starts=%d >= total_steps=%d: the run acts at random throughout and takes "
                     "no gradient step", starts, cfg.total_steps)
-    return cfg.total_steps
+    return trained
 
 
 def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead, stack: dict[str, Any],
@@ -110,8 +121,10 @@ def run_online(cfg: TrainConfig, run_dir: Path, env: VectorEnv, head: PolicyHead
     )
     callbacks = phase_callbacks(phase)
     if algorithm.on_policy:
+        chunk = stack.get("action_chunk", 1)
+        rollouts = trained_steps // env_steps_per_rollout(cfg, env, chunk) if chunk > 1 else None
         runner = OnPolicyRunner(env, algorithm, cfg.total_steps, seed=cfg.seed, callbacks=callbacks.callbacks,
-                                update_threads=cfg.update_threads)
+                                update_threads=cfg.update_threads, iterations=rollouts)
     else:
         from genpol.runners.offpolicy import OffPolicyRunner
 

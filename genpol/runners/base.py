@@ -87,13 +87,17 @@ class EnvRunner(abc.ABC):
         self.recent_returns.extend(self.episode_returns)
         self.recent_successes.extend(self.episode_successes)
 
+    def finished(self) -> bool:
+        """Whether the run has trained its budget: ``total_steps`` env steps."""
+        return self.global_step >= self.total_steps
+
     def run(self) -> None:
         """Iterate until ``total_steps``. After each iteration: stop on NaN or inf (before any
         callback could checkpoint them), call the callbacks, checkpoint and stop if a signal asked."""
         if self.obs is None:
             self.obs = self.env.reset(seed=self.seed)
         self.callbacks.on_train_start(self)
-        while self.global_step < self.total_steps:
+        while not self.finished():
             start = time.perf_counter()
             steps_before = self.global_step
             metrics = self.iterate()
