@@ -125,6 +125,27 @@ def test_a_chunked_run_stops_after_its_budgets_rollouts_and_an_off_policy_one_sa
     assert "total_steps=250 is not a multiple of the 16 envs stepped at once (env.num_envs=16): training 256" in caplog.text
 
 
+def test_the_final_evaluation_at_a_periodic_ones_step_is_not_run_again(tmp_path, monkeypatch):
+    """Without a video to record, the final evaluation at the step the last periodic one ran is the same
+    episodes of the same weights from the same seed: it ran a second time (evaluations at 512, 1024, 1024)."""
+    from genpol.api import train
+    from genpol.callbacks.evaluation import Evaluation
+
+    steps, evaluate = [], Evaluation.evaluate
+
+    def counted(self, runner, video_dir=None):
+        steps.append(runner.global_step)
+        return evaluate(self, runner, video_dir)
+
+    monkeypatch.setattr(Evaluation, "evaluate", counted)
+    summary = train(env="genpol:MultiGoal", total_steps=1024, run_dir=tmp_path / "run", overrides=[
+        "logger.progress_bar=false", "pipeline.video=false", "learner.rollout_steps=16", "learner.minibatch_size=128",
+        "learner.epochs=1", "pipeline.eval_every=2", "pipeline.eval_episodes=2", "logger.tensorboard=false"])
+    rows = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    periodic = [row["eval/episodic_return"] for row in rows if "eval/episodic_return" in row]
+    assert steps == [512, 1024] and summary["eval_return_mean"] == periodic[-1]
+
+
 def test_a_stop_at_a_checkpoint_iteration_writes_that_checkpoint_once(tmp_path, monkeypatch):
     """SIGTERM in an iteration that checkpoints: the stop wrote the same step again (the re-save path, twice the
     stop's time and I/O where torchrun gives 30 s). One write, and the stop names it."""

@@ -43,6 +43,9 @@ class Evaluation(Callback):
         self.normalized_score = normalized_score
         self.video_path: Path | None = None
         self.video_error: str | None = None  # why the final video is missing, if it failed
+        # (global_step, results) of the latest periodic evaluation: the final one at the same step, without a
+        # video to record, is the same episodes of the same weights from the same seed, and is not run again
+        self._latest: tuple[int, EpisodeResults] | None = None
 
     def evaluate(self, runner: Any, video_dir: Path | None = None) -> tuple[EpisodeResults, Path | None]:
         env = self.make_env(self.episodes, video_dir, "final")
@@ -60,6 +63,7 @@ class Evaluation(Callback):
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         if self.every and runner.iteration % self.every == 0:
             results, _ = self.evaluate(runner)
+            self._latest = (runner.global_step, results)
             returns = results.returns
             self.history.append((runner.global_step, float(returns.mean())))
             metrics["eval/episodic_return"] = float(returns.mean())
@@ -69,6 +73,9 @@ class Evaluation(Callback):
                 metrics["eval/normalized_score"] = float(self.normalized_score(float(returns.mean())))
 
     def on_train_end(self, runner: Any) -> None:
+        if self.video_dir is None and self._latest is not None and self._latest[0] == runner.global_step:
+            self._finish(runner, self._latest[1])
+            return
         try:
             results, self.video_path = self.evaluate(runner, self.video_dir)
         except Exception as error:  # noqa: BLE001 - rendering is optional: keep the return without it
@@ -77,6 +84,9 @@ class Evaluation(Callback):
             self.video_error = failure_hint(error)
             log.warning("the final evaluation's video failed, evaluating without it: %s", self.video_error)
             results, self.video_path = self.evaluate(runner, None)
+        self._finish(runner, results)
+
+    def _finish(self, runner: Any, results: EpisodeResults) -> None:
         self.final_return = float(results.returns.mean())
         self.final_success_rate = None if results.success is None else float(results.success.mean())
         if self.normalized_score is not None:
