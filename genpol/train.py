@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genpol import collectives, distributed
 from genpol.config import TrainConfig, check_run_dir
-from genpol.config.aliases import rename_overrides
+from genpol.config.aliases import quoted, rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
 from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
@@ -167,10 +167,20 @@ def hydra_overrides(argv: list[str]) -> tuple[list[str], str | None]:
     return overrides, config_name
 
 
+def expand_home(item: str) -> str:
+    """``run_dir=~/runs/x`` (quoted or not) with the home folder written out, as the API and evaluate take it:
+    Hydra makes the folder as written, so a run trained in ``./~/runs/x``, where nothing looks for it."""
+    key, sep, value = item.partition("=")
+    path = value.strip("'\"")
+    if not sep or key.lstrip("+") != "run_dir" or not path.startswith("~") or "," in path or "${" in path:
+        return item
+    return f"{key}={quoted(os.path.expanduser(path))}"
+
+
 def main() -> None:
     """The command line (``python -m genpol.train``, ``genpol-train``): renamed keys in the
     arguments (``updater=`` is now ``learner=``) are rewritten, with a warning, before Hydra reads them."""
-    sys.argv[1:] = rename_overrides(sys.argv[1:])
+    sys.argv[1:] = [expand_home(item) for item in rename_overrides(sys.argv[1:])]
     register_launchers()
     try:  # a learner of the user's own registers its schema before Hydra composes
         for item in sys.argv[1:]:  # Hydra makes run_dir its output folder before genpol sees the config

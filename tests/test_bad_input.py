@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -136,6 +137,12 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
     assert not (tmp_path / "v" / ".hydra").exists()  # Hydra's copy, written before any check (an existing run's too)
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path}", "episodez=3", check=False)  # genpol-evaluate too
     assert result.returncode == 2 and "episodez" in result.stderr, result.stderr[-1500:]
+    # run_dir='~/x' (the shell leaves a quoted ~ alone): Hydra made ./~/x, where evaluate("~/x") does not look
+    (tmp_path / "home").mkdir()
+    result = run_cli("-m", "genpol.train", *PENDULUM, "learner.lr=-1", "run_dir='~/tilde run'", check=False,
+                     cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path / "home")})
+    assert result.returncode == 2 and "learner.lr must be > 0" in result.stderr, result.stderr[-1500:]
+    assert not (tmp_path / "~").exists() and (tmp_path / "home" / "tilde run").is_dir()
 
 
 def test_a_cluster_launcher_without_multirun_is_said_to_launch_nothing(tmp_path):
