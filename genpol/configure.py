@@ -25,6 +25,7 @@ from genpol.memory import check_device
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
 from genpol.config.base import require
 from genpol.errors import ConfigError, HeadCapabilityError
+from genpol.fields import schema_default
 from genpol.heads import HEADS, head_class
 from genpol.heads.base import Capability, check_capabilities
 
@@ -321,6 +322,13 @@ def check_groups(config: TrainConfig) -> None:
                 "retrain the latent-decoder head's decoder)", getattr(config.policy, "family", None))
         require(not row.off_policy, "learner", f"an on-policy learner ({', '.join(on_policy_names())}) for "
                 "pipeline=gorl: the encoder is a latent Gaussian policy", config.learner.name)
+        for key in ("clip_range", "max_grad_norm"):  # each stage sets them: a value set here went unread
+            moved(config, f"learner.{key}", f"pipeline=gorl sets them per stage: set pipeline.{key}_first and "
+                  f"pipeline.{key}_later")
+    if row.off_policy:  # only the on-policy learners build the head's value critic
+        for key in ("critic_hidden_sizes", "critic_activation", "critic_residual"):
+            moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; "
+                  "its Q-critics are sized in the learner group (learner.critic_*)")
     if getattr(config.policy, "family", None) == "diffusion":
         policy, pipeline = config.policy, config.pipeline
         sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps
@@ -360,6 +368,15 @@ def check_groups(config: TrainConfig) -> None:
                 )
             if policy.clip_base is not None:
                 policy.clip_final = updater_clip
+
+
+def moved(config: TrainConfig, key: str, why: str) -> None:
+    """``ConfigError`` where ``key`` (``group.field``), an option nothing reads in this configuration, was moved
+    from its default: the run would have trained as if it had not been."""
+    group, name = key.split(".")
+    value, default = getattr(getattr(config, group), name, None), schema_default(config, key)
+    if hasattr(getattr(config, group), name) and value != default:
+        raise ConfigError(f"{key}={value!r} is not read: {why}")
 
 
 def _changed(schema_object: Any, options: dict[str, Any], key: str) -> Any:

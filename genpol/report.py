@@ -66,7 +66,8 @@ from genpol.files import write_text_atomic
 from genpol.report_folder import REPORT_MARKER, OutputFolderError, check_out_dir, run_config_files
 from genpol.report_stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, EXACT_BOOTSTRAP_MAX_SEEDS,  # noqa: F401
                                  bootstrap_median_ci, median_interval_coverage, t_interval)
-from genpol.runners.scaffold import NO_DEFAULT, LEGACY_VALUES, schema_default
+from genpol.fields import NO_DEFAULT, schema_default
+from genpol.runners.scaffold import LEGACY_VALUES
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.

@@ -464,6 +464,11 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
     # the online phase's values: lr=inf was found only when that phase began, after pretraining
     (["+experiment=consistency_ac", "dataset.path=x.hdf5", "+pipeline.online_learner.lr=inf"],
      r"^pipeline.online_learner.lr must be finite, got inf$"),
+    # options nothing reads in the configuration, which trained as if they were not set
+    (["+experiment=sac", "policy.critic_hidden_sizes=[512,512,512]"],
+     r"^policy.critic_hidden_sizes=\[512, 512, 512\] is not read: learner=sac does not use the head's value critic"),
+    (["+experiment=gorl", "learner.clip_range=0.05"],
+     r"^learner.clip_range=0.05 is not read: pipeline=gorl sets them per stage: set pipeline.clip_range_first"),
     # a learner that cannot train the head at all is named first: the chain-length fix offered before led there
     (["policy=diffusion", "learner=meow"], r"^policy=diffusion with learner=meow: "),
 ])

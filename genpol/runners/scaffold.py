@@ -9,7 +9,6 @@ and closes its env whatever happens.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -30,6 +29,7 @@ from genpol.config import ConfigError, TrainConfig
 from genpol.config.aliases import rename_saved
 from genpol.config.base import flatten_keys
 from genpol.data import DatasetError, OfflineDataset
+from genpol.fields import schema_default
 from genpol.files import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,6 @@ LEGACY_VALUES = {"learner.adjust_target_entropy": False, "learner.td_subsets": "
                  "learner.critic_layer_norm_eps": 1e-5, "dataset.truncated_rows": "drop",
                  "dataset.actions": "min_max"}
 
-NO_DEFAULT = object()
 VIDEO_OWNER = ".run_dir"  # in a videos folder: the absolute run directory its videos belong to
 
 
@@ -81,26 +80,6 @@ def video_folder(video_root: str | Path, run_dir: Path) -> Path:
         except OSError:  # an unwritable root: the recorder fails there, where a failed video is handled
             return folder
     return folder  # the digest's, claimed by a run whose path shares the digest: as unlikely as a hash collision
-
-
-def schema_default(cfg: Any, key: str) -> Any:
-    """The dataclass default of a dotted config key (``dataset.format``), or a sentinel if it has none.
-
-    A key missing from a saved config but at its default is a field added to genpol after the run
-    started: the run computed exactly what the default computes, so it may resume."""
-    *parents, name = key.split(".")
-    node = cfg
-    for parent in parents:
-        node = getattr(node, parent, None)
-    if not dataclasses.is_dataclass(node):
-        return NO_DEFAULT
-    for schema_field in dataclasses.fields(node):
-        if schema_field.name == name:
-            if schema_field.default is not dataclasses.MISSING:
-                return schema_field.default
-            if schema_field.default_factory is not dataclasses.MISSING:
-                return schema_field.default_factory()
-    return NO_DEFAULT
 
 
 def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
