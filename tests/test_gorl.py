@@ -273,6 +273,41 @@ def test_a_redone_decoder_fit_shows_its_epochs_once_in_tensorboard(reference_run
     assert counts[0] == counts[1] and len(counts[0]) == len(set(counts[0]))
 
 
+def test_a_stop_during_the_collection_or_the_decoder_fit_stops_there_and_the_resume_redoes_it(reference_run, tmp_path,
+                                                                                            monkeypatch):
+    """SIGTERM checkpointed only after an iteration: the collection and the decoder fit ran to their end (minutes at
+    GoRL's sizes, past SLURM's 30 s grace), then stage 1 trained an iteration. They stop at once now, and the resume
+    redoes the unfinished one to the uninterrupted run's numbers."""
+    from genpol.api import train
+    from genpol.errors import TrainingInterrupted
+    from genpol.pipelines.gorl import stages
+    from genpol.pipelines.gorl.distill import DecoderTraining
+
+    collect, fit = stages.collect_pre_tanh_actions, DecoderTraining.fit
+    run_dir, stage_0 = tmp_path / "run", tmp_path / "run" / "stage_0"
+
+    def signalled(work):
+        def started(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return work(*args, **kwargs)
+        return started
+
+    monkeypatch.setattr(stages, "collect_pre_tanh_actions", signalled(collect))
+    with pytest.raises(TrainingInterrupted, match="^SIGTERM received during the collection for the decoder"):
+        train(overrides=ARGS, run_dir=run_dir)
+    assert (stage_0 / "stage.json").exists() and not (stage_0 / "collection.pt").exists()
+    monkeypatch.setattr(stages, "collect_pre_tanh_actions", collect)
+    monkeypatch.setattr(DecoderTraining, "fit", signalled(fit))
+    with pytest.raises(TrainingInterrupted, match="^SIGTERM received during the decoder fit"):
+        train(overrides=ARGS, run_dir=run_dir)
+    assert (stage_0 / "collection.pt").exists() and not (stage_0 / "decoder.pt").exists()
+    assert not (run_dir / "stage_1").exists()
+    monkeypatch.setattr(DecoderTraining, "fit", fit)
+    summary, reference = train(overrides=ARGS, run_dir=run_dir), reference_run[1]
+    for key in ("encoder_env_steps", "collection_env_steps", "total_env_steps", "eval_return_mean"):
+        assert summary[key] == reference[key], key
+
+
 @pytest.mark.parametrize("updater", ["ppo", "spo", "aspo", "trpo"])
 def test_every_on_policy_updater_trains_the_encoder_and_leaves_the_decoder(updater):
     """One stage-1 update (a trained decoder, stage 1's clip and grad-norm) on real MultiGoal rollouts."""

@@ -20,6 +20,7 @@ import torch
 from genpol.envs import VectorEnv
 from genpol.files import replaced_atomically
 from genpol.heads.latent import LatentDecoderHead
+from genpol.runners.guards import raise_if_stopped
 
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
@@ -48,6 +49,7 @@ def collect_pre_tanh_actions(head: LatentDecoderHead, env: VectorEnv, steps: int
         store: dict[str, torch.Tensor] = {}
         rows, env_steps, returns = 0, 0, []
         while env_steps < steps:
+            raise_if_stopped("the collection for the decoder")
             pre_tanh, _ = head.sample_pre_tanh(obs)
             for name, value in (("obs", obs), ("actions", pre_tanh)):
                 if name not in store:
@@ -126,6 +128,7 @@ class DecoderTraining:
             permutation = torch.randperm(len(train_obs)).to(device)
             losses = []
             for start in range(0, len(train_obs) - batch + 1, batch):  # full batches only, as GoRL
+                raise_if_stopped("the decoder fit")
                 index = permutation[start:start + batch]
                 loss = head.decoder_loss(train_obs[index], train_actions[index], self.pairs, decoder).mean()
                 optimizer.zero_grad(set_to_none=True)

@@ -54,6 +54,7 @@ from genpol.heads.latent import LatentDecoderHead
 from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
 from genpol.pipelines.gorl.distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
+from genpol.runners.guards import raise_if_stopped
 from genpol.runners.onpolicy import OnPolicyRunner
 from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase, video_folder
 
@@ -165,6 +166,7 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
             offset += record["encoder_env_steps"]
             if stage < len(budgets) - 1:
                 record.update(distill(cfg, run_dir, stage_dir, stage, env, head, best_weights, make_eval_env))
+                raise_if_stopped(f"stage {stage + 1}'s start")  # stage k's files are all written: it starts afresh
             stages.append(record)
     finally:
         env.close()
