@@ -122,7 +122,8 @@ def test_a_chunked_run_stops_after_its_budgets_rollouts_and_an_off_policy_one_sa
         "policy=tanh_gaussian", "learner=sac", "env.num_envs=16", "learner.learning_starts=50",
         "learner.batch_size=32", "learner.buffer_size=5000", *quiet])
     assert off_policy["env_steps"] == 256
-    assert "total_steps=250 is not a multiple of the 16 envs stepped at once (env.num_envs=16): training 256" in caplog.text
+    said = "total_steps=250 is not a multiple of the 16 envs stepped at once (env.num_envs=16): training 256"
+    assert said in caplog.text
 
 
 def test_the_final_evaluation_at_a_periodic_ones_step_is_not_run_again(tmp_path, monkeypatch):
