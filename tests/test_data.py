@@ -397,7 +397,9 @@ def test_offline_to_online_end_to_end_through_the_cli(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     pretrained = summary["pretrained"]
     assert pretrained["gradient_steps"] == 200 and np.isfinite(pretrained["normalized_score"])
-    assert np.isfinite(summary["eval_normalized_score"]) and summary["env_steps"] >= 512
+    # two rollouts of 32 x 4 x 2 nominal env steps: episodes that end inside a chunk execute fewer
+    assert np.isfinite(summary["eval_normalized_score"]) and summary["iterations"] == 2
+    assert 256 < summary["env_steps"] <= 512
     assert (tmp_path / "run" / "pretrain" / "checkpoints").is_dir()
     assert list((tmp_path / "run" / "tb" / "pretrain").glob("events.*"))
     # the saved policy on a plain gymnasium Hopper: predict's chunks of 4 actions (the dataset's asymmetric

@@ -1,5 +1,8 @@
 """The Algorithm-layer move changed no numbers: fixed-seed tiny runs end with the weights stored
-before it (``tests/equivalence.py`` made ``tests/data/equivalence.pt`` at commit 9aa9572).
+before it (``tests/equivalence.py`` made ``tests/data/equivalence.pt`` at commit 9aa9572). One entry was
+written again since, by a deliberate change: ``dppo_offline_to_online``, whose chunks an episode's end cuts
+short, ran a third rollout and update past its budget until 2026-12-07; its entry now holds the two updates
+its budget buys, bit-identical to the code before that change stopped after two rollouts (total_steps=480).
 
 The tolerance is loose enough for another CPU's floating-point kernels (two updates, float32) and
 tight enough to catch any change of the math: a wrong order of minibatches, a missed update or a
