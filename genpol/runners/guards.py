@@ -99,8 +99,9 @@ def request_stop(signal_name: str) -> None:
 
 def raise_if_stopped(work: str) -> None:
     """Between the steps of work that writes no checkpoint until it is done (GoRL's collection and decoder fit):
-    if a signal asked to stop, raise ``TrainingInterrupted`` now. It ran to its end first, minutes at GoRL's
-    sizes, past a scheduler's grace period (SLURM's KillWait: 30 s), and was redone after the SIGKILL anyway."""
+    if a signal asked to stop, raise ``TrainingInterrupted`` now. (Acted on only after an iteration, such work
+    ran to its end first, minutes at GoRL's sizes, past a scheduler's grace period (SLURM's KillWait: 30 s), and
+    was redone after the SIGKILL anyway.)"""
     if STOP.signal_name is not None:
         raise TrainingInterrupted(f"{STOP.signal_name} received during {work}: stopped, keeping what finished "
                                   f"before it; re-run the same command to resume ({work} starts over)")
