@@ -19,7 +19,7 @@ from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 from genpol.algorithms.maxentdp import MaxEntDP, MaxQPolicy
 from genpol.config.maxentdp import MaxEntDPConfig
 from genpol.heads import VPDiffusionHead
-from genpol.heads.vp_schedule import estimate_log_prob
+from genpol.heads.vp_schedule import estimate_log_prob, log_prob_ceiling
 from genpol.storage.replay import ReplayBatch
 from genpol.updaters.maxentdp_losses import effective_sample_size, qne_candidates, truncated_standard_normal
 
@@ -344,6 +344,38 @@ def test_automatic_temperature_takes_sacs_adam_step_on_the_estimated_log_prob():
     assert fixed.alpha_optimizer is None and float(fixed.alpha) == pytest.approx(0.3)
     fixed.critic_step(fixed_batch(), fixed.alpha)
     assert float(fixed.temperature_step()) == 0.0 and float(fixed.alpha) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("levels", [1, 3, 5, 20])
+def test_log_prob_ceiling_is_the_estimate_of_a_perfect_point_mass_denoiser(levels):
+    """No squared error at any level: the estimate is sum_k w_k ab_k - log(2 pi e) / 2 per dimension, its
+    largest value (every weight is positive), summed here on the schedule written out above."""
+    grid = [abar_by_hand(t) for t in np.linspace(T_MIN, T_MAX, levels + 1)]
+    by_hand = sum((previous - ab) / (2 * ab * (1 - ab)) * ab for previous, ab in zip(grid[:-1], grid[1:]))
+    by_hand -= 0.5 * math.log(2 * math.pi * math.e)
+    assert log_prob_ceiling(levels) == pytest.approx(by_hand, rel=1e-12)
+    actions = torch.tensor([[0.3, -0.9], [0.0, 1.0]], dtype=torch.float64)
+
+    def exact_noise(obs, noisy, log_snr):  # the noise that made a_t from the row's own action
+        ab = torch.sigmoid(log_snr)
+        return (noisy - ab.sqrt() * obs) / (1 - ab).sqrt()
+
+    estimate = estimate_log_prob(exact_noise, actions, actions, levels, draws=3, clip=True)
+    np.testing.assert_allclose(estimate.numpy(), 2 * by_hand, rtol=1e-9)
+
+
+def test_automatic_temperature_refuses_a_target_entropy_the_estimate_cannot_reach():
+    """SAC's -|A| lies below the estimate's floor at every level count: alpha would fall every step until
+    q / alpha overflowed. The floor is -0.93 nats per dimension at 20 levels and +0.14 at 5."""
+    from genpol.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"target_entropy_scale must be above -0\.927.*20-level"):
+        MaxEntDPConfig(ent_coef="auto", target_entropy_scale=-1.0)
+    with pytest.raises(ConfigError, match=r"above 0\.145"):
+        MaxEntDPConfig(ent_coef="auto", log_prob_levels=5, target_entropy_scale=0.1)
+    MaxEntDPConfig(ent_coef="auto", log_prob_levels=5, target_entropy_scale=0.2)
+    MaxEntDPConfig(ent_coef="auto")  # the default target is reachable at the default levels
+    MaxEntDPConfig(ent_coef="0.3", target_entropy_scale=-1.0)  # unused with a fixed temperature
 
 
 def test_per_env_temperatures_are_the_authors():
