@@ -1,7 +1,7 @@
 """The collectives of a run over N processes, torch only: what learners and loops call to agree.
 
-With one process (no initialized process group) each of them returns its input unchanged, so the
-learners call them unconditionally. Launching (torchrun detection, seeds per rank) and the per-rank
+With one process (no initialized process group) each of them returns its input unchanged (and
+``broadcast_modules`` does nothing), so the learners call them unconditionally. Launching (torchrun detection, seeds per rank) and the per-rank
 state of checkpoints live in ``genpol.distributed``, above the loops; this module sits with the
 networks, so the losses and updaters below the loops can average gradients without importing them.
 """
@@ -36,6 +36,8 @@ def average_gradients(params: list[nn.Parameter], stats: dict[str, torch.Tensor]
     with a gradient on some ranks only gets the mean with zeros for the others (their loss did not
     depend on it), so every rank steps the same parameters."""
     stats = stats or {}
+    if world_size() == 1:
+        return {key: value.detach() for key, value in stats.items()}
     reference = params[0]
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     present = torch.tensor([float(p.grad is not None) for p in params], device=reference.device)
@@ -97,6 +99,8 @@ def any_rank(flag: bool) -> bool:
 def all_episodes(*statistics: list) -> tuple[list, ...]:
     """Every rank's finished-episode statistics (e.g. returns, lengths, successes), each list
     concatenated in rank order, on every rank."""
+    if world_size() == 1:
+        return tuple(list(part) for part in statistics)
     everyone: list[Any] = [None] * world_size()
     dist.all_gather_object(everyone, statistics)
     return tuple([value for part in everyone for value in part[k]] for k in range(len(statistics)))
@@ -113,6 +117,8 @@ def broadcast_object(value: Any) -> Any:
 
 def broadcast_modules(modules: dict[str, nn.Module | torch.Tensor]) -> None:
     """Copy rank 0's parameters and buffers into every rank's modules, in one flattened broadcast."""
+    if world_size() == 1:
+        return
     tensors: list[torch.Tensor] = []
     for module in modules.values():
         if isinstance(module, torch.Tensor):
@@ -137,9 +143,12 @@ def normalize_advantages(advantages: torch.Tensor, std: str = "unbiased") -> tor
     concatenated batch)."""
     local = advantages.detach().to(torch.float64)
     moments = torch.stack([local.new_tensor(float(local.numel())), local.sum(), local.square().sum()])
-    dist.all_reduce(moments)
+    if world_size() > 1:
+        dist.all_reduce(moments)
     count, total, squares = moments.tolist()
     mean = total / count
     dof = count - 1 if std == "unbiased" else count
+    if dof <= 0:  # one sample in all: no unbiased std, returned as it is (losses.normalize_advantages does so too)
+        return advantages
     std = max((squares - count * mean * mean) / dof, 0.0) ** 0.5
     return (advantages - mean) / (std + 1e-8)

@@ -144,10 +144,11 @@ def synchronize_normalizers(env: Any) -> int:
 
 # ---------------------------------------------------------------- the runner: start, checkpoints, resume
 def prepare_runner(runner: Any) -> None:
-    """After the (possible) resume, before the first iteration: rank 0's parameters everywhere, and
-    normalizer statistics that every rank updates together."""
+    """After the (possible) resume, before the first iteration: rank 0's parameters everywhere. The normalizers
+    are synchronized before the resume (``synchronize_normalizers``), since a resume can update them: on an env
+    whose state cannot be restored, ``EnvRunner.load`` starts new episodes, whose first observations each rank
+    folded into its own statistics, which then never agreed again."""
     broadcast_modules(runner.algorithm.networks())
-    synchronize_normalizers(runner.env)
 
 
 def _rank_state(runner: Any) -> dict[str, Any]:

@@ -129,6 +129,50 @@ def test_resume_under_torchrun_matches_the_uninterrupted_run(two_rank_run, tmp_p
         assert torch.equal(rank_state["torch_rng"], expected["torch_rng"])
 
 
+def test_a_resume_that_starts_new_episodes_keeps_the_ranks_statistics_equal(tmp_path):
+    """An env whose state a checkpoint cannot hold (tests/custom_envs/reach.py's MyReachPrivate) starts new
+    episodes on a resume, and each rank folds their first observations into its normalizer. Folded before the
+    statistics were synchronized, the ranks' means differed in the 3rd digit from then on."""
+    private = ["env=gym", "env.id=custom_envs.reach:MyReachPrivate-v0", "env.normalize_obs=true",
+               *(item for item in TINY if not item.startswith("env=")), "policy.hidden_sizes=[16,16]",
+               "policy.critic_hidden_sizes=[16,16]", f"run_dir={tmp_path / 'run'}"]
+    worker = str(REPO / "tests" / "dist_worker.py")
+    torchrun(worker, "train", str(tmp_path), *private, "total_steps=128")
+    torchrun(worker, "train", str(tmp_path), *private, "total_steps=256")  # resumes from step 128
+    ranks = [load(tmp_path / f"train_rank{r}.pt") for r in (0, 1)]
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] == 256
+    for key in ("mean", "var", "count"):
+        assert torch.equal(torch.as_tensor(ranks[0]["obs_stats"][key]), torch.as_tensor(ranks[1]["obs_stats"][key]))
+    # 2 ranks x 2 envs x (1 reset + 64 steps), and the resume's new episodes: 2 x 2 first observations
+    assert ranks[0]["obs_stats"]["count"] == pytest.approx(2 * 2 * 65 + 2 * 2, abs=1e-3)
+
+
+def test_with_one_process_every_collective_returns_its_input():
+    """The module's promise, which a learner of the user's may rely on: without a process group each collective
+    is the identity (four of them called torch.distributed and raised "Default process group has not been
+    initialized")."""
+    from genpol import collectives
+    from genpol.updaters.losses import normalize_advantages
+
+    assert not torch.distributed.is_initialized() and collectives.world_size() == 1
+    layer = torch.nn.Linear(3, 2)
+    layer(torch.randn(4, 3)).sum().backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    stats = collectives.average_gradients(list(layer.parameters()), {"loss": torch.tensor(1.5, requires_grad=True)})
+    assert all(torch.equal(p.grad, g) for p, g in zip(layer.parameters(), grads))
+    assert float(stats["loss"]) == 1.5 and not stats["loss"].requires_grad
+    assert collectives.all_episodes([1.0, 2.0], [10, 20]) == ([1.0, 2.0], [10, 20])
+    weights = [p.detach().clone() for p in layer.parameters()]
+    collectives.broadcast_modules({"layer": layer})
+    assert all(torch.equal(p, w) for p, w in zip(layer.parameters(), weights))
+    advantages = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    for std in ("unbiased", "population"):
+        torch.testing.assert_close(collectives.normalize_advantages(advantages, std),
+                                   normalize_advantages(advantages, std), rtol=1e-14, atol=0)
+    one = torch.tensor([2.5], dtype=torch.float64)
+    assert torch.equal(collectives.normalize_advantages(one), normalize_advantages(one))
+
+
 def test_a_checkpoint_of_two_ranks_refuses_another_number_of_processes():
     state = {"distributed": {"world_size": 2, "ranks": [{}, {}]}}
     with pytest.raises(CheckpointError, match="written by 2 process.*this run has 1.*nproc_per_node=2"):

@@ -297,6 +297,8 @@ def run_phase(runner: Any, phase: Phase, device: str | torch.device, close: Call
     """Resume ``runner`` from the phase's latest checkpoint (if any), run it, then ``close()``."""
     if collectives.is_main():  # the lock holder: a rank > 0 removing them could race a save of rank 0's
         remove_temporary(phase.checkpoints_dir)
+    if collectives.world_size() > 1:  # before the resume, whose env reset (an inexact env state) updates them
+        distributed.synchronize_normalizers(runner.env)
     _resume(runner, phase, device)  # its own frame: the loaded state (an off-policy replay's copy) is freed
     if collectives.world_size() > 1:
         distributed.prepare_runner(runner)
