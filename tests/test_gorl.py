@@ -83,6 +83,29 @@ def test_stage_budgets_sum_to_total_steps_and_refuse_an_empty_stage():
         stage_budgets(2, [1, 1, 1])
 
 
+def test_stages_that_are_not_whole_rollouts_are_warned_with_the_steps_they_train(tmp_path, monkeypatch, caplog):
+    """total_steps=2000 split [1, 3] is 500 and 1500 env steps; rollouts of 16 envs x 32 steps make each stage
+    finish at 512 and 1536 (the encoder phase ends after a whole rollout), 2048 in all: it was silent."""
+    from genpol.api import compose_config
+    from genpol.build import make_env
+    from genpol.configure import validate
+    from genpol.pipelines.gorl.stages import warn_rollout_rounding
+
+    monkeypatch.chdir(tmp_path)
+    cfg = validate(compose_config([*(a for a in ARGS if not a.startswith("total_steps")), "total_steps=2000",
+                                   f"run_dir={tmp_path / 'run'}"]))
+    env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=0)
+    try:
+        with caplog.at_level("WARNING", logger="genpol.pipelines.gorl.stages"):
+            warn_rollout_rounding(cfg, env, stage_budgets(2000, [1, 3]))
+            assert "the stages train [512, 1536], 2048 encoder env steps in all" in caplog.text
+            caplog.clear()
+            warn_rollout_rounding(cfg, env, stage_budgets(2048, [1, 3]))  # 512 and 1536: whole rollouts
+            assert caplog.text == ""
+    finally:
+        env.close()
+
+
 def test_stage_seeds_fit_every_backends_reset_and_keep_their_values_for_small_seeds():
     """seed=12345 made a collection seed of 12345 x 1000003, which dm_control (below 2^32) and EnvPool (int32)
     refuse: the run failed after stage 0 had trained, and at every resume. Seeds below 2147 keep their values."""
@@ -176,6 +199,20 @@ def test_stage_transitions_and_budget_accounting(reference_run):
     marks = [(event.step, event.value) for event in events.Scalars("gorl/stage")]
     assert max(step for step, value in marks if value == 0) == 512 and min(step for step, value in marks if value == 1) == 512
     assert "decoder/stage_0/val_loss" in events.Tags()["scalars"]
+
+
+def test_a_resume_that_would_change_gorls_evaluations_is_refused(reference_run):
+    """GoRL's evaluations pick each stage's best encoder, which collects the next decoder's data: a resume with
+    another pipeline.eval_every chose stage 0's encoder at step 1024 instead of 512 (an online run may change it)."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.train import run_training
+
+    run_dir, _ = reference_run
+    cfg = validate(compose_config([*[a for a in ARGS if not a.startswith("pipeline.eval_every")],
+                                   "pipeline.eval_every=4", f"run_dir={run_dir}"]))
+    with pytest.raises(ConfigError, match=r"pipeline\.eval_every: 1 -> 4"):
+        run_training(cfg, run_dir)
 
 
 def test_a_resume_that_would_change_the_stage_budgets_is_refused(reference_run):

@@ -140,8 +140,11 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     unused = ("dataset.",) if saved.get("dataset.path") is None and now.get("dataset.path") is None else ()
     if now.get("pipeline.name") != "offline_to_online":
         unused += ("dataset.actions",)
+    resumable = RESUMABLE_CHANGES
+    if now.get("pipeline.name") == "gorl":  # its evaluations pick each stage's best encoder, which later stages build on
+        resumable = tuple(key for key in RESUMABLE_CHANGES if key != "pipeline.eval_")
     changed = sorted(key for key in set(saved) | set(now)
-                     if saved.get(key) != now.get(key) and not key.startswith((*RESUMABLE_CHANGES, *unused))
+                     if saved.get(key) != now.get(key) and not key.startswith((*resumable, *unused))
                      and not (key not in saved and now[key] == LEGACY_VALUES.get(key, schema_default(cfg, key))))
     trained = _online_steps_trained(run_dir) if now.get("pipeline.name") != "gorl" else None
     clock = getattr(cfg.learner, "total_steps_clock", None)  # a learner of the user's may time nothing by it

@@ -3,7 +3,8 @@
 Stage k (k = 0 .. K-1):
 
 1. **Encoder.** A freshly initialized encoder (and critic, optimizer) learns with the on-policy
-   updater for ``total_steps * w_k / sum(w)`` env steps; the decoder is frozen. Stage 0's decoder is
+   updater for ``total_steps * w_k / sum(w)`` env steps, rounded up to whole rollouts as an online run's
+   ``total_steps`` is (warned; the summary counts the steps taken); the decoder is frozen. Stage 0's decoder is
    the zero-initialized identity, so stage 0 is Gaussian PPO with tanh. Stage 0 uses the ``*_first``
    clip range, grad-norm limit and latent L2 penalty, later stages the ``*_later`` ones. The
    best-evaluation encoder is kept (``stage_k/best``, a loadable policy checkpoint).
@@ -54,6 +55,7 @@ from genpol.heads.latent import LatentDecoderHead
 from genpol.policy import TrainedPolicy, make_policy_spec, run_episodes
 from genpol.pipelines.gorl.callbacks import BestEvaluation, StageTensorBoard
 from genpol.pipelines.gorl.distill import DecoderTraining, collect_pre_tanh_actions, save_atomic
+from genpol.pipelines.online import env_steps_per_rollout
 from genpol.runners.guards import raise_if_stopped
 from genpol.runners.onpolicy import OnPolicyRunner
 from genpol.runners.scaffold import Phase, holds_progress, phase_callbacks, prepare_run, run_phase, video_folder
@@ -138,6 +140,7 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     spec = make_policy_spec(head, env, cfg.env.full_id, dict(cfg.env.kwargs), cfg.env.max_episode_steps,
                             (cfg.env.render_width, cfg.env.render_height))
     make_eval_env = evaluation_env_factory(cfg.env, env, cfg.learner.gamma, device, stack)
+    warn_rollout_rounding(cfg, env, budgets)
     stages: list[dict[str, Any]] = []
     offset = 0  # encoder env steps of the finished stages: the x-axis of TensorBoard
     best_weights: dict[str, Any] = {}
@@ -171,6 +174,18 @@ def train_gorl(cfg: TrainConfig, run_dir: str | Path) -> dict[str, Any]:
     finally:
         env.close()
     return finish(cfg, run_dir, spec, head, best_weights, stages)
+
+
+def warn_rollout_rounding(cfg: TrainConfig, env: VectorEnv, budgets: list[int]) -> None:
+    """A warning where a stage's budget is not a whole number of rollouts: each encoder phase finishes its last
+    rollout, as an online run does, so the stages train more env steps than ``total_steps`` (it was silent)."""
+    per_rollout = env_steps_per_rollout(cfg, env)
+    trained = [-(-budget // per_rollout) * per_rollout for budget in budgets]
+    if trained != budgets:
+        log.warning("pipeline=gorl: the stage budgets %s (total_steps=%d) are not whole rollouts of %d env steps "
+                    "(learner.rollout_steps=%d x env.num_envs=%d): the stages train %s, %d encoder env steps in all",
+                    budgets, cfg.total_steps, per_rollout, cfg.learner.rollout_steps, env.num_envs, trained,
+                    sum(trained))
 
 
 def check_collection_memory(cfg: TrainConfig, obs_dim: int, act_dim: int) -> None:
