@@ -1,9 +1,10 @@
 """The collectives of a run over N processes, torch only: what learners and loops call to agree.
 
 With one process (no initialized process group) each of them returns its input unchanged (and
-``broadcast_modules`` does nothing), so the learners call them unconditionally. Launching (torchrun detection, seeds per rank) and the per-rank
-state of checkpoints live in ``genpol.distributed``, above the loops; this module sits with the
-networks, so the losses and updaters below the loops can average gradients without importing them.
+``broadcast_modules`` does nothing), so the learners call them unconditionally. Launching (torchrun
+detection, seeds per rank) and the per-rank state of checkpoints live in ``genpol.distributed``, above
+the loops; this module sits with the networks, so the losses and updaters below the loops can average
+gradients without importing them.
 """
 
 from __future__ import annotations

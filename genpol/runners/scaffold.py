@@ -141,7 +141,7 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     if now.get("pipeline.name") != "offline_to_online":
         unused += ("dataset.actions",)
     resumable = RESUMABLE_CHANGES
-    if now.get("pipeline.name") == "gorl":  # its evaluations pick each stage's best encoder, which later stages build on
+    if now.get("pipeline.name") == "gorl":  # its evaluations pick each stage's best encoder, which the next builds on
         resumable = tuple(key for key in RESUMABLE_CHANGES if key != "pipeline.eval_")
     changed = sorted(key for key in set(saved) | set(now)
                      if saved.get(key) != now.get(key) and not key.startswith((*resumable, *unused))
