@@ -193,6 +193,20 @@ def test_the_per_epoch_rule_is_the_policyflow_ports():
         adaptive_lr("per_step", 1e-4, 0.01)
 
 
+def test_a_learning_rate_outside_the_adaptive_rules_bounds_is_refused():
+    """Below its floor a too-high KL raised the rate to the floor (2e-6 -> 1e-5 at KL 0.5); above its ceiling the
+    rate stayed there while the KL sat in the band. Each rule's own bounds; other schedules take any rate."""
+    from genpol.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"learner.lr must be in \[1e-05, 0.01\].*per_minibatch, got 2e-06"):
+        config("learner.lr_schedule=adaptive", "learner.lr=2e-6")
+    with pytest.raises(ConfigError, match=r"in \[1e-06, 0.01\]"):
+        config("learner.lr_schedule=adaptive", "learner.adaptive_lr_rule=per_epoch", "learner.lr=5e-2")
+    assert config("learner.lr_schedule=adaptive", "learner.adaptive_lr_rule=per_epoch", "learner.lr=2e-6").learner.lr \
+        == 2e-6
+    assert config("learner.lr=5e-2").learner.lr == 5e-2  # a constant rate has no bounds
+
+
 class FixedKLStorage:
     """``minibatches`` yields placeholders; the updater's ``eager_step`` is replaced to report given KLs."""
 

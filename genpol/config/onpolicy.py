@@ -10,6 +10,9 @@ from omegaconf import MISSING
 from genpol.config.base import require
 from genpol.fields import FixedFields
 
+# learner.adaptive_lr_rule -> the (min, max) learning rate its KL rule keeps to (genpol.updaters.schedules.adaptive_lr)
+ADAPTIVE_LR_BOUNDS = {"per_minibatch": (1e-5, 1e-2), "per_epoch": (1e-6, 1e-2)}
+
 
 @dataclass
 class RolloutConfig(FixedFields):
@@ -63,7 +66,8 @@ class PPOConfig(RolloutConfig):
     lr_schedule: str = "constant"
     """``constant``; ``linear`` decay to 0 over total_steps; or ``adaptive`` (rsl_rl's KL rule, see desired_kl)."""
     desired_kl: float = 0.01
-    """KL the ``adaptive`` schedule aims for: lr / 1.5 above 2x, lr x 1.5 below 1/2 (bounds 1e-5..1e-2)."""
+    """KL the ``adaptive`` schedule aims for: lr / 1.5 above 2x, lr x 1.5 below 1/2, within the bounds of
+    ``adaptive_lr_rule`` (1e-5..1e-2, or 1e-6..1e-2 per epoch), which ``lr`` must start inside."""
     adaptive_lr_rule: str = "per_minibatch"
     """When the ``adaptive`` schedule steps: ``per_minibatch`` (after every minibatch on its KL, lr within
     [1e-5, 1e-2], raised only for a KL above 0: rsl_rl's PPO, genpol's default) or ``per_epoch`` (once per
@@ -149,8 +153,14 @@ class PPOConfig(RolloutConfig):
         require(self.grad_clip_eps >= 0, "learner.grad_clip_eps", ">= 0", self.grad_clip_eps)
         require(self.advantage_std in ("unbiased", "population"), "learner.advantage_std", "unbiased or population",
                 self.advantage_std)
-        require(self.adaptive_lr_rule in ("per_minibatch", "per_epoch"), "learner.adaptive_lr_rule",
+        require(self.adaptive_lr_rule in ADAPTIVE_LR_BOUNDS, "learner.adaptive_lr_rule",
                 "per_minibatch or per_epoch", self.adaptive_lr_rule)
+        if self.lr_schedule == "adaptive":
+            # outside the rule's bounds the rule misbehaves: a rate below the floor was raised to it by a KL too
+            # high, and one above the ceiling stayed there (rsl_rl's rule does the same)
+            low, high = ADAPTIVE_LR_BOUNDS[self.adaptive_lr_rule]
+            require(low <= self.lr <= high, "learner.lr", f"in [{low:g}, {high:g}], the bounds of "
+                    f"lr_schedule=adaptive with adaptive_lr_rule={self.adaptive_lr_rule}", self.lr)
         require(self.advantage_estimation in ("rollout", "minibatch"), "learner.advantage_estimation",
                 "rollout or minibatch", self.advantage_estimation)
         require(self.sequence_length >= 1, "learner.sequence_length", ">= 1", self.sequence_length)

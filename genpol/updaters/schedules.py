@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from genpol.config.onpolicy import ADAPTIVE_LR_BOUNDS
 from genpol.heads.base import PolicyHead, RatioTerms, Record
 from genpol.updaters.losses import estimated_kl
 
@@ -39,7 +40,7 @@ def set_lr(lr: float, *optimizers: torch.optim.Optimizer) -> None:
             group["lr"] = lr
 
 
-ADAPTIVE_LR_RULES = ("per_minibatch", "per_epoch")
+ADAPTIVE_LR_RULES = tuple(ADAPTIVE_LR_BOUNDS)
 """``learner.adaptive_lr_rule``: when the KL-adaptive rule steps and within what bounds (``adaptive_lr``)."""
 
 
@@ -95,8 +96,9 @@ def adaptive_lr(rule: str, lr: float, target_kl: float) -> AdaptiveLR:
     * ``per_epoch``: once per epoch on the mean of its minibatches' KLs, within [1e-6, 1e-2], raised at
       a KL of 0 too (the PolicyFlow port SUPERGUPPY0907/rsl_rl, ``AdaptiveKLScheduler``).
     """
+    if rule not in ADAPTIVE_LR_BOUNDS:
+        raise ValueError(f"adaptive_lr_rule must be one of {ADAPTIVE_LR_RULES}, got {rule!r}")
+    min_lr, max_lr = ADAPTIVE_LR_BOUNDS[rule]
     if rule == "per_minibatch":
-        return AdaptiveLR(lr, target_kl)
-    if rule == "per_epoch":
-        return AdaptiveLR(lr, target_kl, min_lr=1e-6, every="epoch", raise_at_zero_kl=True)
-    raise ValueError(f"adaptive_lr_rule must be one of {ADAPTIVE_LR_RULES}, got {rule!r}")
+        return AdaptiveLR(lr, target_kl, min_lr=min_lr, max_lr=max_lr)
+    return AdaptiveLR(lr, target_kl, min_lr=min_lr, max_lr=max_lr, every="epoch", raise_at_zero_kl=True)
