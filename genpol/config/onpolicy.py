@@ -88,7 +88,10 @@ class PPOConfig(RolloutConfig):
     vf_coef: float = 0.5
     """Weight c of the value loss c * mean((R - V)^2), the form of SB3 (vf_coef 0.5) and of rsl_rl and
     PolicyFlow (1.0). DPPO, SPO and CleanRL write c' * 0.5 * mean((R - V)^2) with c' = 0.5: there the
-    same loss is vf_coef = 0.5 * c' = 0.25."""
+    same loss is vf_coef = 0.5 * c' = 0.25. It weighs the critic against the actor only through
+    ``grad_clip=joint`` where that clip binds: the critic's gradient comes from this term alone, so with
+    ``grad_clip=per_network`` (the default) or no clip, Adam's step is the same for any c > 0 (up to
+    ``adam_eps``; a 10x larger c moved the critic's parameters by 3e-8 after one update)."""
     max_grad_norm: Optional[float] = 0.5
     """Gradient-norm clip (None: no clipping), of each network on its own or of both together (grad_clip)."""
     grad_clip: str = "per_network"
