@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from genpol.errors import ConfigError
 from genpol.heads import FPOHead, PolicyFlowHead
 from genpol.heads.flow_core import (VelocityNetwork, flow_matching_loss, from_fpo_code_convention, integrate,
                                     solver_grid)
@@ -70,6 +71,30 @@ def test_fpo_ratio_by_hand():
     assert head.log_ratio(obs, record).log_ratio[0].tolist() == pytest.approx([0.16 - 0.0225, 0.2916 - 0.9801])
     record["cfm_loss"] = old + torch.tensor([[5.0, -5.0]])  # differences beyond +-3 are clamped
     assert head.log_ratio(obs, record).log_ratio[0].tolist() == pytest.approx([3.0, -3.0])
+
+
+@pytest.mark.parametrize("clamp", ["hard", "straight_through", "none"])
+def test_fpo_per_sample_clamp_modes_by_hand(clamp):
+    """Per-sample log r_i = l_old,i - l_theta,i held to [-3, 3]: ``hard`` (FPO's per-sample code) stops the
+    gradient beyond the bound; ``straight_through`` (FPO++'s clamp_ste) keeps the clamped value and passes the
+    identity's gradient; ``none`` (FPO++'s default) clamps nothing. Constant field v = 0.25 b: with 'eps'
+    weighting d l_i / d b = 0.25 * 2 t_i^2 (v - (a - xi_i)), and d log r_i / d b is minus that."""
+    head = FPOHead(obs_dim=2, act_dim=1, hidden_sizes=(4,), n_mc=2, ratio_mode="per_sample", log_ratio_clamp=clamp)
+    constant_velocity(head.velocity, [4.0])  # v = 1.0: l_theta = 0.0225 and 0.9801 (the test above)
+    obs, action = torch.zeros(1, 2), torch.tensor([[0.3]])
+    t, noise = torch.tensor([[0.5, 0.9]]), torch.tensor([[[-1.0], [0.4]]])
+    record = {"action": action, "t": t, "noise": noise, "cfm_loss": torch.tensor([[5.0, 0.5]])}
+    log_ratio = head.log_ratio(obs, record).log_ratio[0]
+    raw = [5.0 - 0.0225, 0.5 - 0.9801]  # the first beyond +3, the second inside
+    assert log_ratio.tolist() == pytest.approx([raw[0] if clamp == "none" else 3.0, raw[1]])
+    bias = head.velocity.net[-1].bias
+    first = torch.autograd.grad(log_ratio[0], bias, retain_graph=True)[0].item()
+    second = torch.autograd.grad(log_ratio[1], bias)[0].item()
+    by_hand = [-0.25 * 2 * ti**2 * (1.0 - (0.3 - xi)) for ti, xi in ((0.5, -1.0), (0.9, 0.4))]
+    assert second == pytest.approx(by_hand[1])
+    assert first == (0.0 if clamp == "hard" else pytest.approx(by_hand[0]))
+    with pytest.raises(ConfigError, match="log_ratio_clamp"):
+        FPOHead(obs_dim=2, act_dim=1, hidden_sizes=(4,), log_ratio_clamp="none")  # ratio_mode=average
 
 
 def test_fpo_brownian_regularizer_by_hand():

@@ -7,7 +7,10 @@ negative ELBO up to constants, L_old - L_theta approximates log pi_theta(a|s) - 
 
 * ``ratio_mode="average"`` (FPO): log r = mean_i l_old,i - mean_i l_theta,i, one unit per action;
 * ``ratio_mode="per_sample"`` (FPO++): log r_i = clamp(l_old,i - l_theta,i, -3, 3), N_mc units, each
-  clipped on its own by the updater (FPO++ pairs this with the ASPO loss).
+  clipped on its own by the updater (FPO++ pairs this with the ASPO loss). The clamp is FPO's own
+  per-sample mode's (``log_ratio_clamp="hard"``: no gradient beyond +-3). FPO++'s manipulation code
+  clamps only when asked, and then straight through (``"straight_through"``: the clamped value, the
+  unclamped gradient, so SPO's and ASPO's pull-back still acts on a ratio past the clamp); ``"none"``.
 
 The stored observations are the normalized ones of collection time, so the observation normalizer
 is in effect frozen during the update and log r is exactly 0 at its start (the reference code
@@ -33,7 +36,8 @@ from genpol.heads.base import PolicyHead, RatioTerms, Record
 from genpol.heads.flow_core import (FlowConfig, VelocityNetwork, VelocitySnapshot, brownian_regularizer, flow_matching_error,
                                    flow_matching_loss, integrate, velocity_at_interpolants)
 
-LOG_RATIO_CLAMP = 3.0  # FPO's gridworld and FPO++ clamp each loss difference to [-3, 3]
+LOG_RATIO_CLAMP = 3.0  # FPO's per-sample mode clamps each loss difference to [-3, 3]
+LOG_RATIO_CLAMPS = ("hard", "straight_through", "none")
 
 
 @dataclass
@@ -46,6 +50,10 @@ class FPOConfig(FlowConfig):
     """(t, noise) pairs drawn per action."""
     ratio_mode: str = "average"
     """``average`` (FPO: one ratio from averaged losses) or ``per_sample`` (FPO++: one per pair)."""
+    log_ratio_clamp: str = "hard"
+    """``per_sample`` only: how each log r_i is held to [-3, 3]. ``hard`` (FPO's per-sample code: zero gradient
+    beyond), ``straight_through`` (FPO++'s ``clamp_ste``: the clamped value with the identity's gradient) or
+    ``none`` (FPO++'s default, ``clamp_logratio=None``)."""
     t_sampling: str = "grid"
     """``grid`` (t on the sampler's grid) or ``uniform``."""
     loss_weighting: str = "eps"
@@ -65,6 +73,10 @@ class FPOConfig(FlowConfig):
         require(self.n_mc >= 1, "policy.n_mc", ">= 1", self.n_mc)
         require(self.ratio_mode in ("average", "per_sample"), "policy.ratio_mode", "average or per_sample",
                  self.ratio_mode)
+        require(self.log_ratio_clamp in LOG_RATIO_CLAMPS, "policy.log_ratio_clamp", "hard, straight_through or none",
+                self.log_ratio_clamp)
+        require(self.ratio_mode == "per_sample" or self.log_ratio_clamp == "hard", "policy.log_ratio_clamp",
+                "hard (the default) with ratio_mode=average, which does not clamp", self.log_ratio_clamp)
         require(self.t_sampling in ("grid", "uniform"), "policy.t_sampling", "grid or uniform", self.t_sampling)
         require(self.brownian_coef >= 0, "policy.brownian_coef", ">= 0", self.brownian_coef)
         require(self.brownian_beta > 0, "policy.brownian_beta", "> 0", self.brownian_beta)
@@ -93,6 +105,7 @@ class FPOHead(VelocitySnapshot, PolicyHead):
         self.integrator = c.integrator
         self.n_mc = c.n_mc
         self.ratio_mode = c.ratio_mode
+        self.log_ratio_clamp = c.log_ratio_clamp
         self.t_sampling = c.t_sampling
         self.loss_weighting = c.loss_weighting
         self.brownian_coef = c.brownian_coef
@@ -132,7 +145,11 @@ class FPOHead(VelocitySnapshot, PolicyHead):
         if self.ratio_mode == "average":
             log_ratio = (record["cfm_loss"].mean(dim=1) - loss.mean(dim=1)).unsqueeze(-1)
         else:
-            log_ratio = (record["cfm_loss"] - loss).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            log_ratio = record["cfm_loss"] - loss
+            if self.log_ratio_clamp == "hard":
+                log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            elif self.log_ratio_clamp == "straight_through":
+                log_ratio = log_ratio + (log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) - log_ratio).detach()
         diagnostics = {"cfm_loss": loss.detach().mean()}
         aux_loss = None
         if self.brownian_coef > 0:
