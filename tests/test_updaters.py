@@ -355,3 +355,31 @@ def test_an_undefined_explained_variance_is_not_logged(rollout_steps):
     storage.returns.normal_()  # defined again: logged
     if rollout_steps > 1:
         assert np.isfinite(updaters[0].update(storage, torch.Generator().manual_seed(0))["explained_variance"])
+
+
+def test_rollout_advantage_normalization_equals_normalizing_the_whole_rollout_by_hand():
+    """advantage_normalization=rollout (rsl_rl, the PolicyFlow port): the rollout's advantages are normalized
+    once, (A - mean) / (std + 1e-8) over all of them, and the minibatches take them as they are. Two epochs of
+    four minibatches end at the weights of an updater fed the hand-normalized rollout with no normalization;
+    per-minibatch normalization (the default) ends elsewhere."""
+    from genpol.algorithms.registry import make_updater
+    from genpol.config.onpolicy import PPOConfig
+
+    def trained(cfg, normalize_by_hand=False):
+        torch.manual_seed(0)
+        head, critic = GaussianHead(3, 2, hidden_sizes=(8,)), ValueNetwork(3, (8,))
+        storage = trpo_batch(3, 2, head)[0]
+        storage.advantages *= 1 + torch.arange(T, dtype=torch.float32).unsqueeze(-1) / T  # unequal scales
+        if normalize_by_hand:
+            raw = storage.advantages.double()
+            storage.advantages = ((raw - raw.mean()) / (raw.std() + 1e-8)).float()
+        make_updater(cfg, head, critic).update(storage, torch.Generator().manual_seed(3))
+        return torch.cat([p.detach().reshape(-1) for p in [*head.parameters(), *critic.parameters()]])
+
+    common = {"epochs": 2, "minibatch_size": T // 4, "lr": 1e-3}
+    per_rollout = trained(PPOConfig(advantage_normalization="rollout", **common))
+    by_hand = trained(PPOConfig(normalize_advantage=False, **common), normalize_by_hand=True)
+    torch.testing.assert_close(per_rollout, by_hand, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(per_rollout, trained(PPOConfig(**common)), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ConfigError, match="advantage_normalization"):
+        PPOConfig(advantage_normalization="rollout", advantage_estimation="minibatch")

@@ -122,8 +122,10 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
             chunk_size=updater_cfg.chunk_size, advantage_std=updater_cfg.advantage_std,
             kl_reduction=updater_cfg.kl_reduction,
         )
+    per_rollout = updater_cfg.normalize_advantage and updater_cfg.advantage_normalization == "rollout"
     common = dict(ent_coef=updater_cfg.ent_coef, vf_coef=updater_cfg.vf_coef,
-                  clip_range_vf=updater_cfg.clip_range_vf, normalize_advantage=updater_cfg.normalize_advantage,
+                  clip_range_vf=updater_cfg.clip_range_vf,
+                  normalize_advantage=updater_cfg.normalize_advantage and not per_rollout,
                   advantage_std=updater_cfg.advantage_std)
     losses = {
         "ppo": lambda: PPOClipLoss(clip_range=updater_cfg.clip_range, **common),
@@ -142,6 +144,7 @@ def make_updater(updater_cfg: Any, head: PolicyHead, critic: torch.nn.Module) ->
         sequences=(SequenceSettings(updater_cfg.sequence_length, updater_cfg.gamma, updater_cfg.gae_lambda,
                                     updater_cfg.reward_scale)
                    if updater_cfg.advantage_estimation == "minibatch" else None),
+        rollout_advantage_std=updater_cfg.advantage_std if per_rollout else None,
     )
 
 

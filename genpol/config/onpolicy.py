@@ -104,7 +104,12 @@ class PPOConfig(RolloutConfig):
     target_kl: Optional[float] = None
     """Stop the epochs once approx-KL exceeds 1.5 x target_kl (None: never)."""
     normalize_advantage: bool = True
-    """Normalize advantages per minibatch."""
+    """Normalize advantages: per minibatch, or once per rollout (``advantage_normalization``)."""
+    advantage_normalization: str = "minibatch"
+    """Where ``normalize_advantage`` normalizes: ``minibatch`` (each minibatch on its own, stable-baselines3 and
+    CleanRL; genpol's default) or ``rollout`` (once over the whole rollout, every rank's under torchrun: rsl_rl
+    and the PolicyFlow port, whose ``compute_returns`` normalizes; TRPO always does). Not with
+    ``advantage_estimation=minibatch``, whose advantages are recomputed in every loss."""
     advantage_std: str = "unbiased"
     """The std that normalizes them: ``unbiased`` (n - 1, stable-baselines3; genpol's default) or
     ``population`` (n, ``jnp.std``: FPO's and GoRL's code)."""
@@ -166,6 +171,11 @@ class PPOConfig(RolloutConfig):
                     f"lr_schedule=adaptive with adaptive_lr_rule={self.adaptive_lr_rule}", self.lr)
         require(self.advantage_estimation in ("rollout", "minibatch"), "learner.advantage_estimation",
                 "rollout or minibatch", self.advantage_estimation)
+        require(self.advantage_normalization in ("minibatch", "rollout"), "learner.advantage_normalization",
+                "minibatch or rollout", self.advantage_normalization)
+        require(self.advantage_normalization == "minibatch" or self.advantage_estimation == "rollout",
+                "learner.advantage_normalization", "minibatch with advantage_estimation=minibatch (whose advantages "
+                "each loss recomputes)", self.advantage_normalization)
         require(self.sequence_length >= 1, "learner.sequence_length", ">= 1", self.sequence_length)
         if self.advantage_estimation == "minibatch":
             require(self.rollout_steps % self.sequence_length == 0, "learner.rollout_steps",

@@ -23,7 +23,7 @@ from genpol.heads.base import PolicyHead
 from genpol.storage import Batch, RolloutStorage
 from genpol.storage.sequences import SequenceBatch, sequence_gae, sequence_minibatches
 from genpol.updaters.compiled import CompiledAdamStep
-from genpol.updaters.losses import PPOClipLoss
+from genpol.updaters.losses import PPOClipLoss, normalize_advantages
 from genpol.updaters.schedules import AdaptiveLR, policy_kl
 
 
@@ -104,6 +104,9 @@ class MinibatchUpdater:
         sequences: minibatches of ``minibatch_size / sequences.length`` whole sub-sequences with
             advantages recomputed in every loss (module docstring), or None (single steps, the
             rollout's advantages).
+        rollout_advantage_std: normalize the rollout's advantages once, over the whole rollout (every
+            rank's under torchrun), with this std (``unbiased`` or ``population``) before the epochs, as
+            rsl_rl and the PolicyFlow port do; None: the loss normalizes each minibatch, or nothing.
     """
 
     def __init__(
@@ -124,6 +127,7 @@ class MinibatchUpdater:
         weight_decay: float = 0.0,
         clip_eps: float = TORCH_CLIP_EPS,
         sequences: SequenceSettings | None = None,
+        rollout_advantage_std: str | None = None,
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
@@ -151,6 +155,10 @@ class MinibatchUpdater:
         )
         self.adaptive_lr = adaptive_lr
         self.sequences = sequences
+        if rollout_advantage_std is not None and (sequences is not None or loss.normalize_advantage):
+            raise ValueError("rollout_advantage_std normalizes the rollout's advantages once: not with advantages "
+                             "recomputed in every loss (sequences), nor with a loss that normalizes each minibatch")
+        self.rollout_advantage_std = rollout_advantage_std
         if sequences is not None and minibatch_size % sequences.length:
             raise ValueError(f"learner.minibatch_size={minibatch_size} must be a multiple of "
                              f"learner.sequence_length={sequences.length}")
@@ -279,6 +287,10 @@ class MinibatchUpdater:
         # approx_kl hid the very value that stopped the update (and a stop at the first minibatch logged none).
         diagnostics: list[dict[str, torch.Tensor]] = []
         stopped_early, steps = False, 0
+        if self.rollout_advantage_std is not None:  # once, after the returns were taken from the raw advantages
+            normalize = collectives.normalize_advantages if collectives.world_size() > 1 else normalize_advantages
+            raw = storage.advantages
+            storage.advantages = normalize(raw.reshape(-1), self.rollout_advantage_std).view_as(raw).to(raw.dtype)
         per_epoch = self.adaptive_lr is not None and self.adaptive_lr.every == "epoch"
         full_size = self._full_minibatch(storage) if self.compiled_step is not None else None
         for _ in range(self.epochs):
