@@ -67,7 +67,7 @@ from genpol.report_folder import REPORT_MARKER, OutputFolderError, check_out_dir
 from genpol.report_stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, EXACT_BOOTSTRAP_MAX_SEEDS,  # noqa: F401
                                  bootstrap_median_ci, median_interval_coverage, t_interval)
 from genpol.fields import NO_DEFAULT, schema_default
-from genpol.runners.scaffold import LEGACY_VALUES
+from genpol.runners.scaffold import LEGACY_VALUES, holds_progress
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -240,8 +240,10 @@ def markdown_table(rows: Sequence[Row], metric: str, curve_files: dict[str, str]
              "|---|---:|---:|---|---:|---:|---|"]
     for row in rows:
         curve = f"![{row.label}]({curve_files[row.label]})" if row.label in curve_files else ""
-        interval = f"[{row.ci_low:.2f}, {row.ci_high:.2f}]" if len(row.values) > 1 else "none (one seed)"
-        lines.append(f"| {row.label} | {len(row.values)} | {row.median:.2f} | {interval} | {row.ci_coverage:.1%} "
+        several = len(row.values) > 1  # one seed has no interval, so nothing to hold the median either
+        interval = f"[{row.ci_low:.2f}, {row.ci_high:.2f}]" if several else "none (one seed)"
+        coverage = f"{row.ci_coverage:.1%}" if several else "n/a"
+        lines.append(f"| {row.label} | {len(row.values)} | {row.median:.2f} | {interval} | {coverage} "
                      f"| {row.mean:.2f} | {curve} |")
     return "\n".join(lines) + "\n"
 
@@ -378,8 +380,16 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
     if damaged:
         text += "\nUnreadable (a config.yaml or summary.json that does not parse): " + ", ".join(
             f"`{path}`" for path in damaged) + "\n"
+    # a folder without a checkpoint never trained to one: refused at its start (a bad env id, a missing dataset,
+    # after its config.yaml was written) or stopped before its first checkpoint; said apart from runs to resume
+    not_started = [path for path in unfinished if not holds_progress(path)]
+    unfinished = [path for path in unfinished if holds_progress(path)]
     if unfinished:
-        text += "\nUnfinished (no summary.json): " + ", ".join(f"`{path}`" for path in unfinished) + "\n"
+        text += "\nUnfinished (no summary.json; re-run to resume): " + ", ".join(
+            f"`{path}`" for path in unfinished) + "\n"
+    if not_started:
+        text += ("\nNo checkpoint (refused at the start, or stopped before the first checkpoint): "
+                 + ", ".join(f"`{path}`" for path in not_started) + "\n")
     write_text_atomic(out_dir / "report.md", text)
     result = {"metric": metric, "rows": [{"configuration": row.label, "settings": row.settings,
                                           "seeds": [run.seed for run in row.runs], "values": row.values.tolist(),
@@ -387,7 +397,8 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
                                           "ci95_coverage": row.ci_coverage, "mean": row.mean,
                                           "runs": [str(run.directory) for run in row.runs],
                                           "curve": curve_files.get(row.label)} for row in rows],
-              "unfinished": [str(path) for path in unfinished], "damaged": [str(path) for path in damaged],
+              "unfinished": [str(path) for path in unfinished], "not_started": [str(path) for path in not_started],
+              "damaged": [str(path) for path in damaged],
               "without_metric": [str(path) for path in without],
               "curve_missing": curve_missing}
     write_text_atomic(out_dir / "report.json", json.dumps(result, indent=2))

@@ -229,6 +229,26 @@ def test_report_names_a_directory_without_runs(tmp_path, capsys):
                               "cannot be read") and refused.startswith("genpol.report: no finished run under")
 
 
+def test_report_lists_runs_without_a_checkpoint_apart_and_a_single_seeds_coverage_as_na(tmp_path):
+    """A start refused after its config.yaml was written (a bad env id) left a folder the report listed among the
+    unfinished runs, as if a re-run would resume it; and a one-seed row printed "0.0%" for the coverage of an
+    interval it does not have."""
+    from genpol.report import report
+
+    saved_run(tmp_path / "done", [], 1.0, 1.0)
+    refused = saved_run(tmp_path / "refused", [], 0.0, 1.0)
+    stopped = saved_run(tmp_path / "stopped", [], 0.0, 1.0)
+    for run_dir in (refused, stopped):
+        (run_dir / "summary.json").unlink()
+    (stopped / "checkpoints" / "step_000000000016").mkdir(parents=True)
+    result = report(tmp_path)
+    assert result["unfinished"] == [str(stopped)] and result["not_started"] == [str(refused)]
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"Unfinished (no summary.json; re-run to resume): `{stopped}`" in text
+    assert f"No checkpoint (refused at the start, or stopped before the first checkpoint): `{refused}`" in text
+    assert "| 1 | 1.00 | none (one seed) | n/a | 1.00 |" in text
+
+
 def saved_run(run_dir: Path, overrides: list[str], value: float, curve_scale: float) -> Path:
     """A finished run's files without its training: ``config.yaml`` written by the resume check's own writer
     (what every run saves), a ``summary.json`` holding ``value`` and a ``progress.jsonl`` whose episodic return
