@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import time
 import warnings
@@ -50,6 +51,11 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
             where = Path(folder).expanduser().resolve()
             raise ConfigError(f"config_dirs: {folder} is not a directory (looked for {where})")
     overrides = rename_overrides(overrides)
+    for item in overrides:  # the groups' typed schemas sit beside their options in Hydra's store, not choices
+        chosen = re.match(r"^\+{0,2}(\w+)=(schema_\w+)$", str(item))
+        if chosen:
+            raise ConfigError(f"{chosen[1]}={chosen[2]}: {chosen[2]} is the {chosen[1]} group's typed schema, not "
+                              f"one of its options; choose an option ({chosen[1]}={chosen[2][len('schema_'):]}?)")
     import_learner_modules(overrides, config_dirs)  # a learner of the user's own registers its schema
     register_configs()
     extra = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).expanduser().resolve()) for d in config_dirs)}]"
@@ -59,14 +65,39 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "config",
             return compose(config_name=config_name, overrides=[*extra, *overrides],
                            return_hydra_config=return_hydra_config)
         except HydraException as error:  # one error type for the API's bad input, with Hydra's reason in it
+            _name_unknown_key(error, [*extra, *overrides], config_name)
             cause = f": {error.__cause__}" if error.__cause__ is not None else ""
             message = f"{error}{cause}".split("Config search path")[0]  # the folders searched: noise here
             message = re.sub(r"\s+schema_\w+", "", message)  # the schemas' entries are not choices
+            missing = re.search(r"Could not find '(\w+)/([^']+)'.*?Available options in '\w+':(.*)", message, re.S)
+            close = difflib.get_close_matches(missing[2], missing[3].split(), n=1) if missing else []
+            if close:  # learner=sacc
+                message += f" (did you mean {missing[1]}={close[0]}?)"
             clash = re.search(r"In 'experiment/([\w-]+)'.*Key '\w+' not in '\w+'\s+full_key: (\w+)\.", message, re.S)
             if clash:  # a group chosen beside the bundle wins over the bundle's choice, whose keys then fit nothing
                 message += (f" (the bundle +experiment={clash[1]} sets {clash[2]} keys of its own {clash[2]} group; "
                             f"a {clash[2]}= given beside it replaced that group: give one of the two)")
             raise ConfigError(" ".join(message.split())) from error
+
+
+def _name_unknown_key(error: HydraException, overrides: list[str], config_name: str) -> None:
+    """For a key no schema declares (``learner.lrr=1``, ``learnr=sac``), the ``ConfigError`` that its ``+``
+    form gets from validation, naming the key and the one it may have meant: Hydra's own message suggests the
+    ``+``, which would add a key nothing reads. Returns where the error is another, or the ``+`` form composes
+    without a refusal."""
+    from genpol.configure import check_known_keys, type_own_head
+
+    unknown = re.match(r"Could not override '([\w.]+)'", str(error))
+    if not unknown or "not in" not in f"{error} {error.__cause__}":
+        return
+    key = unknown[1]
+    items = [f"+{item}" if str(item).split("=", 1)[0] == key else item for item in overrides]
+    try:
+        cfg = compose(config_name=config_name, overrides=items)
+    except HydraException:
+        return
+    type_own_head(cfg)  # a head of the user's own: the key checked against its Config
+    check_known_keys(cfg)
 
 
 def _as_list(items: Any, name: str) -> list[Any]:

@@ -29,6 +29,7 @@ from genpol.errors import CheckpointError, ConfigError
 from genpol.files import write_text_atomic
 from genpol.policy import TrainedPolicy, evaluate_episodes
 from genpol.runners.scaffold import video_folder
+from genpol.sweep_check import check_single_run
 
 register_configs()
 
@@ -129,6 +130,12 @@ def main() -> None:
     """The command line (``python -m genpol.evaluate``, ``genpol-evaluate``)."""
     sys.argv[1:] = positional_run_dir(sys.argv[1:])
     _reached["config"] = False
+    if not any(item in ("-m", "--multirun") for item in sys.argv[1:]):
+        try:  # one line naming a misspelt key (episode=2: did you mean episodes?), not Hydra's several
+            check_single_run(sys.argv[1:], "evaluate")
+        except ConfigError as error:
+            print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
+            sys.exit(2)
     try:
         evaluate_from_config()
     except SystemExit as stop:

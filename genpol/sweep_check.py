@@ -18,6 +18,9 @@ another sweeper or ``hydra.sweeper.params``, ``glob(...)``, a primary config of 
 first job genpol's composition cannot compose, which Hydra then reports at once), Hydra's print and help
 flags, and ``${hydra:...}`` values (there is no Hydra app yet).
 Sweeps larger than ``MAX_JOBS`` are checked up to it.
+
+A single run's command line is composed the same way first (``check_single_run``), so that a key Hydra
+cannot place is refused in one line that names it, as genpol's other config errors are.
 """
 
 from __future__ import annotations
@@ -118,3 +121,43 @@ def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), confi
                 raise ConfigError(f"sweep job {number} of {total} ({shown}): {error}. No job was started: "
                                   "mend it (or leave it out of the sweep) and launch again") from None
     return len(jobs)
+
+
+HYDRA_INFO_FLAGS = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
+                    "--config-path", "-cp", "--version", "--experimental-rerun"}
+
+
+def hydra_overrides(argv: list[str]) -> tuple[list[str], str | None]:
+    """The overrides of a Hydra command line (its arguments less the flags: ``-m``, ``--config-dir X``, ...)
+    and its ``--config-name``, if given."""
+    with_value = {"--config-dir", "-cd", "--config-name", "-cn", "--package", "-p"}
+    overrides, config_name, flag = [], None, None
+    for item in argv:
+        if flag is not None:
+            config_name = item if flag in ("--config-name", "-cn") else config_name
+            flag = None
+        elif item in with_value:
+            flag = item
+        elif item.startswith("--config-name="):
+            config_name = item.split("=", 1)[1]
+        elif not item.startswith("-"):
+            overrides.append(item)
+    return overrides, config_name
+
+
+def check_single_run(argv: Sequence[str], config_name: str) -> None:
+    """Compose a single run's command line as the API does before Hydra's app does, so that a config Hydra
+    cannot compose is one ``ConfigError`` line naming the key (``learner.lrr=1``: "did you mean learner.lr?";
+    a group's typed schema chosen as an option) where Hydra printed several lines. Left to Hydra as
+    ``check_sweep`` leaves them: its print and help flags and a primary config of another name or folder."""
+    from genpol.api import compose_config
+    from genpol.configure import config_dirs_of
+
+    if any(item.split("=", 1)[0] in HYDRA_INFO_FLAGS for item in argv):
+        return
+    overrides, named = hydra_overrides(list(argv))
+    if named is not None:
+        return
+    with _quiet_logs():
+        compose_config(overrides, config_name=config_name, config_dirs=config_dirs_of(list(argv)),
+                       return_hydra_config=True)

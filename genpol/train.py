@@ -33,6 +33,7 @@ from genpol.config import TrainConfig, check_run_dir
 from genpol.config.aliases import quoted, rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
+from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides
 from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
                            DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
 
@@ -145,28 +146,6 @@ def check_local_sweep(argv: list[str]) -> None:
     check_sweep(overrides, config_dirs_of(argv), config_name or "config")
 
 
-HYDRA_INFO_FLAGS = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc",
-                    "--config-path", "-cp", "--version", "--experimental-rerun"}
-
-
-def hydra_overrides(argv: list[str]) -> tuple[list[str], str | None]:
-    """The overrides of a Hydra command line (its arguments less the flags: ``-m``, ``--config-dir X``, ...)
-    and its ``--config-name``, if given."""
-    with_value = {"--config-dir", "-cd", "--config-name", "-cn", "--package", "-p"}
-    overrides, config_name, flag = [], None, None
-    for item in argv:
-        if flag is not None:
-            config_name = item if flag in ("--config-name", "-cn") else config_name
-            flag = None
-        elif item in with_value:
-            flag = item
-        elif item.startswith("--config-name="):
-            config_name = item.split("=", 1)[1]
-        elif not item.startswith("-"):
-            overrides.append(item)
-    return overrides, config_name
-
-
 def expand_home(item: str) -> str:
     """``run_dir=~/runs/x`` (quoted or not) with the home folder written out, as the API and evaluate take it:
     Hydra makes the folder as written, so a run trained in ``./~/runs/x``, where nothing looks for it."""
@@ -189,6 +168,8 @@ def main() -> None:
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
         if any(item in ("-m", "--multirun") for item in sys.argv[1:]):
             check_local_sweep(sys.argv[1:])
+        else:  # Hydra's own refusal of a misspelt key is six lines suggesting a '+' that adds a key nothing reads
+            check_single_run(sys.argv[1:], "config")
     except ConfigError as error:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -88,6 +88,15 @@ def test_the_api_raises_config_error_with_hydras_reason(tmp_path):
     with pytest.raises(ConfigError, match=r"Could not find 'policy/gaussain' Available options in 'policy': ") as info:
         train(env="gym:Pendulum-v1", policy="gaussain", run_dir=tmp_path / "b")
     assert " gaussian " in str(info.value) and "schema_" not in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).endswith("(did you mean policy=gaussian?)")
+    with pytest.raises(ConfigError, match=r"^learner=schema_sac: schema_sac is the learner group's typed schema, not "
+                                          r"one of its options; choose an option \(learner=sac\?\)$"):
+        compose_config(["learner=schema_sac"])
+    with pytest.raises(ConfigError, match=r"^learnr is not a key of TrainConfig, so it would be ignored \(did you "
+                                          r"mean learner\?\)$"):
+        compose_config(["learnr=sac"])
+    with pytest.raises(ConfigError, match=r"^episode is not a key of EvaluateConfig.*\(did you mean episodes\?\)$"):
+        compose_config(["episode=2", "run_dir=/tmp/x"], config_name="evaluate")
     # a group named beside a bundle wins over the bundle's choice: the bundle's keys then fit no schema
     with pytest.raises(ConfigError, match=r"Key 'learning_starts' not in 'PPOConfig'.* \(the bundle \+experiment=sac "
                                           r"sets learner keys of its own learner group; a learner= given beside it "
@@ -109,6 +118,14 @@ def test_the_command_line_exits_2_for_what_hydra_cannot_compose_and_for_a_run_di
 
     result = run_cli("-m", "genpol.train", *PENDULUM, "learner=ppo2", f"run_dir={tmp_path / 'a'}", check=False)
     assert result.returncode == 2 and "Could not find 'learner/ppo2'" in result.stderr, result.stderr[-1500:]
+    assert result.stderr.strip().splitlines()[-1].endswith("(did you mean learner=ppo?)")
+    # a misspelt key: one line naming it, as for genpol's own refusals (Hydra's six suggested a '+' that adds a key
+    # nothing reads), before Hydra made the run's folder
+    result = run_cli("-m", "genpol.train", *PENDULUM, "learner.lrr=1", f"run_dir={tmp_path / 'a'}", check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "genpol: ConfigError: learner.lrr is not a key of PPOConfig, so it would be ignored (did you mean learner.lr?)"
+    ], result.stderr[-1500:]
+    assert not (tmp_path / "a").exists()
     target = tmp_path / "notes.txt"
     target.write_text("mine")
     result = run_cli("-m", "genpol.train", *PENDULUM, f"run_dir={target}", check=False)
