@@ -87,6 +87,9 @@ class _Compiled:
         def reset(key):
             key, sub = jax.random.split(key)
             state = jax.vmap(env.reset)(jax.random.split(sub, n))
+            # strongly typed, as step returns them: reset leaves weakly typed leaves (CheetahRun's data.time),
+            # and a carry whose types differ from step's own output compiled step a second time (40 s on a CPU)
+            state = jax.tree.map(lambda leaf: jnp.asarray(leaf, dtype=leaf.dtype), state)
             return {"state": state, "steps": jnp.zeros(n, jnp.int32), "returns": jnp.zeros(n), "key": key}
 
         def step(carry, action):
