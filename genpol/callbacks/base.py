@@ -40,6 +40,10 @@ class Callback:
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         """After each collect-and-update iteration."""
 
+    def on_env_step(self, runner: Any) -> None:
+        """After each vector env step of an off-policy iteration (one lasts minutes on a CPU at RLPD's or
+        MaxEntDP's sizes); keep it cheap."""
+
     def on_train_end(self, runner: Any) -> None:
         """After the last iteration."""
 
@@ -56,6 +60,9 @@ class CallbackList(Callback):
 
     def __init__(self, callbacks: Sequence[Callback]):
         self.callbacks = list(callbacks)
+        # those that act on every env step: the loop over the others would run thousands of times an iteration
+        self.stepping = [callback for callback in self.callbacks
+                         if type(callback).on_env_step is not Callback.on_env_step]
         self.failures: dict[str, str] = {}  # callback class name -> one-line cause, at the end of training
 
     def on_train_start(self, runner: Any) -> None:
@@ -65,6 +72,10 @@ class CallbackList(Callback):
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         for callback in self.callbacks:
             callback.on_iteration_end(runner, metrics)
+
+    def on_env_step(self, runner: Any) -> None:
+        for callback in self.stepping:
+            callback.on_env_step(runner)
 
     def on_train_end(self, runner: Any) -> None:
         for callback in self.callbacks:

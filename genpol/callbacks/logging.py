@@ -122,6 +122,10 @@ class ProgressBar(Callback):
         self.bar = tqdm(total=self.total_steps, initial=min(runner.global_step, self.total_steps), unit=self.unit,
                         unit_scale=True, dynamic_ncols=True, desc=self.description)
 
+    def on_env_step(self, runner: Any) -> None:
+        # an off-policy iteration (learner.iteration_steps) can last minutes: the bar stood at 0 through the first
+        self.bar.update(min(runner.global_step, self.total_steps) - self.bar.n)  # tqdm redraws at most 10x a second
+
     def on_iteration_end(self, runner: Any, metrics: dict[str, float]) -> None:
         self.bar.update(min(runner.global_step, self.total_steps) - self.bar.n)
         postfix = {}

@@ -60,6 +60,7 @@ class OffPolicyRunner(EnvRunner):
             executed = info.get("env_steps")
             self.global_step += int(executed.sum()) if executed is not None else env.num_envs
             self.track_episodes(info)
+            self.callbacks.on_env_step(self)
             obs = next_obs
             if algorithm.ready():
                 diagnostics.append(algorithm.update())
