@@ -33,9 +33,9 @@ from genpol.config import TrainConfig, check_run_dir
 from genpol.config.aliases import quoted, rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
-from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides
 from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
                            DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
+from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides
 
 register_configs()
 log = logging.getLogger(__name__)
