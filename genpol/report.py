@@ -67,7 +67,7 @@ from genpol.report_folder import REPORT_MARKER, OutputFolderError, check_out_dir
 from genpol.report_stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, EXACT_BOOTSTRAP_MAX_SEEDS,  # noqa: F401
                                  bootstrap_median_ci, median_interval_coverage, t_interval)
 from genpol.fields import NO_DEFAULT, schema_default
-from genpol.runners.scaffold import LEGACY_VALUES, holds_progress
+from genpol.runners.scaffold import LEGACY_VALUES, holds_progress, unread_keys
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -161,13 +161,12 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
     * a key its schema declares but its config.yaml lacks was added to genpol after the run started: the run
       computed ``LEGACY_VALUES``' value where the key has one (the behaviour before the key), else the default;
       a key its schema does not declare (a SAC key in a PPO run) stays missing;
-    * ``dataset.*`` in a run without a dataset, and ``dataset.actions`` outside offline_to_online, were never
-      read: they count as their defaults, whatever the run saved.
+    * keys the run never read (``scaffold.unread_keys``: ``dataset.*`` without a dataset, ``dataset.actions``
+      outside offline_to_online, MaxEntDP's automatic temperature's under a fixed one) count as their defaults,
+      whatever the run saved.
     """
     schema = run_schema(config)
-    unread = ("dataset.",) if config.get("dataset.path") is None else ()
-    if config.get("pipeline.name") != "offline_to_online":
-        unread += ("dataset.actions",)
+    unread = unread_keys(config)
     computed = dict(config)
     for key in keys:
         default = _default_of(schema, key)

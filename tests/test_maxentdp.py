@@ -13,10 +13,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 
 from genpol.algorithms.maxentdp import MaxEntDP, MaxQPolicy
+from genpol.config.base import flatten_keys as flatten
 from genpol.config.maxentdp import MaxEntDPConfig
 from genpol.heads import VPDiffusionHead
 from genpol.heads.vp_schedule import estimate_log_prob, log_prob_ceiling
@@ -376,6 +378,38 @@ def test_automatic_temperature_refuses_a_target_entropy_the_estimate_cannot_reac
     MaxEntDPConfig(ent_coef="auto", log_prob_levels=5, target_entropy_scale=0.2)
     MaxEntDPConfig(ent_coef="auto")  # the default target is reachable at the default levels
     MaxEntDPConfig(ent_coef="0.3", target_entropy_scale=-1.0)  # unused with a fixed temperature
+
+
+def test_a_run_saved_with_the_old_target_entropy_default_resumes_and_reports_with_new_ones(tmp_path):
+    """target_entropy_scale's default moved from -1 to 0.5; a fixed-temperature run never reads it, so a run saved
+    before (the 300k bench runs among them) resumes and groups with new ones. Under ent_coef=auto it is read: a
+    changed value is refused as any other."""
+    import yaml
+
+    from genpol.api import compose_config
+    from genpol.config import ConfigError
+    from genpol.configure import validate
+    from genpol.report import computed_config
+    from genpol.runners.scaffold import check_resume_config
+
+    def saved_with_old_default(run_dir, *overrides):
+        cfg = validate(compose_config(["+experiment=maxentdp", "env=pendulum", f"run_dir={run_dir}", *overrides]))
+        run_dir.mkdir()
+        check_resume_config(run_dir, cfg)
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        saved["learner"]["target_entropy_scale"] = -1.0
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+        (run_dir / "checkpoints" / "step_000000001000").mkdir(parents=True)
+        return cfg, saved
+
+    cfg, saved = saved_with_old_default(tmp_path / "per_env")
+    check_resume_config(tmp_path / "per_env", cfg)  # resumes
+    old, new = (computed_config(flatten(config), ["learner.target_entropy_scale"])["learner.target_entropy_scale"]
+                for config in (saved, OmegaConf.to_container(OmegaConf.structured(cfg))))
+    assert old == new == 0.5
+    cfg, _ = saved_with_old_default(tmp_path / "auto", "learner.ent_coef=auto", "learner.log_prob_levels=50")
+    with pytest.raises(ConfigError, match=r"learner.target_entropy_scale: -1.0 -> 0.5"):
+        check_resume_config(tmp_path / "auto", cfg)
 
 
 def test_per_env_temperatures_are_the_authors():

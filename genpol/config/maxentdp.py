@@ -34,9 +34,10 @@ class MaxEntDPConfig(OffPolicyConfig):
     target_entropy_scale: float = 0.5
     """``ent_coef=auto`` only: target entropy = target_entropy_scale x |A|, in nats of the estimate -log pi_hat.
     It must lie above the estimate's floor, ``-log_prob_ceiling(log_prob_levels)`` per dimension (-0.93 at 20
-    levels, +0.14 at 5): SAC's -|A| lies below it at any number of levels. 0.5 is not tuned (the authors fix
-    alpha); their fixed temperatures settle at 0.65-0.72 nats per dimension of the 5-level estimate on Hopper and
-    HalfCheetah (the CPU-sized runs of docs/benchmarks.md)."""
+    levels, +0.14 at 5): SAC's -|A| lies below it up to 21 levels, the default 20 included. 0.5 is not tuned
+    (the authors fix alpha); their fixed temperatures settle at 0.65-0.72 nats per dimension of the 5-level
+    estimate on Hopper and HalfCheetah (the CPU-sized runs of docs/benchmarks.md). Read only with ``auto``: a
+    run saved with the old default, -1, resumes under another ``ent_coef``."""
     temperature_loss: str = "log_alpha"
     """``ent_coef=auto`` only: ``log_alpha`` (SB3's -log alpha (log pi + H)) or ``alpha`` (RLPD's)."""
     backup_entropy: bool = True
@@ -81,15 +82,15 @@ class MaxEntDPConfig(OffPolicyConfig):
         require(self.default_temperature > 0, "learner.default_temperature", "> 0", self.default_temperature)
         require(self.ent_coef != "auto" or self.backup_entropy, "learner.backup_entropy",
                 "true with ent_coef=auto (the temperature learns from the backup's log pi estimate)", self.backup_entropy)
+        require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
+                self.temperature_loss)
+        for key in ("candidates", "log_prob_levels", "log_prob_draws", "chunk_rows", "eval_candidates"):
+            require(getattr(self, key) >= 1, f"learner.{key}", ">= 1", getattr(self, key))
         if self.ent_coef == "auto":  # a target below the estimate's floor: alpha falls every step, to NaN losses
             floor = -log_prob_ceiling(self.log_prob_levels)
             require(self.target_entropy_scale > floor, "learner.target_entropy_scale",
                     f"above {floor:.3f}, the smallest entropy per dimension the {self.log_prob_levels}-level log pi "
                     "estimate can report (ent_coef=auto)", self.target_entropy_scale)
-        require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
-                self.temperature_loss)
-        for key in ("candidates", "log_prob_levels", "log_prob_draws", "chunk_rows", "eval_candidates"):
-            require(getattr(self, key) >= 1, f"learner.{key}", ">= 1", getattr(self, key))
         if self.actor_lr_decay_steps is not None:
             require(self.actor_lr_decay_steps >= 1, "learner.actor_lr_decay_steps", ">= 1 or null",
                     self.actor_lr_decay_steps)

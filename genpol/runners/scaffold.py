@@ -127,6 +127,19 @@ def holds_progress(run_dir: Path) -> bool:
         run_dir.rglob(f"checkpoints/.old-{PREFIX}*"))
 
 
+def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
+    """Key prefixes that a run of the flattened ``config`` never reads, whatever their values: ``dataset.*``
+    without a dataset, ``dataset.actions`` outside offline_to_online (the only pipeline that maps actions), and
+    MaxEntDP's automatic temperature's settings under a fixed temperature (``target_entropy_scale``'s default
+    moved from -1 to 0.5 on 2026-12-07: runs saved before resume and report as one configuration)."""
+    unread = ("dataset.",) if config.get("dataset.path") is None else ()
+    if config.get("pipeline.name") != "offline_to_online":
+        unread += ("dataset.actions",)
+    if config.get("learner.name") == "maxentdp" and config.get("learner.ent_coef") != "auto":
+        unread += ("learner.target_entropy_scale", "learner.temperature_loss")
+    return unread
+
+
 def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: dict[str, Any]) -> None:
     """``ConfigError`` naming every key whose value differs from the saved ``config.yaml`` in a way that
     changes what the run computes."""
@@ -136,10 +149,7 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
         raise ConfigError(f"{path} cannot be read ({type(error).__name__}: {' '.join(str(error).split())[:300]}); "
                           "fix the file, or start anew in another run_dir") from None
     now = flatten_keys(current)
-    # a run without a dataset (both then and now) reads none of dataset.*, and only offline_to_online maps actions
-    unused = ("dataset.",) if saved.get("dataset.path") is None and now.get("dataset.path") is None else ()
-    if now.get("pipeline.name") != "offline_to_online":
-        unused += ("dataset.actions",)
+    unused = tuple(set(unread_keys(saved)) & set(unread_keys(now)))  # read by neither the saved run nor this one
     resumable = RESUMABLE_CHANGES
     if now.get("pipeline.name") == "gorl":  # its evaluations pick each stage's best encoder, which the next builds on
         resumable = tuple(key for key in RESUMABLE_CHANGES if key != "pipeline.eval_")
