@@ -29,7 +29,7 @@ from genpol.errors import CheckpointError, ConfigError
 from genpol.files import write_text_atomic
 from genpol.policy import TrainedPolicy, evaluate_episodes
 from genpol.runners.scaffold import video_folder
-from genpol.sweep_check import check_single_run
+from genpol.sweep_check import check_single_run, is_multirun
 
 register_configs()
 
@@ -130,7 +130,7 @@ def main() -> None:
     """The command line (``python -m genpol.evaluate``, ``genpol-evaluate``)."""
     sys.argv[1:] = positional_run_dir(sys.argv[1:])
     _reached["config"] = False
-    if not any(item in ("-m", "--multirun") for item in sys.argv[1:]):
+    if not is_multirun(sys.argv[1:]):
         try:  # one line naming a misspelt key (episode=2: did you mean episodes?), not Hydra's several
             check_single_run(sys.argv[1:], "evaluate")
         except ConfigError as error:
@@ -141,7 +141,7 @@ def main() -> None:
     except SystemExit as stop:
         # Hydra reports a config it cannot compose (a misspelt key, a value of the wrong type) itself and exits
         # 1; that is bad input, exit 2 as genpol's own config errors (and genpol-train's), for a single run
-        multirun = any(item in ("-m", "--multirun") for item in sys.argv[1:])
+        multirun = is_multirun(sys.argv[1:])
         if stop.code == 1 and not _reached["config"] and not multirun:
             sys.exit(2)
         raise

@@ -145,6 +145,12 @@ def hydra_overrides(argv: list[str]) -> tuple[list[str], str | None]:
     return overrides, config_name
 
 
+def is_multirun(argv: Sequence[str]) -> bool:
+    """Whether a Hydra command line launches a sweep: ``-m`` / ``--multirun``, or ``hydra.mode=MULTIRUN``."""
+    return any(item in ("-m", "--multirun") or item.lstrip("+").replace('"', "").replace("'", "")
+               == "hydra.mode=MULTIRUN" for item in argv)
+
+
 def check_single_run(argv: Sequence[str], config_name: str) -> None:
     """Compose a single run's command line as the API does before Hydra's app does, so that a config Hydra
     cannot compose is one ``ConfigError`` line naming the key (``learner.lrr=1``: "did you mean learner.lr?";

@@ -35,7 +35,7 @@ from genpol.configure import config_dirs_of, import_learner_modules, register_co
 from genpol.envs import EnvError
 from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
                            DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
-from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides
+from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides, is_multirun
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def main() -> None:
             if item.lstrip("+").startswith("run_dir="):
                 check_run_dir(item.split("=", 1)[1].strip("'\""))  # run_dir='' is Hydra's empty string
         import_learner_modules(sys.argv[1:], config_dirs_of(sys.argv[1:]))
-        if any(item in ("-m", "--multirun") for item in sys.argv[1:]):
+        if is_multirun(sys.argv[1:]):
             check_local_sweep(sys.argv[1:])
         else:  # Hydra's own refusal of a misspelt key is six lines suggesting a '+' that adds a key nothing reads
             check_single_run(sys.argv[1:], "config")
@@ -180,7 +180,7 @@ def main() -> None:
         # Hydra reports a config it cannot compose (an unknown group option, a value of the wrong type, a
         # misspelt key) itself, naming the key, and exits 1; a single run that never reached train_from_config
         # had bad input, so its exit code is the other config errors' 2. (A sweep's jobs may run elsewhere.)
-        multirun = any(item in ("-m", "--multirun") for item in sys.argv[1:])
+        multirun = is_multirun(sys.argv[1:])
         if stop.code == 1 and _composed["runs"] == 0 and not multirun:
             sys.exit(EXIT_BAD_INPUT)
         raise

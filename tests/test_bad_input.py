@@ -536,6 +536,11 @@ def test_the_sweep_check_expands_as_hydras_basic_sweeper_and_leaves_what_it_cann
     overrides, config_name = hydra_overrides(argv)
     assert overrides == ["env=gym,hopper", "seed=range(2)", "seed=0,1,2", "hydra.sweep.dir=x"] and config_name is None
     assert hydra_overrides(["-m", "--config-name", "mine", "a=1"]) == (["a=1"], "mine")
+    # Hydra's other way to ask for a sweep: the single-run check (which refuses seed=0,1) must not take it
+    from genpol.sweep_check import is_multirun
+
+    assert is_multirun(["hydra.mode=MULTIRUN", "seed=0,1"]) and is_multirun(["--multirun"])
+    assert not is_multirun(["hydra.mode=RUN", "seed=0"])
     assert sweep_axes(overrides) == ([["env=gym", "env=hopper"], ["seed=0", "seed=1", "seed=2"]], ["hydra.sweep.dir=x"])
     assert sweep_axes(["hydra/sweeper=optuna", "learner.lr=interval(1e-4, 1e-2)"]) is None
     assert check_sweep([*PENDULUM, "seed=0,1", "launcher=joblib"]) == 2
