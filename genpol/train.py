@@ -16,9 +16,11 @@ command resumes the run.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,18 @@ def check_local_sweep(argv: list[str]) -> None:
     check_sweep(overrides, config_dirs_of(argv), config_name or "config")
 
 
+def print_help() -> None:
+    """Hydra's ``--help``, without the groups' typed schemas (``schema_ppo``, ...): they sit beside the options in
+    Hydra's store, so its list of each group's options named them, and choosing one is refused."""
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            train_from_config()
+    finally:
+        shown = re.sub(r", schema_\w+$", "", re.sub(r"\bschema_\w+, ", "", text.getvalue()), flags=re.M)
+        print(shown, end="")
+
+
 def expand_home(item: str) -> str:
     """``run_dir=~/runs/x`` (quoted or not) with the home folder written out, as the API and evaluate take it:
     Hydra makes the folder as written, so a run trained in ``./~/runs/x``, where nothing looks for it."""
@@ -174,6 +188,9 @@ def main() -> None:
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     register_configs()
+    if any(item in ("--help", "-h") for item in sys.argv[1:]):
+        print_help()
+        return
     try:
         train_from_config()
     except SystemExit as stop:

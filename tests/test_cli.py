@@ -88,6 +88,19 @@ def test_evaluate_names_a_missing_run(tmp_path):
     assert result.returncode == 2 and f"no checkpoint in {tmp_path / 'empty'}" in result.stderr
 
 
+def test_help_lists_each_groups_options_and_not_their_schemas():
+    """Hydra's --help listed the typed schemas (schema_ppo, ...) among each group's options; choosing one is
+    refused, so they are left out."""
+    result = run_cli("-m", "genpol.train", "--help")
+    listed = result.stdout.split("== Config ==")[0]  # the groups, before the composed config
+    groups = dict(line.split(": ", 1) for line in listed.splitlines() if line.split(":")[0] in ("learner", "policy",
+                                                                                                  "pipeline"))
+    assert groups["learner"].split(", ") == ["aspo", "consistency_ac", "expo", "maxentdp", "meow", "ppo", "sac", "spo",
+                                             "trpo"]
+    assert groups["pipeline"] == "gorl, offline_to_online, online" and "gaussian" in groups["policy"].split(", ")
+    assert "schema_" not in result.stdout and "== Config ==" in result.stdout
+
+
 def test_any_gymnasium_id_and_a_multirun_sweep(tmp_path):
     run_cli("-m", "genpol.train", "--multirun", "env=gym", "env.id=Pendulum-v1", "seed=0,1", "total_steps=512",
             "learner.rollout_steps=128", "env.num_envs=2", "learner.epochs=1", "pipeline.video=false",
