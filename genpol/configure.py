@@ -325,6 +325,9 @@ def check_groups(config: TrainConfig) -> None:
         for key in ("clip_range", "max_grad_norm"):  # each stage sets them: a value set here went unread
             moved(config, f"learner.{key}", f"pipeline=gorl sets them per stage: set pipeline.{key}_first and "
                   f"pipeline.{key}_later")
+    unread_fields = getattr(type(config.learner), "unread_fields", None)  # a user's schema may name none
+    for name, why in (unread_fields(vars(config.learner)) if unread_fields is not None else {}).items():
+        moved(config, f"learner.{name}", why)
     if row.off_policy:  # only the on-policy learners build the head's value critic
         for key in ("critic_hidden_sizes", "critic_activation", "critic_residual"):
             moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; "

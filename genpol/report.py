@@ -162,8 +162,8 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
       computed ``LEGACY_VALUES``' value where the key has one (the behaviour before the key), else the default;
       a key its schema does not declare (a SAC key in a PPO run) stays missing;
     * keys the run never read (``scaffold.unread_keys``: ``dataset.*`` without a dataset, ``dataset.actions``
-      outside offline_to_online, MaxEntDP's automatic temperature's under a fixed one) count as their defaults,
-      whatever the run saved.
+      outside offline_to_online, the learner fields its schema's ``unread_fields`` names, such as a learned
+      temperature's under a fixed one) count as their defaults, whatever the run saved.
     """
     schema = run_schema(config)
     unread = unread_keys(config)

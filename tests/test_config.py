@@ -469,6 +469,19 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
      r"^policy.critic_hidden_sizes=\[512, 512, 512\] is not read: learner=sac does not use the head's value critic"),
     (["+experiment=gorl", "learner.clip_range=0.05"],
      r"^learner.clip_range=0.05 is not read: pipeline=gorl sets them per stage: set pipeline.clip_range_first"),
+    # a learner's own unread fields (its schema's unread_fields): each was accepted and trained as if not set
+    (["learner=sac", "policy=tanh_gaussian", "learner.ent_coef=0.1", "learner.init_temperature=5"],
+     r"^learner.init_temperature=5.0 is not read: learner.ent_coef=0.1 fixes the temperature"),
+    (["learner=consistency_ac", "policy=tanh_gaussian", "learner.actor_q_reduction=mean"],
+     r"^learner.actor_q_reduction='mean' is not read: the Q-loss takes one of two critics drawn at random"),
+    (["learner=consistency_ac", "policy=tanh_gaussian", "learner.temperature_lr=1.0"],
+     r"^learner.temperature_lr=1.0 is not read: a Q-gradient actor has no entropy term"),
+    (["learner=expo", "policy=tanh_gaussian", "learner.offline_ratio=0", "learner.backup_entropy=true"],
+     r"^learner.backup_entropy=True is not read: EXPO's TD target has no entropy term"),
+    (["learner=meow", "policy=energy_flow", "learner.num_qs=10"],
+     r"^learner.num_qs=10 is not read: MEow's flow is its own critic"),
+    (["+experiment=maxentdp", "learner.ent_coef=0.1", "learner.default_temperature=0.3"],
+     r"^learner.default_temperature=0.3 is not read: learner.ent_coef=0.1 is the temperature"),
     # a learner that cannot train the head at all is named first: the chain-length fix offered before led there
     (["policy=diffusion", "learner=meow"], r"^policy=diffusion with learner=meow: "),
 ])
@@ -478,6 +491,47 @@ def test_values_that_trained_wrong_or_failed_late_are_refused_up_front(overrides
     by zero after pretraining began, and a negative weight decay or TRPO's Adam epsilon failed inside torch."""
     with pytest.raises(ConfigError, match=message):
         validate(compose_config(["env=pendulum", *overrides]))
+
+
+@pytest.mark.parametrize("overrides, field, saved_value", [
+    (["learner=sac", "policy=tanh_gaussian", "learner.ent_coef=0.1"], "init_temperature", 5.0),
+    (["learner=expo", "policy=tanh_gaussian", "learner.offline_ratio=0"], "backup_entropy", True),
+    (["learner=meow", "policy=energy_flow"], "num_qs", 10),
+])
+def test_a_run_saved_with_an_unread_field_moved_resumes_and_groups_as_one(tmp_path, overrides, field, saved_value):
+    """Validation now refuses these fields moved from their defaults, so a run saved with one (accepted before)
+    resumes with the field left out: the resume check and genpol.report skip the fields the learner's
+    ``unread_fields`` names for the run's values, as they skip ``dataset.*`` without a dataset."""
+    import yaml
+
+    from genpol.config.base import flatten_keys
+    from genpol.report import computed_config
+    from genpol.runners.scaffold import check_resume_config, unread_keys
+
+    run_dir = tmp_path / "run"
+    cfg = validate(compose_config(["env=pendulum", f"run_dir={run_dir}", *overrides]))
+    run_dir.mkdir()
+    check_resume_config(run_dir, cfg)  # writes config.yaml
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["learner"][field] != saved_value
+    saved["learner"][field] = saved_value
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    (run_dir / "checkpoints" / "step_000000001000").mkdir(parents=True)
+    check_resume_config(run_dir, cfg)  # no ConfigError: the run never read the field
+    flat = flatten_keys(saved)
+    assert f"learner.{field}" in unread_keys(flat)
+    assert computed_config(flat, [f"learner.{field}"])[f"learner.{field}"] == getattr(cfg.learner, field)
+    # where the learner reads it (SAC's learned temperature), a changed value is refused as any other
+    if field == "init_temperature":
+        auto = validate(compose_config(["env=pendulum", f"run_dir={tmp_path / 'auto'}", "learner=sac",
+                                        "policy=tanh_gaussian"]))
+        (tmp_path / "auto").mkdir()
+        check_resume_config(tmp_path / "auto", auto)
+        text = (tmp_path / "auto" / "config.yaml").read_text().replace("init_temperature: 1.0", "init_temperature: 5.0")
+        (tmp_path / "auto" / "config.yaml").write_text(text)
+        (tmp_path / "auto" / "checkpoints" / "step_000000001000").mkdir(parents=True)
+        with pytest.raises(ConfigError, match=r"learner.init_temperature: 5.0 -> 1.0"):
+            check_resume_config(tmp_path / "auto", auto)
 
 
 def test_a_validated_config_refuses_a_misspelt_attribute():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from genpol.config.base import require
 from genpol.config.offpolicy import OffPolicyConfig
@@ -97,6 +97,19 @@ class MaxEntDPConfig(OffPolicyConfig):
         require(self.num_min_qs in (None, self.num_qs), "learner.num_min_qs",
                 "null (the minimum over every critic, as the authors')", self.num_min_qs)
         require(not self.compile, "learner.compile", "false (MaxEntDP's steps run eager)", self.compile)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        ent_coef = str(values.get("ent_coef", "per_env"))
+        if ent_coef != "auto":  # target_entropy_scale's default moved from -1 to 0.5 on 2026-12-07: runs saved
+            # before resume under a fixed temperature, which never read it
+            unread.update(dict.fromkeys(("target_entropy_scale", "temperature_loss"),
+                                        f"learner.ent_coef={ent_coef} fixes the temperature (ent_coef=auto learns it)"))
+        if ent_coef not in ("per_env", "auto"):
+            unread.update(dict.fromkeys(("per_env_temperatures", "default_temperature"),
+                                        f"learner.ent_coef={ent_coef} is the temperature (per_env and auto read them)"))
+        return unread
 
     def temperature(self, env_id: str) -> float:
         """The fixed temperature of ``env_id`` (``per_env``), or the number ``ent_coef`` names; for ``auto``,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from genpol.config.base import require
 from genpol.config.offpolicy import OffPolicyConfig
@@ -17,7 +17,8 @@ class MEowConfig(OffPolicyConfig):
     ``meow_continuous_action.py`` (``+experiment=meow`` sets their Hopper command).
 
     The ``critic_*``, ``num_qs``, ``num_min_qs`` and ``critic_reduction`` fields of the off-policy schema are
-    unused: the head's ``value_shifts`` are the value heads, and the loss is the mean over them."""
+    unused (``unread_fields``: refused when set): the head's ``value_shifts`` are the value heads, and the loss
+    is the mean over them."""
 
     name: str = "meow"
     """Learner name; selects the learner."""
@@ -38,3 +39,15 @@ class MEowConfig(OffPolicyConfig):
         require(not self.compile, "learner.compile", "false (MEow's steps run eager)", self.compile)
         # one network is both actor and critic, with one optimizer at lr
         require(self.critic_lr is None, "learner.critic_lr", "null (MEow's flow is its critic; set lr)", self.critic_lr)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        unread.update(dict.fromkeys(MEOW_UNREAD, "MEow's flow is its own critic (policy=energy_flow: its value heads "
+                                    "are policy.value_shifts, the TD loss is the mean over them)"))
+        return unread
+
+
+# the off-policy schema's critic fields, which MEow (no Q-network) never reads
+MEOW_UNREAD = ("num_qs", "num_min_qs", "critic_layer_norm", "critic_layer_norm_eps", "critic_hidden_sizes",
+               "critic_activation", "critic_init", "critic_reduction")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 from omegaconf import MISSING
 
@@ -125,6 +125,14 @@ class OffPolicyConfig(FixedFields):
             require(self.max_grad_norm > 0, "learner.max_grad_norm", "> 0 or null", self.max_grad_norm)
         require(self.iteration_steps >= 1, "learner.iteration_steps", ">= 1", self.iteration_steps)
 
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        """The fields that a run with these field ``values`` (``{"ent_coef": "0.1", ...}``) never reads, each with
+        why: validation refuses one moved from its default (the run would train as if it had not been), and a
+        resume and ``genpol.report`` ignore them (``scaffold.unread_keys``). A class method on the values, so that
+        a saved run's config.yaml is judged by the same rule. Each learner's schema names its own."""
+        return {}
+
 
 @dataclass
 class SACConfig(OffPolicyConfig):
@@ -183,6 +191,18 @@ class SACConfig(OffPolicyConfig):
         require(self.init_temperature > 0, "learner.init_temperature", "> 0", self.init_temperature)
         require(self.temperature_loss in ("log_alpha", "alpha"), "learner.temperature_loss", "log_alpha or alpha",
                 self.temperature_loss)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        if str(values.get("ent_coef", "auto")) != "auto":  # the learned temperature's settings
+            why = f"learner.ent_coef={values['ent_coef']} fixes the temperature (ent_coef=auto learns it)"
+            unread.update(dict.fromkeys(TEMPERATURE_FIELDS, why))
+        return unread
+
+
+# SAC's fields that only a learned temperature (ent_coef=auto) reads
+TEMPERATURE_FIELDS = ("init_temperature", "temperature_lr", "target_entropy_scale", "temperature_loss")
 
 
 @dataclass
@@ -267,6 +287,15 @@ class QGradientConfig(SACConfig):
                 self.ent_coef)
         require(self.batching == "sb3", "learner.batching", "sb3 (one actor step per critic step)", self.batching)
         require(not self.compile, "learner.compile", "false (not supported by this learner yet)", self.compile)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        unread.update(dict.fromkeys((*TEMPERATURE_FIELDS, "backup_entropy"),
+                                    "a Q-gradient actor has no entropy term (ent_coef is 0)"))
+        unread["actor_q_reduction"] = ("the Q-loss takes one of two critics drawn at random per step (L_Q), "
+                                       "not a reduction over the ensemble")
+        return unread
 
     def total_steps_clock(self, trained: int, saved_total: int, new_total: int) -> tuple[str, str] | None:
         """The epsilon of uniform random actions decays over explore_fraction x total_steps: another budget
@@ -379,3 +408,11 @@ class ExpoConfig(SACConfig):
         require(self.batching == "rlpd", "learner.batching", "rlpd for EXPO", self.batching)
         require(self.actor_q_reduction == "mean", "learner.actor_q_reduction", "mean for EXPO's edit loss",
                 self.actor_q_reduction)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        # EXPO's code backs up none: the policy that picks a' (argmax-Q over base samples and their edits) has no
+        # log-prob to back up. RLPD's bundle sets backup_entropy=true, and users coming from it may set it here
+        unread["backup_entropy"] = "EXPO's TD target has no entropy term (its argmax-Q policy has no log-prob)"
+        return unread

@@ -21,6 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from genpol import collectives, distributed
+from genpol.algorithms.registry import LEARNERS
 from genpol.allocator import retain_freed_memory
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
@@ -130,13 +131,17 @@ def holds_progress(run_dir: Path) -> bool:
 def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
     """Key prefixes that a run of the flattened ``config`` never reads, whatever their values: ``dataset.*``
     without a dataset, ``dataset.actions`` outside offline_to_online (the only pipeline that maps actions), and
-    MaxEntDP's automatic temperature's settings under a fixed temperature (``target_entropy_scale``'s default
-    moved from -1 to 0.5 on 2026-12-07: runs saved before resume and report as one configuration)."""
+    the learner fields its schema's ``unread_fields`` names for these values (the learned temperature's settings
+    under a fixed one, MEow's critic fields, ...; MaxEntDP's ``target_entropy_scale`` default moved from -1 to
+    0.5 on 2026-12-07: runs saved before resume and report as one configuration)."""
     unread = ("dataset.",) if config.get("dataset.path") is None else ()
     if config.get("pipeline.name") != "offline_to_online":
         unread += ("dataset.actions",)
-    if config.get("learner.name") == "maxentdp" and config.get("learner.ent_coef") != "auto":
-        unread += ("learner.target_entropy_scale", "learner.temperature_loss")
+    row = LEARNERS.get(str(config.get("learner.name")))  # a learner of the user's not imported here: none named
+    unread_fields = getattr(row.schema, "unread_fields", None) if row is not None else None
+    if unread_fields is not None:
+        values = {key.removeprefix("learner."): value for key, value in config.items() if key.startswith("learner.")}
+        unread += tuple(f"learner.{name}" for name in unread_fields(values))
     return unread
 
 
