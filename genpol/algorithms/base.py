@@ -13,9 +13,10 @@ The two loop shapes it serves:
   gradient steps the update-to-data ratio asks for) at every env step.
 
 Checkpoints: ``state_dict`` holds all of the algorithm's training state (critics, targets,
-optimizers, storage, its generators); ``policy_state`` holds what *acting* needs besides the head's
-weights (nothing for most learners; a learner that acts through its critics, such as EXPO, puts
-them here and the checkpoint's ``policy/`` carries them).
+optimizers, storage, its generators). The checkpoint's ``policy/`` holds ``acting_head()``'s spec and
+weights: a learner that acts through more than its head (EXPO and MaxEntDP through their critics) returns
+a head that owns all of it (``genpol.algorithms.acting``), which ``genpol.evaluate`` and ``load_policy``
+rebuild from ``policy/`` alone.
 """
 
 from __future__ import annotations
@@ -52,10 +53,6 @@ class Algorithm(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict``."""
 
-    def policy_state(self) -> dict[str, Any]:
-        """What acting needs besides the head's weights (saved in the checkpoint's ``policy/``)."""
-        return {}
-
     def set_progress(self, fraction: float) -> None:
         """Training progress in [0, 1] (env steps done / total), for learning-rate schedules."""
 
@@ -68,5 +65,6 @@ class Algorithm(abc.ABC):
         return {}
 
     def acting_head(self) -> PolicyHead:
-        """The head evaluation acts with (an EMA copy for learners that keep one)."""
+        """The head evaluation acts with (an EMA copy for learners that keep one; a head that owns the critics
+        for a learner that acts through them): the checkpoint's ``policy/`` saves its spec and weights."""
         return self.head

@@ -121,13 +121,9 @@ class EnvRunner(abc.ABC):
 
     # ------------------------------------------------------------------ checkpoints
     def policy_weights(self) -> dict[str, Any]:
-        """What evaluation needs besides the spec: head weights, observation normalization, and
-        whatever else the algorithm acts through."""
-        weights = {"head": self.head.state_dict(), "obs_normalizer": observation_state(self.env)}
-        extra = self.algorithm.policy_state()
-        if extra:
-            weights["algorithm"] = extra
-        return weights
+        """What evaluation needs besides the spec: the acting head's weights (all the algorithm acts through,
+        ``Algorithm.acting_head``) and the observation normalization."""
+        return {"head": self.head.state_dict(), "obs_normalizer": observation_state(self.env)}
 
     def training_state(self) -> dict[str, Any]:
         """Everything besides the policy that an exact resume needs (under torchrun, with every

@@ -108,11 +108,7 @@ class OfflineRLRunner:
 
     # ------------------------------------------------------------------ checkpoints (Checkpointer API)
     def policy_weights(self) -> dict[str, Any]:
-        weights = {"head": self.head.state_dict(), "obs_normalizer": self.observation_state}
-        extra = self.algorithm.policy_state()
-        if extra:
-            weights["algorithm"] = extra
-        return weights
+        return {"head": self.head.state_dict(), "obs_normalizer": self.observation_state}
 
     def training_state(self) -> dict[str, Any]:
         return {"head": self.algorithm.head.state_dict(), "algorithm": self.algorithm.state_dict(),
