@@ -98,6 +98,13 @@ def test_a_finished_run_trained_on_sets_its_summary_aside_until_the_new_end(tmp_
                                      "pipeline.video=false", f"pipeline.video_dir={tmp_path / 'videos'}"]))
     check_resume_config(run_dir, again)  # the same budget (a re-evaluation): the summary stays
     assert (run_dir / "summary.json").exists()
+    # a chunked head's run ends a few env steps short of its budget (478 of 480 with act_steps=3): run again with
+    # the same budget, its summary was moved aside as if it trained on
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "env_steps": 510}))
+    check_resume_config(run_dir, again)
+    assert (run_dir / "summary.json").exists()
+    (run_dir / "summary.json").write_text(json.dumps(summary))
     check_resume_config(run_dir, dataclasses.replace(again, total_steps=1024))  # as a resume to 1024 starts
     assert not (run_dir / "summary.json").exists()
     assert json.loads((run_dir / "summary-512.json").read_text())["env_steps"] == 512

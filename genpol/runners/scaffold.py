@@ -93,7 +93,7 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
         compare_saved_config(run_dir, path, cfg, current)
         # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
         # for genpol.report, which groups runs by it
-        set_aside_outgrown_summary(run_dir, cfg)
+        set_aside_outgrown_summary(run_dir, cfg, OmegaConf.load(path).get("total_steps"))
     elif holds_progress(run_dir):  # deleted by hand: the resume could not be checked against what the run was
         raise ConfigError(f"{run_dir} holds checkpoints but no config.yaml, so a resume cannot be checked against "
                           "the config the run trained with; put its config.yaml back, or start anew in another "
@@ -101,14 +101,19 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     write_text_atomic(path, OmegaConf.to_yaml(current))
 
 
-def set_aside_outgrown_summary(run_dir: Path, cfg: TrainConfig) -> None:
-    """A finished run resumed with a larger ``total_steps`` trains on, and its ``summary.json`` describes the
-    smaller budget until the new end replaces it: a stop before that end (exit 4, a preemption, NaN) left it,
-    and ``genpol.report``, which counts a run with a summary as finished, showed the old numbers under the new
-    budget. It moves to ``summary-<env_steps>.json``. (GoRL's steps count its stages apart: left as it is.)"""
+def set_aside_outgrown_summary(run_dir: Path, cfg: TrainConfig, saved_total_steps: int | None) -> None:
+    """A finished run resumed with a larger ``total_steps`` than ``saved_total_steps`` (its config.yaml's) trains
+    on, and its ``summary.json`` describes the smaller budget until the new end replaces it: a stop before that end
+    (exit 4, a preemption, NaN) left it, and ``genpol.report``, which counts a run with a summary as finished,
+    showed the old numbers under the new budget. It moves to ``summary-<env_steps>.json``. The same budget again
+    keeps it: a chunked head's run ends a few env steps short of total_steps by design (478 of 480 with
+    act_steps=3), and read as "trains on" that moved a finished run's summary aside. (GoRL's steps count its
+    stages apart: left as it is.)"""
     path = run_dir / "summary.json"
     if cfg.pipeline.name == "gorl" or not list_checkpoints(run_dir / "checkpoints"):
         return  # without a checkpoint the summary is what marks the run as holding progress
+    if saved_total_steps is not None and cfg.total_steps <= saved_total_steps:
+        return
     try:
         env_steps = int(json.loads(path.read_text())["env_steps"])
     except (OSError, ValueError, KeyError, TypeError):
