@@ -5,8 +5,10 @@ refuses in job 7 of 20 (``learner.lr=1e-3,3e-4,abc``, a head the learner cannot 
 on-policy learner) was found after the jobs before it had trained, hours later; with the basic launcher the
 refusal (exit 2) also ended the sweep, so the jobs after it never ran. ``check_sweep`` expands the command
 line's sweeps as Hydra's basic sweeper does (the cartesian product of every ``key=a,b``, ``range(..)`` and
-``choice(..)``; a key given twice keeps its last value), composes and validates each job, and names the first
-bad one with its overrides, before anything runs.
+``choice(..)``; a key given twice keeps its last value, in its first place), composes and validates each job,
+and names the first bad one with its overrides, before anything runs. Each job's folder (``<run_dir>/<job number>``)
+is checked as the job checks it when it starts: not inside another run's folder, and, where it holds a saved run, with
+the config a resume there takes (a sweep re-run with other values into the same run_dir was refused job by job).
 
 Only sweeps whose jobs run on this machine are checked: the launcher the first job composes with (from the
 command line, an experiment or a config of the user's) must be Hydra's basic one (``launcher=local``, the
@@ -30,11 +32,12 @@ import itertools
 import logging
 import math
 import tempfile
-from typing import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import InterpolationResolutionError
 
 from genpol.errors import ConfigError
@@ -56,8 +59,8 @@ def _quiet_logs() -> Iterator[None]:
 
 def sweep_axes(overrides: Sequence[str]) -> tuple[list[list[str]], list[str]] | None:
     """``(axes, hydra_overrides)``: one list of ``key=value`` items per key (a sweep's values, or the one
-    value; a key given twice keeps its last), and the ``hydra.*`` overrides, which every job shares. None
-    where the sweep cannot be expanded outside Hydra's app (see the module docstring)."""
+    value; a key given twice keeps its last, in its first place), and the ``hydra.*`` overrides, which every job
+    shares. None where the sweep cannot be expanded outside Hydra's app (see the module docstring)."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         axes: dict[str, list[str]] = {}
@@ -69,7 +72,8 @@ def sweep_axes(overrides: Sequence[str]) -> tuple[list[list[str]], list[str]] | 
                     return None
                 hydra_items.append(override.input_line)
                 continue
-            axes.pop(key, None)  # the last occurrence wins and takes its place in the order, as Hydra's
+            # the last occurrence's values in the first's place, as Hydra's BasicSweeper.split_arguments assigns
+            # into an OrderedDict: the jobs' order, and so their numbers and folders, are Hydra's
             axes[key] = ([f"{key}={value}" for value in override.sweep_string_iterator()]
                          if override.is_sweep_override() else [override.input_line])
     except _CANNOT_EXPAND:
@@ -83,6 +87,31 @@ def jobs_run_here(first_job: DictConfig) -> bool:
     launcher = str(hydra.launcher.get("_target_", "")).rpartition(".")[2]
     sweeper = str(hydra.sweeper.get("_target_", "")).rpartition(".")[2]
     return launcher in LOCAL_LAUNCHERS and sweeper == "BasicSweeper" and not hydra.sweeper.get("params")
+
+
+def job_folder(job: DictConfig, number: int) -> Path | None:
+    """The folder Hydra runs sweep job ``number`` in: ``hydra.sweep.dir`` / ``hydra.sweep.subdir`` of the job's
+    config (genpol's: ``${run_dir}/${hydra.job.num}``), with the number the launchers set; None where only Hydra's
+    app can resolve it (a ``${hydra:...}`` value)."""
+    with read_write(job.hydra), open_dict(job.hydra):
+        job.hydra.job.num = number
+    try:
+        return Path(str(job.hydra.sweep.dir)) / str(job.hydra.sweep.subdir)
+    except InterpolationResolutionError:
+        return None
+
+
+def check_job_folder(folder: Path, config: Any) -> None:
+    """``ConfigError`` where the job would be refused in ``folder`` when it starts: a folder inside another run's
+    (``check_run_dir``), or a saved run there that its config would not resume: the comparison of the resume
+    check (``genpol.runners.scaffold.check_resume_config``), which writes nothing."""
+    from genpol.config import check_run_dir
+    from genpol.runners.scaffold import compare_saved_config, holds_progress
+
+    check_run_dir(str(folder))
+    saved = folder / "config.yaml"
+    if saved.is_file() and holds_progress(folder):  # without progress the job starts afresh, as the resume check does
+        compare_saved_config(folder, saved, config, OmegaConf.to_container(OmegaConf.structured(config), resolve=True))
 
 
 def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), config_name: str = "config") -> int:
@@ -106,19 +135,25 @@ def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), confi
             # the default run_dir resolves by claiming a new dated folder: one for each job checked, left empty
             items = [*hydra_items, *job, *([] if given_run_dir else [f"run_dir={scratch}/{number}"])]
             try:
-                if number == 0:
-                    first = compose_config(items, config_name=config_name, config_dirs=config_dirs,
-                                           return_hydra_config=True)
-                    if not jobs_run_here(first):
-                        return 0
-                validate(compose_config(items, config_name=config_name, config_dirs=config_dirs))
+                composed = compose_config(items, config_name=config_name, config_dirs=config_dirs,
+                                          return_hydra_config=True)
+                first = composed if number == 0 else first
+                if number == 0 and not jobs_run_here(first):
+                    return 0
+                folder = job_folder(composed, number)
+                with open_dict(composed):  # the job's config less Hydra's node, as compose() and Hydra's jobs have it
+                    del composed["hydra"]
+                config = validate(composed)
+                if folder is not None:
+                    check_job_folder(folder, config)
             except InterpolationResolutionError:  # a ${hydra:...} value: only the job itself can resolve it
                 continue
             except ConfigError as error:
                 if number == 0 and first is None:  # Hydra cannot compose the first job: it says so at once itself
                     return 0
                 shown = " ".join(item for item in job if item not in overrides) or "its overrides"
-                raise ConfigError(f"sweep job {number} of {total} ({shown}): {error}. No job was started: "
+                reason = str(error).rstrip(".")  # the resume check's reason is sentences
+                raise ConfigError(f"sweep job {number} of {total} ({shown}): {reason}. No job was started: "
                                   "mend it (or leave it out of the sweep) and launch again") from None
     return len(jobs)
 

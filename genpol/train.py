@@ -102,6 +102,8 @@ def train_from_config(cfg: DictConfig) -> None:
         cfg.run_dir = (hydra_config.runtime.output_dir if hydra_config.mode == RunMode.RUN
                        else str(Path(hydra_config.sweep.dir).absolute()))
     try:
+        if hydra_config.mode == RunMode.MULTIRUN:  # a job's own folder, <run_dir>/<number>: in no other run's files
+            check_run_dir(hydra_config.runtime.output_dir)  # (main checks a single run's run_dir before Hydra makes it)
         config = validate(cfg)
         summary = run_training(config, hydra_config.runtime.output_dir)
     except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:

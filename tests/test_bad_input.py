@@ -4,6 +4,7 @@ checks are in test_config.py, the env ids' in test_envs.py, the datasets' in tes
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -553,3 +554,67 @@ def test_the_sweep_check_expands_as_hydras_basic_sweeper_and_leaves_what_it_cann
         assert check_sweep([*PENDULUM, f"+experiment={experiment}", "seed=0,1"], [str(tmp_path)]) == 0
     with pytest.raises(ConfigError, match=r"sweep job 0 of 2 \(seed=0\): learner.lr must be > 0"):
         check_sweep([*PENDULUM, "+experiment=cluster", "seed=0,1", "launcher=local"], [str(tmp_path)])
+
+
+TINY_SWEEP = [*PENDULUM, "total_steps=64", "env.num_envs=1", "learner.rollout_steps=64", "pipeline.video=false",
+              "pipeline.eval_episodes=1", "logger.progress_bar=false", "logger.tensorboard=false"]
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    """``--multirun run_dir=<it> seed=0``: a finished sweep of one tiny job, in ``<it>/0``."""
+    from conftest import run_cli
+
+    sweep = tmp_path_factory.mktemp("finished") / "sweep"
+    run_cli("-m", "genpol.train", "--multirun", *TINY_SWEEP, f"run_dir={sweep}", "seed=0")
+    assert (sweep / "0" / "summary.json").is_file()
+    return sweep
+
+
+def test_a_sweep_that_would_not_resume_a_saved_job_is_refused_before_any_job_starts(finished_sweep):
+    """``seed=1,0`` into the run_dir of a ``seed=0`` sweep: job 0 (seed=1) found job 0's saved run (seed=0) only when it
+    started, refused it and ended the sweep, so job 1 never ran. The check compares each job with the run saved in
+    its folder, as the resume does, and names the job; the same sweep again (and more seeds) passes."""
+    from conftest import run_cli
+
+    from genpol.sweep_check import check_sweep
+
+    before = sorted(path.name for path in finished_sweep.iterdir())
+    result = run_cli("-m", "genpol.train", "--multirun", *TINY_SWEEP, f"run_dir={finished_sweep}", "seed=1,0",
+                     check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (f"sweep job 0 of 2 (seed=1): {finished_sweep / '0'} holds a run with a different config (seed: 0 -> 1)"
+            in result.stderr), result.stderr[-2000:]
+    assert sorted(path.name for path in finished_sweep.iterdir()) == before  # no job started
+    assert check_sweep([*TINY_SWEEP, f"run_dir={finished_sweep}", "seed=0,1"]) == 2  # a resume, and a new job
+
+
+def test_a_sweep_into_a_runs_own_folder_is_refused_before_any_job_starts(finished_sweep, tmp_path):
+    """A finished run's folder given as a sweep's run_dir: job 0 trained in ``<run>/0``, among the run's files (a
+    single run there is refused by check_run_dir). Each job's folder is checked the same way before launch, and
+    again by the job when it starts (for launchers whose jobs run elsewhere)."""
+    from conftest import run_cli
+
+    run = tmp_path / "E_run"
+    shutil.copytree(finished_sweep / "0", run)
+    result = run_cli("-m", "genpol.train", "--multirun", *TINY_SWEEP, f"run_dir={run}", "seed=0", check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (f"sweep job 0 of 1 (its overrides): run_dir={run / '0'} lies inside the run {run}, among its files"
+            in result.stderr), result.stderr[-2000:]
+    assert not (run / "0").exists()
+
+
+def test_a_key_given_twice_keeps_its_first_place_in_the_sweep_as_in_hydras(tmp_path):
+    """``seed=0,1 learner.lr=1e-3,-1 seed=2,3``: Hydra's basic sweeper keeps seed first (with 2,3), so its job 1 is
+    ``seed=2 learner.lr=-1``; the check moved seed last and named job 2, whose folder holds another job."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from genpol.sweep_check import check_sweep, sweep_axes
+
+    overrides = ["seed=0,1", "learner.lr=1e-3,-1", "env=gym", "seed=2,3", "env.id=Pendulum-v1", "env=gym"]
+    axes, _ = sweep_axes(overrides)
+    hydras = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    assert [list(job) for job in itertools.product(*axes)] == hydras
+    with pytest.raises(ConfigError, match=r"^sweep job 1 of 4 \(seed=2 learner.lr=-1\): learner.lr must be > 0"):
+        check_sweep([*overrides, f"run_dir={tmp_path}"])
