@@ -248,8 +248,9 @@ def make(
             env = ActionRescale(env, bounds=action_bounds)
         env = EpisodeStats(env)
         if video_dir is not None:
-            # a frame per agent step, which runs action_chunk env steps: the film keeps 30 env steps a second
-            env = VideoRecorder(env, video_dir, prefix=video_prefix, fps=30 / action_chunk)
+            # fps left to the recorder: real time, the backend's render_fps over its action chunk (a frame per agent
+            # step, which runs action_chunk control steps)
+            env = VideoRecorder(env, video_dir, prefix=video_prefix)
         if normalize_obs:
             env = ObservationNormalizer(env, clip=obs_clip)
         if obs_bounds is not None:

@@ -52,6 +52,11 @@ RANDOMIZED_MODEL_FIELDS = ("body_pos", "body_quat", "geom_pos", "geom_quat", "ge
                            "wrap_prm", "hfield_data")
 
 
+# The frame rate of an env that gives no control rate (``VectorEnv.render_fps``): the rate every video had before
+# the backends gave theirs.
+DEFAULT_RENDER_FPS = 30.0
+
+
 class EnvError(ValueError):
     """A bad environment id, a bad action, or an env that genpol cannot drive."""
 
@@ -70,7 +75,8 @@ class VectorEnv(abc.ABC):
     """Base class of backends and wrappers: batched torch tensors on one device.
 
     Subclasses set ``num_envs``, ``device``, ``obs_dim``, ``act_dim``, ``action_low`` and
-    ``action_high`` (``[A]`` tensors), and ``max_episode_steps`` (or None), and implement
+    ``action_high`` (``[A]`` tensors), ``max_episode_steps`` (or None) and, when the simulator has a control
+    rate, ``render_fps`` (see the attribute), and implement
     ``reset``, ``step``, and for an exact resume ``state_dict`` and ``load_state_dict`` (every
     backend genpol ships does; a custom backend without them resumes inexactly, see
     ``genpol.envs.custom``). ``genpol.envs.testing.check_vector_env`` checks an implementation rule by rule.
@@ -83,6 +89,10 @@ class VectorEnv(abc.ABC):
     action_low: torch.Tensor
     action_high: torch.Tensor
     max_episode_steps: int | None = None
+    # Control steps per second of simulated time (one step of the underlying simulator, not of an action chunk):
+    # VideoRecorder plays its frames at this rate, divided by the chunk, so that a video runs in real time. 30 is
+    # only the fallback of an env that has no physical rate (MultiGoal) or declares none (a custom simulator).
+    render_fps: float = DEFAULT_RENDER_FPS
     env_id: str = "?"
     provides_episode_stats: bool = False  # the backend fills info["episode_return"/"episode_length"] itself
     reports_success: bool = False  # every step's info holds "success" [N] (see the module docstring)
@@ -192,6 +202,7 @@ class VectorEnvWrapper(VectorEnv):
         self.action_low = env.action_low
         self.action_high = env.action_high
         self.max_episode_steps = env.max_episode_steps
+        self.render_fps = env.render_fps
         self.env_id = env.env_id
         self.provides_episode_stats = env.provides_episode_stats
         self.reports_success = env.reports_success

@@ -6,7 +6,9 @@ module and calls the function. What the function must return: an object that spe
 of ``genpol.envs.core`` (subclassing ``genpol.envs.VectorEnv`` is the easy way, duck typing also works):
 
 * attributes ``num_envs``, ``device`` (``torch.device``), ``obs_dim``, ``act_dim``,
-  ``action_low`` / ``action_high`` (``[A]`` float tensors), optionally ``max_episode_steps``;
+  ``action_low`` / ``action_high`` (``[A]`` float tensors), optionally ``max_episode_steps`` and
+  ``render_fps`` (control steps per second of simulated time, ``1 / dt``: videos play at it, divided by the
+  action chunk, so that they run in real time; without it they play at 30 steps a second);
 * ``reset(seed) -> obs [N, D]`` (float32, on ``device``; the same seed gives the same episodes);
 * ``step(actions [N, A]) -> (obs [N, D], reward [N] float32, terminated [N] bool, truncated [N] bool,
   info)``, episodes auto-resetting inside ``step``, with ``info["final_obs"] [N, D]`` holding the true
@@ -41,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .core import EnvError, StepResult, VectorEnv, kwargs_not_taken, saves_state
+from .core import DEFAULT_RENDER_FPS, EnvError, StepResult, VectorEnv, kwargs_not_taken, saves_state
 from .imports import import_user_module
 
 REQUIRED_ATTRIBUTES = ("num_envs", "device", "obs_dim", "act_dim", "action_low", "action_high", "reset", "step")
@@ -212,6 +214,7 @@ class CustomVectorEnv(VectorEnv):
         self.device = torch.device(env.device)
         self.obs_dim, self.act_dim = env.obs_dim, env.act_dim
         self.max_episode_steps = getattr(env, "max_episode_steps", None)
+        render_fps = getattr(env, "render_fps", DEFAULT_RENDER_FPS)
         self.provides_episode_stats = bool(getattr(env, "provides_episode_stats", False))
         self.reports_success = bool(getattr(env, "reports_success", False))
         # the chunk the factory was asked for: what the saved policy's spec records and its env is built with
@@ -225,6 +228,10 @@ class CustomVectorEnv(VectorEnv):
             value = getattr(env, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name} must be an int >= 1, got {value!r}")
+        # checked here, not where the first video opens its file: a training's is its final evaluation's
+        if (not isinstance(render_fps, (int, float, np.number)) or isinstance(render_fps, bool)
+                or not 0 < float(render_fps) < float("inf")):
+            problems.append(f"render_fps must be a positive number (control steps per second), got {render_fps!r}")
         for name in ("action_low", "action_high"):
             bound = getattr(env, name)
             if not isinstance(bound, torch.Tensor) or tuple(bound.shape) != (env.act_dim,) or not bound.is_floating_point():
@@ -238,6 +245,7 @@ class CustomVectorEnv(VectorEnv):
             raise EnvError(f"{env_id}: {'; '.join(problems)}")
         # a numpy integer passed the check, then failed the checkpoint's policy.json after the whole run
         self.obs_dim, self.act_dim = int(env.obs_dim), int(env.act_dim)
+        self.render_fps = float(render_fps)
         self.action_low = env.action_low.to(self.device, torch.float32)
         self.action_high = env.action_high.to(self.device, torch.float32)
         self.exact_resume = saves_state(env)

@@ -47,12 +47,13 @@ import atexit
 import difflib
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .core import EnvError, StepResult, VectorEnv, concat_steps
+from .core import DEFAULT_RENDER_FPS, EnvError, StepResult, VectorEnv, concat_steps
 from .envpool_render import TwinRenderer
 
 _GL_CONTEXTS: list[Any] = []  # kept alive for the process: EnvPool renders into the current context
@@ -76,6 +77,49 @@ def _make_gl_context_current(width: int, height: int) -> None:
     context.make_current()
     _GL_CONTEXTS.append(context)
     atexit.register(context.free)  # before interpreter teardown, where its __del__ would fail noisily
+
+
+def control_fps(name: str, config: dict[str, Any]) -> float:
+    """Control steps per second of EnvPool task ``name`` made with ``config`` (its pool's): ``1 / (timestep *
+    frame_skip)``. EnvPool reports no ``dt`` or ``render_fps``, but its config holds ``frame_skip`` (dm_control's
+    substeps too: 10 for WalkerWalk, the suite's 0.025 s control step over 0.0025 s) and where its models are. A
+    gymnasium task's model is ``mujoco/assets_gym/<xml_file>``, read from its ``<stem>_envpool.xml`` copy where
+    there is one (EnvPool 1.2.5 loads that; ``pusher_v5.xml`` exists only as it);
+    a dm_control task's is ``mujoco/assets_dmc/<domain>.xml``, its id the domain in CamelCase followed by the task.
+    Other families (robotics, myosuite, metaworld, classic control) fall back to ``DEFAULT_RENDER_FPS``."""
+    from envpool.registration import registry
+
+    family = registry.specs[name][0] if name in registry.specs else None
+    assets = Path(config.get("base_path", "")) / "mujoco"
+    candidates: list[Path] = []
+    if family == "envpool.mujoco.gym" and "xml_file" in config:
+        model_file = assets / "assets_gym" / config["xml_file"]  # an absolute xml_file stays itself
+        candidates = [model_file.with_name(f"{model_file.stem}_envpool.xml"), model_file]
+    elif family == "envpool.mujoco.dmc":
+        # the longest domain that starts the id: HumanoidCMURun-v1 is humanoid_CMU's, not humanoid's
+        domains = sorted((path.stem for path in (assets / "assets_dmc").glob("*.xml")), key=len, reverse=True)
+        domain = next((stem for stem in domains if name.lower().startswith(stem.replace("_", "").lower())), None)
+        candidates = [] if domain is None else [assets / "assets_dmc" / f"{domain}.xml"]
+    model_file = next((path for path in candidates if path.is_file()), None)
+    frame_skip = config.get("frame_skip")
+    timestep = None if model_file is None else _model_timestep(model_file)
+    if timestep is None or not isinstance(frame_skip, int) or frame_skip < 1:
+        return DEFAULT_RENDER_FPS
+    return 1.0 / (timestep * frame_skip)
+
+
+def _model_timestep(model_file: Path) -> float | None:
+    """The ``<option timestep>`` of a MuJoCo model file, MuJoCo's default 0.002 s where it sets none; None where the
+    file does not parse. Read from the text, not compiled: EnvPool's models are for the MuJoCo it bundles, and the
+    one genpol installs refuses some (Hopper's global coordinates, Swimmer's ``option collision``)."""
+    import xml.etree.ElementTree as ElementTree
+
+    try:
+        root = ElementTree.parse(model_file).getroot()
+    except (ElementTree.ParseError, OSError):
+        return None
+    stated = [float(option.get("timestep")) for option in root.iter("option") if option.get("timestep")]
+    return stated[-1] if stated else 0.002
 
 
 class EnvPoolVectorEnv(VectorEnv):
@@ -151,6 +195,7 @@ class EnvPoolVectorEnv(VectorEnv):
         self.action_low = torch.as_tensor(self._pool.action_space.low, dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(self._pool.action_space.high, dtype=torch.float32, device=self.device)
         self.max_episode_steps = int(self._pool.config["max_episode_steps"])
+        self.render_fps = control_fps(name, self._pool.config)
 
     def _build(self, seed: int) -> list[Any]:
         """One pool per group; pool g's env j is env ``g * size + j``, seeded ``seed + g * size + j``."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .chunking import ActionChunking
-from .core import RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv, kwargs_not_taken
+from .core import DEFAULT_RENDER_FPS, RANDOMIZED_MODEL_FIELDS, EnvError, StepResult, VectorEnv, kwargs_not_taken
 from .goal_envs import (FlattenGoalObservation, goal_env_state, inner_mujoco_env, is_goal_space,
                         remove_generated_model_file, restore_goal_env_state, success_flag)
 from .gym_ids import newer_version_hint, resolve_gym_id
@@ -142,6 +142,7 @@ class GymVectorEnv(VectorEnv):
         self.action_low = torch.as_tensor(single_act.low, dtype=torch.float32, device=self.device)
         self.action_high = torch.as_tensor(single_act.high, dtype=torch.float32, device=self.device)
         self.max_episode_steps = self._envs.envs[0].spec.max_episode_steps if self._envs.envs[0].spec else None
+        self.render_fps = control_fps(self._envs.envs[0])
         self.action_chunk = action_chunk
         self._render = render
         self._renderer_ready = False
@@ -294,6 +295,26 @@ class DiscardInfo(gym.Wrapper):
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, _ = self.env.reset(**kwargs)
         return obs, {}
+
+
+def control_fps(env: gym.Env) -> float:
+    """Steps per second of simulated time of one (unchunked) step of ``env``: ``1 / dt`` where the env, or the MuJoCo
+    env inside a goal env, has a ``dt``; else ``metadata["render_fps"]``; else ``DEFAULT_RENDER_FPS``.
+
+    The real ``dt`` first, because ``render_fps`` is only the rate gymnasium's own recorder plays at: MuJoCo's v5
+    envs round it to an integer (Humanoid-v5: 67 for a dt of 0.015 s), Pendulum-v1 declares 30 for a dt of 0.05 s,
+    and PointMaze declares 50 while its point env steps 0.01 s (a video 2x slow).
+    """
+    unwrapped = env.unwrapped
+    goal_env_simulator = inner_mujoco_env(unwrapped) if mujoco is not None else None
+    for simulator in (unwrapped, goal_env_simulator):
+        dt = getattr(simulator, "dt", None)
+        if isinstance(dt, (int, float, np.floating)) and 0 < float(dt) < float("inf"):
+            return 1.0 / float(dt)
+    declared = unwrapped.metadata.get("render_fps")
+    if isinstance(declared, (int, float, np.number)) and 0 < float(declared) < float("inf"):
+        return float(declared)
+    return DEFAULT_RENDER_FPS
 
 
 def _find_wrapper(env: gym.Env, kind: type) -> Any | None:

@@ -69,6 +69,7 @@ class MultiGoal(VectorEnv):
         self.action_low = -torch.ones(self.act_dim, device=self.device)
         self.action_high = torch.ones(self.act_dim, device=self.device)
         self.max_episode_steps = max_episode_steps or 30
+        # render_fps stays VectorEnv's fallback of 30: a point that moves max_speed per step has no physical time step
         d = goal_distance
         self.goals = torch.tensor([[d, 0.0], [0.0, d], [-d, 0.0], [0.0, -d]], device=self.device)
         self.goal_radius = goal_radius

@@ -177,6 +177,7 @@ class PlaygroundVectorEnv(VectorEnv):
         self.action_low = -torch.ones(self.act_dim, device=self.device)  # Playground acts in [-1, 1]
         self.action_high = torch.ones(self.act_dim, device=self.device)
         self.max_episode_steps = self._compiled.limit
+        self.render_fps = 1.0 / float(self._env.dt)  # MjxEnv.dt is the control step (config.ctrl_dt), substeps included
         self._pending_seed = 0 if seed is None else seed
         self._carry: Any = None
         self._render_size = render_size

@@ -45,8 +45,8 @@ SPLITTABLE_BACKENDS = ("gym", "dmc")  # backends whose state is a list with one 
 # cores, 2 workers each: 15-23 % slower than 1 each), and 0.3 ms measured no better there.
 SPIN_SECONDS = 0.002
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
-METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "env_id", "action_chunk",
-            "imports", "reports_success", "observation_layout")
+METADATA = ("obs_dim", "act_dim", "action_low", "action_high", "max_episode_steps", "render_fps", "env_id",
+            "action_chunk", "imports", "reports_success", "observation_layout")
 
 
 def _poll(semaphore: Any, seconds: float) -> bool:

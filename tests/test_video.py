@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from genpol import envs
+from genpol.envs import EnvError
 from genpol.envs.video import Mp4Stream
+
+from conftest import needs
 
 
 def frames_of(path):
@@ -100,6 +103,86 @@ def test_a_chunked_policys_video_keeps_the_env_steps_pace(tmp_path):
             env.step(torch.zeros(1, env.act_dim))
         recorder = env.find(envs.VideoRecorder)
     assert frames_of(recorder.paths[0]).shape[0] == 4 and iio.immeta(recorder.paths[0])["fps"] == 10
+
+
+@pytest.mark.parametrize(("env_id", "action_chunk", "fps"), [
+    ("gym:Hopper-v5", 1, 125),  # dt = 0.002 s x 4 frames: a fixed 30 fps played it at 0.24x
+    ("gym:HalfCheetah-v5", 1, 20),  # dt = 0.01 s x 5: at 30 fps, 1.5x
+    ("dmc:walker-walk", 1, 40),  # control_timestep 0.025 s (10 physics steps of 0.0025 s): at 30 fps, 0.75x
+    ("gym:HalfCheetah-v5", 2, 10),  # a frame per agent step of 2 control steps
+    ("dmc:walker-walk", 4, 10),
+])
+def test_the_video_plays_in_real_time_at_the_simulators_control_rate(tmp_path, env_id, action_chunk, fps):
+    """The mp4's frame rate is the simulator's control steps per second over the action chunk; every video
+    played at 30 frames a second, whatever the task's time step."""
+    import imageio.v3 as iio
+
+    with envs.make(env_id, num_envs=1, seed=0, max_episode_steps=3 * action_chunk, render_size=(32, 32),
+                   action_chunk=action_chunk, video_dir=tmp_path, video_prefix="r") as env:
+        env.reset()
+        for _ in range(3):
+            env.step(torch.zeros(1, env.act_dim))
+        (path,) = env.find(envs.VideoRecorder).paths
+    assert iio.immeta(path)["fps"] == pytest.approx(fps)
+
+
+def test_the_control_rate_comes_from_the_simulators_own_time_step():
+    """``render_fps`` of each backend, through the wrappers: gymnasium's ``1 / dt`` rather than its declared
+    ``render_fps`` (Humanoid-v5 rounds it to 67, PointMaze declares 50 for its point env's 0.01 s step),
+    dm_control's control step, and 30 where the env has no time step."""
+    from dm_control import suite
+
+    def rate(env_id, **kwargs):
+        with envs.make(env_id, num_envs=1, normalize_obs=True, normalize_reward=True, **kwargs) as env:
+            return env.render_fps
+
+    assert rate("gym:Humanoid-v5") == pytest.approx(1 / 0.015)
+    assert rate("gym:PointMaze_UMaze-v3") == pytest.approx(100)
+    assert rate("gym:Pendulum-v1") == pytest.approx(20)  # dt 0.05 s, where it declares render_fps 30
+    assert rate("gym:MountainCarContinuous-v0") == 30  # no dt: the render_fps it declares
+    assert rate("dmc:cheetah-run") == pytest.approx(1 / suite.load("cheetah", "run").control_timestep()) == 100
+    assert rate("genpol:MultiGoal") == envs.core.DEFAULT_RENDER_FPS == 30
+
+
+@needs("envpool", "the envpool extra is not installed")
+def test_envpool_tasks_play_at_the_rate_of_the_model_they_load():
+    """EnvPool gives no time step: its model's timestep times its frame_skip, as gymnasium's and dm_control's
+    twins of the task (checked against every shared dm_control task when written); 30 for other families."""
+    for task, fps in (("Hopper-v5", 125), ("HalfCheetah-v5", 20), ("Swimmer-v5", 25), ("WalkerWalk-v1", 40),
+                      ("HumanoidCMURun-v1", 50), ("CheetahRun-v1", 100), ("Pendulum-v1", 30)):
+        with envs.make_backend(f"envpool:{task}", num_envs=1) as env:
+            assert env.render_fps == pytest.approx(fps), task
+    with envs.make_backend("envpool:Hopper-v5", num_envs=1, env_kwargs={"frame_skip": 2}) as env:
+        assert env.render_fps == pytest.approx(250)
+
+
+class DeclaresItsRate(envs.VectorEnv):
+    """A user's simulator of one env that declares its control rate (or a bad one)."""
+
+    num_envs, device, obs_dim, act_dim = 1, torch.device("cpu"), 1, 1
+    action_low, action_high = -torch.ones(1), torch.ones(1)
+
+    def __init__(self, render_fps):
+        self.render_fps = render_fps
+
+    def reset(self, seed=None):
+        return torch.zeros(1, 1)
+
+    def step(self, actions):
+        ended = torch.ones(1, dtype=torch.bool)
+        return torch.zeros(1, 1), torch.zeros(1), ended, ~ended, {"final_obs": torch.zeros(1, 1)}
+
+
+def test_a_custom_simulator_declares_its_own_rate_and_a_bad_one_is_named(tmp_path):
+    from genpol.envs.custom import CustomVectorEnv
+
+    assert CustomVectorEnv(DeclaresItsRate(500), "custom:t:make", 1, torch.device("cpu")).render_fps == 500.0
+    recorder = envs.VideoRecorder(CustomVectorEnv(DeclaresItsRate(500), "custom:t:make", 1, torch.device("cpu")),
+                                  tmp_path)
+    assert recorder.fps == 500.0
+    for bad in (0, -1.0, float("nan"), "fast", True):
+        with pytest.raises(EnvError, match=r"render_fps must be a positive number \(control steps per second\)"):
+            CustomVectorEnv(DeclaresItsRate(bad), "custom:t:make", 1, torch.device("cpu"))
 
 
 def test_an_env_that_gives_no_frame_is_named_with_both_causes(tmp_path):
