@@ -45,7 +45,8 @@ class OffPolicyConfig(FixedFields):
     batch_size: int = 256
     """Transitions per gradient step."""
     buffer_size: int = 1_000_000
-    """Replay capacity in transitions (preallocated: memory is buffer_size x (2 obs_dim + act_dim + 2) x 4 bytes)."""
+    """Replay capacity in transitions (preallocated: buffer_size x ((2 obs_dim + act_dim + 1) x 4 + 1) bytes,
+    ``ReplayBuffer.bytes_for``; twice that on CPU with save_replay, for each checkpoint's copy)."""
     learning_starts: int = 100
     """Env steps of uniform random actions before learning starts (SB3 100, the zoo 10000, RLPD 5000)."""
     utd: float = 1
