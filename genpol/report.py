@@ -36,7 +36,8 @@ replaces the ``curves/`` and ``tb/`` of a folder only where the report wrote the
 * ``report.json``: the table's numbers at full precision, and the runs behind each row.
 
 Directories with ``config.yaml`` but no ``summary.json`` (runs still going, or stopped) are listed,
-not counted; so are finished runs without the metric, and rows without a curve are named.
+not counted; so are finished runs without the metric and runs that repeat a seed already counted in their
+configuration (one sample per seed), and rows without a curve are named.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import re
 import shutil
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -104,6 +105,9 @@ class Row:
     ci_high: float
     mean: float
     ci_coverage: float  # how often [ci_low, ci_high] holds the true median (``median_interval_coverage``)
+    # (repeat, the run of ``runs`` it repeats): runs of a seed already counted, left out of ``values`` but named in
+    # report.md and report.json; the stderr warning alone left a header counting more runs than the rows, unexplained
+    repeats: list[tuple[Run, Run]] = field(default_factory=list)
 
 
 def find_runs(root: str | Path) -> tuple[list[Run], list[Path], list[Path]]:
@@ -188,17 +192,20 @@ def configuration_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
     return sorted(varying)
 
 
-def _one_run_per_seed(label: str, members: list[Run]) -> list[Run]:
-    """The first run of each seed, with a warning naming the others: one seed run twice (a sweep launched
-    twice into one folder) is one sample, and counting it twice would narrow the interval."""
+def _one_run_per_seed(label: str, members: list[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:
+    """The first run of each seed, and the others each with the first run of its seed, with a warning naming them:
+    one seed run twice (a sweep launched twice into one folder) is one sample, and counting it twice would narrow
+    the interval."""
     first: dict[int, Run] = {}
+    repeats = []
     for run in members:
         if run.seed in first:
             warnings.warn(f"genpol.report: {run.directory} repeats seed {run.seed} of {first[run.seed].directory} "
                           f"({label}); counted once", stacklevel=3)
+            repeats.append((run, first[run.seed]))
         else:
             first[run.seed] = run
-    return list(first.values())
+    return list(first.values()), repeats
 
 
 def metric_value(run: Run, metric: str) -> float | None:
@@ -224,13 +231,14 @@ def summarize(runs: Sequence[Run], metric: str) -> list[Row]:
     rows = []
     for label, members in groups.items():
         # measured first, then one run per seed: a seed's first copy without the metric hid its measured one
-        measured = _one_run_per_seed(label, [run for run in members if metric_value(run, metric) is not None])
+        measured, repeats = _one_run_per_seed(label, [run for run in members
+                                                      if metric_value(run, metric) is not None])
         if not measured:
             continue
         values = np.array([metric_value(run, metric) for run in measured], float)  # runs and values stay paired
         low, high = bootstrap_median_ci(values)
         rows.append(Row(label, settings[label], measured, values, float(np.median(values)), low, high,
-                        float(values.mean()), median_interval_coverage(values, low, high)))
+                        float(values.mean()), median_interval_coverage(values, low, high), repeats))
     return rows
 
 
@@ -359,17 +367,29 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
                              f"drawn; its fields include {sorted(key for key in logged if '/' in key)[:12]}")
     write_hparams(rows, out_dir / "tb")
     table = markdown_table(rows, metric, curve_files)
-    text = (f"# Report of {root}\n\n{len(runs)} finished runs in {len(rows)} configurations. Median of the final "
-            f"`{metric}` over seeds; 95% CI: percentile bootstrap of the median (exact up to "
+    without = [run.directory for run in runs if metric_value(run, metric) is None]
+    repeats = [(run, first) for row in rows for run, first in row.repeats]
+    # every finished run is counted in a row, lacks the metric or repeats a counted seed: the header's number adds
+    # up to the rows' seeds and the runs named below (it said 10 runs over a row of 9 seeds, the 10th unnamed)
+    left_out = ([f"{len(without)} without the metric"] if without else []) + (
+        [f"{len(repeats)} repeating a seed already counted in its configuration"] if repeats else [])
+    counted = (f"; {sum(len(row.runs) for row in rows)} counted in the table, not counted (named below): "
+               f"{', '.join(left_out)}" if left_out else "")
+    text = (f"# Report of {root}\n\n{len(runs)} finished runs in {len(rows)} configurations{counted}. Median of the "
+            f"final `{metric}` over seeds; 95% CI: percentile bootstrap of the median (exact up to "
             f"{EXACT_BOOTSTRAP_MAX_SEEDS} seeds, else {BOOTSTRAP_RESAMPLES} resamples with seed {BOOTSTRAP_SEED}), a "
             "pair of the sorted values, and how often such a pair holds the true median (continuous returns): "
             "below 6 seeds less than the 95% asked (3 seeds: 75%). "
             f"Curves: `{curve_metric}`, mean over seeds with a 95% Student-t band.\n\n{table}")
-    without = [run.directory for run in runs if metric_value(run, metric) is None]
     if without:  # dropped from the rows: said, not lost
         text += f"\nFinished without a finite `{metric}` in summary.json (absent, null, non-finite or not a " \
                 "number; not counted): " + ", ".join(
             f"`{path}`" for path in without) + "\n"
+    if repeats:  # a repeat's metric is not in its row (one sample per seed): said, not lost, as those without it
+        text += ("\nRepeating a seed already counted in its configuration (a run launched twice, or runs that differ "
+                 "only in keys that do not separate configurations, such as threads or device; not counted): "
+                 + ", ".join(f"`{run.directory}` (repeats seed {run.seed} of `{first.directory}`)"
+                             for run, first in repeats) + "\n")
     uncurved = [row.label for row in rows if row.label not in curve_files]
     if curve_files and uncurved:
         text += ("\nNo curve (a seed logged no `" + curve_metric + "`, or the seeds' steps do not overlap): "
@@ -399,6 +419,8 @@ def report(root: str | Path, out_dir: str | Path | None = None, metric: str = "e
               "unfinished": [str(path) for path in unfinished], "not_started": [str(path) for path in not_started],
               "damaged": [str(path) for path in damaged],
               "without_metric": [str(path) for path in without],
+              "duplicates": [{"run": str(run.directory), "repeats": str(first.directory), "seed": run.seed}
+                             for run, first in repeats],
               "curve_missing": curve_missing}
     write_text_atomic(out_dir / "report.json", json.dumps(result, indent=2))
     return result

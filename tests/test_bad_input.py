@@ -383,6 +383,37 @@ def test_report_counts_a_seed_once_and_does_not_split_rows_by_threads_or_workers
     assert len(rows) == 1 and rows[0]["seeds"] == [0, 1, 2] and rows[0]["values"] == [100.0, 200.0, 300.0]
 
 
+def test_report_names_a_run_that_repeats_a_seed_in_report_md_and_report_json(tmp_path):
+    """A run that repeats a seed of its configuration (here it differs only in torch_threads) was counted once and
+    named only on stderr: report.md said "4 finished runs in 1 configurations" over a row of 3 seeds, and neither
+    report.md nor report.json named the run left out. It is listed as the runs without the metric are."""
+    for seed in (0, 1, 2):
+        run = tmp_path / str(seed)
+        run.mkdir()
+        (run / "config.yaml").write_text(f"seed: {seed}\ntorch_threads: 1\nlearner:\n  lr: 0.001\n")
+        (run / "summary.json").write_text(json.dumps({"eval_return_mean": 10.0 * (seed + 1)}))
+    shutil.copytree(tmp_path / "0", tmp_path / "dup")
+    (tmp_path / "dup" / "config.yaml").write_text("seed: 0\ntorch_threads: 4\nlearner:\n  lr: 0.001\n")
+    (tmp_path / "dup" / "summary.json").write_text(json.dumps({"eval_return_mean": 99.0}))
+    shutil.copytree(tmp_path / "1", tmp_path / "nometric")
+    (tmp_path / "nometric" / "config.yaml").write_text("seed: 5\ntorch_threads: 1\nlearner:\n  lr: 0.001\n")
+    (tmp_path / "nometric" / "summary.json").write_text("{}")
+    with pytest.warns(UserWarning, match=rf"^genpol.report: {tmp_path / 'dup'} repeats seed 0 of {tmp_path / '0'} "
+                                         r"\(all runs\); counted once$"):
+        result = report(tmp_path)
+    assert result["rows"][0]["seeds"] == [0, 1, 2] and result["rows"][0]["values"] == [10.0, 20.0, 30.0]
+    assert result["duplicates"] == [{"run": str(tmp_path / "dup"), "repeats": str(tmp_path / "0"), "seed": 0}]
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["duplicates"] == result["duplicates"]
+    text = (tmp_path / "report" / "report.md").read_text()
+    # the header's 5 runs: 3 in the row, and the two named below it
+    assert "5 finished runs in 1 configurations; 3 counted in the table, not counted (named below): 1 without the " \
+           "metric, 1 repeating a seed already counted in its configuration. " in text
+    assert "\nRepeating a seed already counted in its configuration (a run launched twice, or runs that differ only " \
+           "in keys that do not separate configurations, such as threads or device; not counted): " \
+           f"`{tmp_path / 'dup'}` (repeats seed 0 of `{tmp_path / '0'}`)\n" in text
+    assert f"not counted): `{tmp_path / 'nometric'}`\n" in text
+
+
 class EndlessDrift:
     """A gymnasium env that never ends an episode, registered without a time limit (a user's first env)."""
 
