@@ -30,6 +30,7 @@ if os.environ["MUJOCO_GL"] in ("egl", "osmesa"):
     os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import difflib  # noqa: E402
+import numbers
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -138,6 +139,21 @@ def backend_prefix(env_id: str) -> str:
     return prefix
 
 
+def check_counts(env_id: str, num_envs: Any, max_episode_steps: Any) -> None:
+    """An ``EnvError`` naming ``num_envs`` unless it is an int >= 1, or ``max_episode_steps`` unless it is None or
+    an int >= 1. Checked here, where every backend passes, since the Python API skips the config's validation and
+    the backends failed each their own way: dm_control with an IndexError, EnvPool with a bare AssertionError,
+    and dm_control read max_episode_steps=0 as unset, after lifting the suite's limit (no time limit at all)."""
+    def count(value: Any) -> bool:  # a bool is an int to Python, but True envs is a mistake, not 1
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+    if not count(num_envs):
+        raise EnvError(f"{env_id}: num_envs must be an int >= 1, got {num_envs!r}")
+    if max_episode_steps is not None and not count(max_episode_steps):
+        raise EnvError(f"{env_id}: max_episode_steps must be None (the task's own limit) or an int >= 1, "
+                       f"got {max_episode_steps!r}")
+
+
 def make_backend(
     env_id: str,
     num_envs: int = 1,
@@ -152,6 +168,7 @@ def make_backend(
     needs itself (a gymnasium id registered outside gymnasium), for other processes to import.
     """
     prefix = backend_prefix(env_id)
+    check_counts(env_id, num_envs, kwargs.get("max_episode_steps"))
     name = env_id.partition(":")[2]
     import_user_modules(imports, named_by="imports: env.imports, or --import of genpol.data.collect")
     env = BACKENDS[prefix](name, num_envs=num_envs, device=device, seed=seed, **kwargs)
@@ -191,7 +208,7 @@ def make(
         env_id: ``"<backend>:<name>"``, e.g. ``"gym:HalfCheetah-v5"`` or ``"genpol:MultiGoal"``.
         num_envs: number of parallel copies.
         device: torch device of every tensor the env returns.
-        seed: seed of the first ``reset()``; env i gets ``seed + i``.
+        seed: seed of the first ``reset()``; env i gets ``seed + i`` (MultiGoal: one stream, see its class).
         normalize_obs: running observation normalization (``ObservationNormalizer``).
         normalize_reward: scale rewards by the running discounted-return std (``RewardScaler``).
         gamma: discount of the return whose std scales rewards.
@@ -224,6 +241,8 @@ def make(
     """
     if obs_bounds is not None and normalize_obs:
         raise ValueError("obs_bounds (fixed scaling) and normalize_obs (running statistics) exclude each other")
+    # make_backend checks them too; here as well for workers > 1, whose worker-count check read num_envs first
+    check_counts(env_id, num_envs, max_episode_steps)
     backend_kwargs: dict[str, Any] = dict(
         num_envs=num_envs, device=device, seed=seed, render=render or video_dir is not None,
         render_size=render_size, max_episode_steps=max_episode_steps, env_kwargs=env_kwargs,

@@ -70,7 +70,9 @@ class DMCVectorEnv(VectorEnv):
         self.action_low = torch.tensor(low, dtype=torch.float32, device=self.device)
         self.action_high = torch.tensor(high, dtype=torch.float32, device=self.device)
         suite_limit = self._envs[0]._step_limit
-        self.max_episode_steps = max_episode_steps or (None if suite_limit == float("inf") else int(suite_limit))
+        # "is None", not "or": a 0 read as unset left the suite's limit lifted above, and so no time limit at all
+        self.max_episode_steps = (max_episode_steps if max_episode_steps is not None
+                                  else None if suite_limit == float("inf") else int(suite_limit))
         # a step is one control step (physics substeps included): 0.01 s for cheetah, 0.025 s for walker
         self.render_fps = 1.0 / float(self._envs[0].control_timestep())
         self._steps = np.zeros(num_envs, dtype=np.int64)

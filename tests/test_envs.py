@@ -170,6 +170,35 @@ def test_discrete_action_space_is_refused():
         envs.make("gym:CartPole-v1")
 
 
+@pytest.mark.parametrize("env_id", ["dmc:cheetah-run", "gym:Pendulum-v1", "genpol:MultiGoal",
+                                    pytest.param("envpool:Hopper-v5", marks=NEEDS_ENVPOOL)])
+@pytest.mark.parametrize("argument,value", [("num_envs", 0), ("num_envs", True), ("num_envs", 2.0),
+                                            ("max_episode_steps", 0), ("max_episode_steps", -3)])
+def test_bad_counts_are_env_errors_naming_the_argument(env_id, argument, value):
+    """The Python API skips the config's checks: num_envs=0 was an IndexError (dm_control) or a bare
+    AssertionError (EnvPool), and dm_control read max_episode_steps=0 as unset after lifting the suite's limit,
+    so the task ran with no time limit at all."""
+    for make in (envs.make, envs.make_backend):
+        with pytest.raises(EnvError, match=rf"^{env_id}: {argument} must be .*an int >= 1, got {value!r}$"):
+            make(env_id, **{argument: value}).close()  # close: an env that is (wrongly) built
+
+
+def test_multigoal_resume_with_start_noise_is_exact():
+    """The start generator is in the state: a restored MultiGoal draws the same starts as the saved one."""
+    kwargs = dict(num_envs=4, max_episode_steps=5, env_kwargs={"init_noise": 0.5})
+    with envs.make("genpol:MultiGoal", seed=5, **kwargs) as env:
+        env.reset()
+        rollout(env, 13, seed_actions=1)
+        state = env.state_dict()
+        expected = rollout(env, 20, seed_actions=2)
+    with envs.make("genpol:MultiGoal", seed=99, **kwargs) as fresh:
+        fresh.reset()
+        fresh.load_state_dict(state)
+        got = rollout(fresh, 20, seed_actions=2)
+    for (o1, r1, te1, tr1, _), (o2, r2, te2, tr2, _) in zip(expected, got):
+        assert torch.equal(o1, o2) and torch.equal(r1, r2) and torch.equal(te1, te2) and torch.equal(tr1, tr2)
+
+
 @pytest.mark.parametrize("env_id", ["gym:HalfCheetah-v5", "genpol:MultiGoal"])
 def test_wrong_action_shape_is_a_clear_error(env_id):
     with envs.make(env_id, num_envs=2, seed=0) as env:
