@@ -22,6 +22,12 @@ An env that defines success (``reports_success``: goal envs such as PointMaze) a
   was successful at any of its steps (a continuing maze pays on every step inside the goal radius
   and may drift out again; an episodic one terminates at the successful step).
 
+An env made with rendering on also returns, at a step where env 0's episode ended,
+
+* ``info["final_frame"]``: ``[H, W, 3]`` uint8 numpy array, ``render()`` of env 0's last state, drawn
+  before its auto-reset (``render()`` after the step shows the next episode): ``VideoRecorder`` ends the
+  episode's video with it. Absent otherwise, and optional for a custom env (its videos then lack it).
+
 Grouped stepping (optional, ``step_groups >= 1``; 0 means ``step`` only): the envs form
 ``step_groups`` fixed, contiguous groups of equal size (``group_slice``).
 ``send_group(g, actions [n, A])`` starts group g's step and returns at once; ``recv_group(g)`` waits
@@ -291,7 +297,9 @@ def _backend_state(state: Any) -> Any:
 def concat_steps(parts: list[StepResult]) -> StepResult:
     """The step tuples of consecutive env groups -> one tuple for all of them (tensors and every
     ``info`` entry concatenated along the env axis, so ``[K]`` episode statistics stay in env order)."""
-    info = {key: torch.cat([part[4][key] for part in parts]) for key in parts[0][4]}
+    info = {key: torch.cat([part[4][key] for part in parts]) for key in parts[0][4] if key != "final_frame"}
+    if "final_frame" in parts[0][4]:  # env 0's frame, no env axis: only the first group holds env 0
+        info["final_frame"] = parts[0][4]["final_frame"]
     obs, reward, terminated, truncated = (torch.cat([part[k] for part in parts]) for k in range(4))
     return obs, reward, terminated, truncated, info
 

@@ -20,7 +20,9 @@ of ``genpol.envs.core`` (subclassing ``genpol.envs.VectorEnv`` is the easy way, 
   ``info["env_steps"] [N]`` int64 (both checked at every step);
 * optionally ``state_dict()`` / ``load_state_dict(state)`` (tensors, numbers, strings, lists and
   dicts only: checkpoints load with ``torch.load(weights_only=True)``) for an exact resume;
-  ``render() -> [H, W, 3] uint8`` of env 0 for videos; ``close()``.
+  ``render() -> [H, W, 3] uint8`` of env 0 for videos (with, where env 0's episode ended in a step,
+  ``info["final_frame"]``: its last state drawn before the auto-reset, else videos end one frame early);
+  ``close()``.
 
 The factory is called as ``factory(num_envs=N, device=torch.device, seed=int | None, **env.kwargs)``;
 ``max_episode_steps``, ``render`` / ``render_size`` and ``action_chunk`` are passed only when the

@@ -115,6 +115,7 @@ class DMCVectorEnv(VectorEnv):
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         executed = np.zeros(self.num_envs, dtype=np.int64)
+        final_frame = None  # env 0's last state drawn before its reset, for a video (envs.core)
         for i, env in enumerate(self._envs):
             total = 0.0
             for action in actions_np[i].reshape(self.action_chunk, -1):  # one action unless chunked
@@ -131,6 +132,8 @@ class DMCVectorEnv(VectorEnv):
                 terminated[i] = timestep.last() and timestep.discount == 0.0
                 truncated[i] = not terminated[i]
                 ended_obs[i] = obs[i].copy()
+                if i == 0 and self._render:
+                    final_frame = self.render()
                 obs[i] = self._flatten(env.reset().observation)
                 self._steps[i] = 0
         # built after the loop: a copy taken when the first env ended held the earlier step's rows of the envs
@@ -143,6 +146,8 @@ class DMCVectorEnv(VectorEnv):
         info = {"final_obs": final_t}
         if self.action_chunk > 1:
             info["env_steps"] = torch.as_tensor(executed, device=self.device)
+        if final_frame is not None:
+            info["final_frame"] = final_frame
         return (obs_t, torch.as_tensor(reward, dtype=torch.float32, device=self.device),
                 torch.as_tensor(terminated, device=self.device), torch.as_tensor(truncated, device=self.device),
                 info)

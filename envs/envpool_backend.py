@@ -284,8 +284,11 @@ class EnvPoolVectorEnv(VectorEnv):
             self._steps_since_reset += 1
         ended = terminated | truncated
         final_obs = obs.copy()
+        step_info = {"final_obs": self._tensor(final_obs)}
         if group == 0:  # env 0, the one videos show, is group 0's first
             self._track_pose0(obs, info, order)
+            if self._render and ended[0]:  # its last state, drawn before the reset step below (envs.core)
+                step_info["final_frame"] = self.render()
         if ended.any():  # EnvPool resets these on their next step: take that step now, for just them
             ids = np.flatnonzero(ended).astype(np.int32)
             first, _, _, _, reset_info = pool.step(np.zeros((len(ids), self.act_dim)), ids)
@@ -294,7 +297,7 @@ class EnvPoolVectorEnv(VectorEnv):
                 reset_order = np.argsort(reset_info["env_id"])
                 self._track_pose0(self._flat(first)[reset_order], reset_info, reset_order)
         return (self._tensor(obs), self._tensor(reward), self._tensor(terminated, torch.bool),
-                self._tensor(truncated, torch.bool), {"final_obs": self._tensor(final_obs)})
+                self._tensor(truncated, torch.bool), step_info)
 
     def _track_pose0(self, obs: np.ndarray, info: dict[str, Any], order: np.ndarray) -> None:
         """Keep env 0's pose for the twin renderer: ``obs`` rows are in env order, ``info``'s in

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -113,7 +114,9 @@ class GymVectorEnv(VectorEnv):
                 if is_goal_space(env.observation_space):
                     env = FlattenGoalObservation(env)  # [observation, achieved_goal, desired_goal]
                 env = DiscardInfo(env)
-                return ActionChunking(env, action_chunk) if action_chunk > 1 else env
+                env = ActionChunking(env, action_chunk) if action_chunk > 1 else env
+                # outermost, so that it sees the chunk's end (an episode may end inside a chunk)
+                return FinalFrame(env, weakref.WeakMethod(self.render)) if render and index == 0 else env
 
             return make
 
@@ -177,6 +180,8 @@ class GymVectorEnv(VectorEnv):
             info["success"] = self._success(info_np)
         if self.action_chunk > 1:
             info["env_steps"] = self._executed_steps(info_np)
+        if self._render and (terminated[0] or truncated[0]):
+            info["final_frame"] = self._envs.envs[0].take_frame()
         return (
             obs,
             self._to_torch(reward),
@@ -275,6 +280,29 @@ class GymVectorEnv(VectorEnv):
 # xipos), so they are part of the state; recomputing them with mj_forward would change the rewards.
 DERIVED_FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "subtree_com", "cinert", "cvel", "cacc", "cfrc_ext",
                   "cfrc_int", "qacc", "sensordata")
+
+
+class FinalFrame(gym.Wrapper):
+    """Env 0's wrapper when rendering: draws the last state of each episode before ``SyncVectorEnv`` resets
+    the env in the same step, for the backend's ``info["final_frame"]`` (``render()`` after the step would draw
+    the next episode's first state). The backend's ``render`` is held weakly: the backend owns this wrapper."""
+
+    def __init__(self, env: gym.Env, render: weakref.WeakMethod):
+        super().__init__(env)
+        self._render = render
+        self._frame: np.ndarray | None = None
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        result = self.env.step(action)
+        if result[2] or result[3]:
+            render = self._render()
+            self._frame = None if render is None else render()
+        return result
+
+    def take_frame(self) -> np.ndarray | None:
+        """The frame ``[H, W, 3]`` (uint8) of the episode that ended at the last step, once."""
+        frame, self._frame = self._frame, None
+        return frame
 
 
 class DiscardInfo(gym.Wrapper):

@@ -145,12 +145,14 @@ class MultiGoal(VectorEnv):
                 self._trail.append(position[0].cpu().numpy().copy())
         ended = terminated | truncated
         final_obs = self.position.clone()
+        info: dict[str, Any] = {"final_obs": final_obs}
+        if self._render and bool(ended[0]):  # env 0's last state, before the reset below restarts its trail
+            info["final_frame"] = self.render()
         if ended.any():
             self.position = torch.where(ended[:, None], self._initial_positions(self.num_envs), self.position)
             self.steps.masked_fill_(ended, 0)
             if self._render and bool(ended[0]):
                 self._trail = [self.position[0].cpu().numpy().copy()]
-        info = {"final_obs": final_obs}
         if self.action_chunk > 1:
             info["env_steps"] = executed
         return self.position.clone(), reward, terminated, truncated, info

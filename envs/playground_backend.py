@@ -101,6 +101,8 @@ class _Compiled:
             truncated = (steps >= limit) & ~terminated
             ended = terminated | truncated
             final_obs, reward = state.obs, state.reward  # before auto-reset replaces the state
+            # env 0's pose before the auto-reset, for a video's last frame ([nq], [nv]: a few bytes a step)
+            final_pose0 = (state.data.qpos[0], state.data.qvel[0])
             key, sub = jax.random.split(carry["key"])
 
             def auto_reset(current):
@@ -110,7 +112,8 @@ class _Compiled:
 
             state = jax.lax.cond(ended.any(), auto_reset, lambda current: current, state)
             out = {"obs": state.obs, "reward": reward, "terminated": terminated, "truncated": truncated,
-                   "final_obs": final_obs, "episode_return": returns, "episode_length": steps}
+                   "final_obs": final_obs, "episode_return": returns, "episode_length": steps,
+                   "final_pose0": final_pose0}
             new_carry = {"state": state, "steps": jnp.where(ended, 0, steps),
                          "returns": jnp.where(ended, 0.0, returns), "key": key}
             return new_carry, out
@@ -234,6 +237,8 @@ class PlaygroundVectorEnv(VectorEnv):
             "episode_return": _to_torch(out["episode_return"])[ended],
             "episode_length": _to_torch(out["episode_length"]).long()[ended],
         }
+        if self._render and bool(ended[0]):  # env 0's last state: render() now draws the next episode's first
+            info["final_frame"] = self._draw(*out["final_pose0"])
         return (_to_torch(out["obs"]), _to_torch(out["reward"]), _to_torch(out["terminated"]),
                 _to_torch(out["truncated"]), info)
 
@@ -245,6 +250,11 @@ class PlaygroundVectorEnv(VectorEnv):
     def render(self) -> np.ndarray | None:
         if not self._render:
             return None
+        data = self._carry["state"].data
+        return self._draw(data.qpos[0], data.qvel[0])
+
+    def _draw(self, qpos: Any, qvel: Any) -> np.ndarray:
+        """The frame ``[H, W, 3]`` (uint8) of env 0 at ``qpos [nq]``, ``qvel [nv]`` (JAX or numpy arrays)."""
         import mujoco
 
         from .rendering import FloorFollowingRenderer
@@ -253,9 +263,8 @@ class PlaygroundVectorEnv(VectorEnv):
         if self._renderer is None:  # camera 0 tracks the robot in the dm_control-suite ports
             self._renderer = FloorFollowingRenderer(model, *self._render_size, camera=0 if model.ncam > 0 else -1)
             self._render_data = mujoco.MjData(model)
-        data = self._carry["state"].data
-        self._render_data.qpos[:] = np.asarray(data.qpos[0])
-        self._render_data.qvel[:] = np.asarray(data.qvel[0])
+        self._render_data.qpos[:] = np.asarray(qpos)
+        self._render_data.qvel[:] = np.asarray(qvel)
         mujoco.mj_forward(model, self._render_data)
         return self._renderer.render(self._render_data)
 

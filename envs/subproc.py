@@ -340,8 +340,11 @@ class SubprocVectorEnv(VectorEnv):
             go.release()
         local_rows = slice(0, self._slices[0][1])
         first_error: BaseException | None = None
+        local_info: dict[str, Any] = {}
         try:
-            _write_step(buffers, local_rows, self._local.step(buffers["actions"][local_rows]))
+            local = self._local.step(buffers["actions"][local_rows])
+            _write_step(buffers, local_rows, local)
+            local_info = local[4]
         except BaseException as error:  # noqa: BLE001 - raised below, once every worker has answered
             first_error = error
         # every worker awaited, even after slice 0 or an earlier worker failed: a step left unawaited answered
@@ -358,6 +361,8 @@ class SubprocVectorEnv(VectorEnv):
             info["env_steps"] = buffers["env_steps"].to(self.device, copy=True)
         if self.reports_success:
             info["success"] = buffers["success"].to(self.device, copy=True)
+        if "final_frame" in local_info:  # env 0 (the rendered one) steps in this process, in slice 0
+            info["final_frame"] = local_info["final_frame"]
         return (buffers["obs"].to(self.device, copy=True), buffers["reward"].to(self.device, copy=True),
                 buffers["terminated"].to(self.device, copy=True), buffers["truncated"].to(self.device, copy=True),
                 info)

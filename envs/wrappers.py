@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .core import StepResult, VectorEnv, VectorEnvWrapper, innermost
@@ -308,7 +309,10 @@ class VideoRecorder(VectorEnvWrapper):
 
     Not gymnasium's ``RecordVideo``: it pulls moviepy, which downgrades pillow, and keeps every frame
     of an episode in memory. Frames come from ``render()``; the env must be made with rendering on. An
-    episode cut short by ``reset`` or ``close``, or of fewer than two frames, leaves no file.
+    episode of T steps gets T + 1 frames, as gymnasium's: the reset state, then the state after each step,
+    the last one from ``info["final_frame"]`` (``render()`` after that step shows the next episode's reset
+    state); an env that gives no final frame (a custom one) films T. An episode cut short by ``reset`` or
+    ``close``, or of fewer than two frames, leaves no file.
 
     Args:
         directory: where ``<prefix>-episode<k>.mp4`` files go, k counting env 0's recorded episodes from 0
@@ -349,6 +353,11 @@ class VideoRecorder(VectorEnvWrapper):
         if self._stream is None:
             path = self.directory / f"{self.prefix}-episode{self.episodes_ended}.mp4"
             self._stream = Mp4Stream(path, fps=self.fps)
+        self._append(frame)
+
+    def _append(self, frame: np.ndarray) -> None:
+        """Append ``frame [H, W, 3]`` to the open stream; a failure drops the episode's file."""
+        assert self._stream is not None
         try:
             self._stream.append(frame)
         except BaseException:
@@ -369,6 +378,11 @@ class VideoRecorder(VectorEnvWrapper):
     def step(self, actions: torch.Tensor) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(actions)
         if bool(terminated[0] | truncated[0]):
+            # the backend auto-reset env 0 inside the step: its last state (a Hopper's fall, a maze's goal) is
+            # only in the frame it drew before the reset (no stream: this episode is not filmed, max_episodes)
+            final_frame = info.get("final_frame")
+            if final_frame is not None and self._stream is not None:
+                self._append(final_frame)
             self.flush()
         self._capture()
         return obs, reward, terminated, truncated, info

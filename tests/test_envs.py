@@ -330,9 +330,9 @@ def test_video_recorder_writes_a_decodable_nonblank_mp4(tmp_path, env_id):
         paths = env.find(envs.VideoRecorder).paths
     assert [p.name for p in paths] == ["t-episode0.mp4"]
     frames = iio.imread(paths[0])
-    # the reset frame and the states after steps 1..19: the state after the last step is already
-    # replaced by the next episode's first (auto-reset), so it cannot be rendered
-    assert frames.shape[0] == 20 and frames.shape[-1] == 3
+    # the reset frame and the states after steps 1..20, the last drawn by the backend before its auto-reset
+    # (info["final_frame"]; render() after the step shows the next episode's first state)
+    assert frames.shape[0] == 21 and frames.shape[-1] == 3
     assert frames.std() > 10, "frames are blank"
     assert np.abs(frames[0].astype(float) - frames[-1].astype(float)).mean() > 0.5, "nothing moves"
 

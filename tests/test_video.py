@@ -89,7 +89,7 @@ def test_an_episode_cut_short_by_reset_or_close_leaves_no_file(tmp_path):
         recorder = env.find(envs.VideoRecorder)
     assert [p.name for p in recorder.paths] == ["t-episode0.mp4"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t-episode0.mp4"]
-    assert frames_of(recorder.paths[0]).shape[0] == 6
+    assert frames_of(recorder.paths[0]).shape[0] == 7  # the reset frame and 6 steps, the last from final_frame
 
 
 def test_a_chunked_policys_video_keeps_the_env_steps_pace(tmp_path):
@@ -102,7 +102,75 @@ def test_a_chunked_policys_video_keeps_the_env_steps_pace(tmp_path):
         for _ in range(4):
             env.step(torch.zeros(1, env.act_dim))
         recorder = env.find(envs.VideoRecorder)
-    assert frames_of(recorder.paths[0]).shape[0] == 4 and iio.immeta(recorder.paths[0])["fps"] == 10
+    # 5 frames for 4 agent steps: the reset state, then each step's, the last one the episode's final state (the
+    # frame drawn before the auto-reset, info["final_frame"]); 4 frames missed that last state
+    assert frames_of(recorder.paths[0]).shape[0] == 5 and iio.immeta(recorder.paths[0])["fps"] == 10
+
+
+FINAL_STATE_CASES = [  # (env_id, action_chunk, workers): an episode of 5 control steps
+    ("gym:Hopper-v5", 1, 1),
+    ("gym:Hopper-v5", 2, 1),  # chunks of 2, 2, then 1: the time limit ends the episode inside the third chunk
+    ("gym:Hopper-v5", 1, 2),  # env 0 steps in this process, env 1 in a worker
+    ("dmc:walker-walk", 1, 1),
+    ("dmc:walker-walk", 2, 1),
+]
+
+
+def _run_to_the_next_episode(env, steps):
+    """``steps`` agent steps of a constant action (env 0's first episode ends at the last), then one more; the
+    ending step's ``info`` and ``render()`` after it (the next episode's first state)."""
+    action = torch.full((env.num_envs, env.act_dim), 0.5)
+    env.reset()
+    for _ in range(steps - 1):
+        env.step(action)
+    _, _, terminated, truncated, info = env.step(action)
+    assert bool(terminated[0] | truncated[0])
+    next_first = env.render()
+    env.step(action)
+    return info, next_first
+
+
+@pytest.mark.parametrize(("env_id", "action_chunk", "workers"), FINAL_STATE_CASES)
+def test_the_final_frame_draws_the_episodes_last_state_before_the_auto_reset(env_id, action_chunk, workers):
+    """At the step that ends env 0's episode, ``render()`` draws the next episode (the backend reset env 0 inside
+    the step); ``info["final_frame"]`` is env 0's last state, drawn before that reset: pixel for pixel the frame of
+    the same state in an env whose time limit has not cut the episode there."""
+    steps = -(-5 // action_chunk)
+    with envs.make(env_id, num_envs=workers, seed=0, max_episode_steps=5, render=True, render_size=(48, 48),
+                   action_chunk=action_chunk, workers=workers) as env:
+        info, next_first = _run_to_the_next_episode(env, steps)
+    with envs.make(env_id, num_envs=1, seed=0, max_episode_steps=20, render=True, render_size=(48, 48)) as reference:
+        reference.reset()
+        for _ in range(5):
+            reference.step(torch.full((1, reference.act_dim), 0.5))
+        last_state = reference.render()
+    assert info["final_frame"].shape == (48, 48, 3) and info["final_frame"].dtype == np.uint8
+    assert np.array_equal(info["final_frame"], last_state)
+    assert not np.array_equal(info["final_frame"], next_first)
+
+
+@pytest.mark.parametrize(("env_id", "action_chunk", "workers"), FINAL_STATE_CASES)
+def test_an_episode_of_t_steps_gives_a_video_of_t_plus_1_frames_ending_in_its_last_state(
+        tmp_path, env_id, action_chunk, workers):
+    """As gymnasium's RecordVideo: the reset frame and a frame after each step, the last one ``info["final_frame"]``
+    (its pixels are checked above; the mp4's are lossy). The last frame was missing: the recorder rendered after
+    the step, when the backend had already reset env 0 (a Hopper's fall never showed)."""
+    steps = -(-5 // action_chunk)
+    with envs.make(env_id, num_envs=workers, seed=0, max_episode_steps=5, render_size=(48, 48),
+                   action_chunk=action_chunk, workers=workers, video_dir=tmp_path, video_prefix="f") as env:
+        _run_to_the_next_episode(env, steps)
+        (path,) = env.find(envs.VideoRecorder).paths
+    assert frames_of(path).shape[0] == steps + 1
+
+
+def test_a_custom_env_without_a_final_frame_films_its_episodes_as_before(tmp_path):
+    """``info["final_frame"]`` is optional: an env without it films T frames for T steps."""
+    recorder = envs.VideoRecorder(FirstEpisodeOfOneStep(), tmp_path, prefix="custom", max_episodes=2)
+    recorder.reset()
+    for _ in range(5):  # env 0's episodes of 1, then 4 steps
+        recorder.step(torch.zeros(2, 1))
+    (path,) = recorder.paths
+    assert path.name == "custom-episode1.mp4" and frames_of(path).shape[0] == 4
 
 
 @pytest.mark.parametrize(("env_id", "action_chunk", "fps"), [
@@ -145,6 +213,8 @@ def test_the_control_rate_comes_from_the_simulators_own_time_step():
 
 
 @needs("envpool", "the envpool extra is not installed")
+# EnvPool's classic-control Pendulum declares float64 bounds, which gymnasium's Box warns about as it casts them
+@pytest.mark.filterwarnings("ignore:.*precision lowered by casting to float32:UserWarning")
 def test_envpool_tasks_play_at_the_rate_of_the_model_they_load():
     """EnvPool gives no time step: its model's timestep times its frame_skip, as gymnasium's and dm_control's
     twins of the task (checked against every shared dm_control task when written); 30 for other families."""
@@ -213,7 +283,7 @@ def test_videos_of_a_process_running_playground_fork_no_python_code(tmp_path, mo
             (path,) = env.find(envs.VideoRecorder).paths
     assert not [str(w.message) for w in caught if "fork" in str(w.message)]
     monkeypatch.setenv("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
-    assert frames_of(path).shape[0] == 4
+    assert frames_of(path).shape[0] == 5  # the reset frame and 4 steps
 
 
 @pytest.fixture
