@@ -127,16 +127,19 @@ def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), confi
     axes, hydra_items = expanded
     total = math.prod(len(axis) for axis in axes)
     jobs = [list(job) for job in itertools.islice(itertools.product(*axes), MAX_JOBS)]
-    given_run_dir = any(item.lstrip("+").startswith("run_dir=") for item in overrides)
     first = None
     # the jobs log validation's warnings themselves when they run: here they would print once more per job
     with tempfile.TemporaryDirectory(prefix="genpol-sweep-check-") as scratch, _quiet_logs():
         for number, job in enumerate(jobs):
-            # the default run_dir resolves by claiming a new dated folder: one for each job checked, left empty
-            items = [*hydra_items, *job, *([] if given_run_dir else [f"run_dir={scratch}/{number}"])]
             try:
-                composed = compose_config(items, config_name=config_name, config_dirs=config_dirs,
+                composed = compose_config([*hydra_items, *job], config_name=config_name, config_dirs=config_dirs,
                                           return_hydra_config=True)
+                # the default run_dir resolves by claiming a new dated folder: one for each job checked, left empty.
+                # Only that one is replaced: a run_dir from the command line, an experiment or a config of the
+                # user's is the folder whose saved runs the jobs would meet
+                if str(OmegaConf.to_container(composed, resolve=False).get("run_dir")).startswith("${genpol.new_dir:"):
+                    with read_write(composed):
+                        composed.run_dir = f"{scratch}/{number}"
                 first = composed if number == 0 else first
                 if number == 0 and not jobs_run_here(first):
                     return 0

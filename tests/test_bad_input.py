@@ -602,7 +602,7 @@ def finished_sweep(tmp_path_factory):
     return sweep
 
 
-def test_a_sweep_that_would_not_resume_a_saved_job_is_refused_before_any_job_starts(finished_sweep):
+def test_a_sweep_that_would_not_resume_a_saved_job_is_refused_before_any_job_starts(finished_sweep, tmp_path):
     """``seed=1,0`` into the run_dir of a ``seed=0`` sweep: job 0 (seed=1) found job 0's saved run (seed=0) only when it
     started, refused it and ended the sweep, so job 1 never ran. The check compares each job with the run saved in
     its folder, as the resume does, and names the job; the same sweep again (and more seeds) passes."""
@@ -618,6 +618,11 @@ def test_a_sweep_that_would_not_resume_a_saved_job_is_refused_before_any_job_sta
             in result.stderr), result.stderr[-2000:]
     assert sorted(path.name for path in finished_sweep.iterdir()) == before  # no job started
     assert check_sweep([*TINY_SWEEP, f"run_dir={finished_sweep}", "seed=0,1"]) == 2  # a resume, and a new job
+    # a run_dir set by an experiment of the user's, not the command line: the check looked in a scratch folder
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "into_finished.yaml").write_text(f"# @package _global_\nrun_dir: {finished_sweep}\n")
+    with pytest.raises(ConfigError, match=r"sweep job 0 of 2 \(seed=1\): .* holds a run with a different config"):
+        check_sweep([*TINY_SWEEP, "+experiment=into_finished", "seed=1,0"], [str(tmp_path)])
 
 
 def test_a_sweep_into_a_runs_own_folder_is_refused_before_any_job_starts(finished_sweep, tmp_path):
