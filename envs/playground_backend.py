@@ -205,7 +205,10 @@ class PlaygroundVectorEnv(VectorEnv):
 
         seed = self._pending_seed if seed is None else seed
         self._pending_seed = None
-        key = jax.device_put(jax.random.PRNGKey(0 if seed is None else seed), self.jax_device)
+        if seed is None and self._carry is not None:  # unseeded: the stream goes on, as the other backends'
+            key = self._carry["key"]  # (PRNGKey(0) again repeated the same episodes at every reset())
+        else:
+            key = jax.device_put(jax.random.PRNGKey(0 if seed is None else seed), self.jax_device)
         self._carry = self._timed("reset", self._compiled.reset, key)
         if not self._compiled.warm:
             self._warm_up()

@@ -1,5 +1,6 @@
 """MuJoCo Playground backend: zero-copy DLPack, device matching, no retracing, clear errors."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,13 +69,28 @@ def test_seeds_map_to_prng_keys(backend):
     other = backend.reset(seed=8).clone()
     assert torch.equal(first, again) and not torch.equal(first, other)
     assert not torch.equal(first[0], first[1])  # each env has its own key
+    # reset() without a seed goes on from the last key, as gymnasium's and the other backends' do: it reset with
+    # PRNGKey(0) every time, the same episodes again
+    unseeded = backend.reset().clone()
+    assert not torch.equal(unseeded, backend.reset()) and not torch.equal(unseeded, first)
 
 
 def test_render_env0(backend):
-    frame = envs.make_backend("playground:CartpoleBalance", num_envs=4, seed=0, render=True)
+    """Also: at the step that ends env 0's episode, ``info["final_frame"]`` draws its last state (the pose before
+    the auto-reset), where ``render()`` after the step draws the next episode's first."""
+    frame = envs.make_backend("playground:CartpoleBalance", num_envs=4, seed=0, render=True, max_episode_steps=3)
     frame.reset()
     image = frame.render()
     assert image.shape == (256, 256, 3) and image.std() > 5
+    actions = torch.ones(4, 1)
+    for _ in range(2):
+        assert "final_frame" not in frame.step(actions)[4]
+    before_reset = frame.render()  # after step 2 of 3
+    info = frame.step(actions)[4]
+    assert info["final_frame"].shape == (256, 256, 3) and info["final_frame"].dtype == np.uint8
+    assert not np.array_equal(info["final_frame"], frame.render()) and not np.array_equal(info["final_frame"],
+                                                                                       before_reset)
+    frame.close()
 
 
 def test_unknown_env_and_missing_assets_are_named():
