@@ -5,7 +5,7 @@ deterministic DDIM (eta = 0) from x_T = z instead of fresh noise.
 Schedule: diffusers' ``DDIMScheduler`` tables with the cosine ``squaredcos_cap_v2`` betas (GoRL's
 direct-epsilon decoder and DPPO use the cosine schedule too), built with ``T + 1`` timesteps of which
 the last is dropped. That last one is zero-SNR: the cosine's final beta is 1, clipped by diffusers to
-0.999, so abar = 2.4e-5 there (T = 10). Entering DDIM at it, the epsilon network must reproduce x to
+0.999, so abar = 2.0e-5 there (T = 10: 11 timesteps). Entering DDIM at it, the epsilon network must reproduce x to
 ~1e-3 and the first step multiplies its error by ~30. ``bench/gorl_decoders.py`` (3 seeds, 20
 epochs; a 3-d Gaussian target of std 0.5): the decoded std is 1.00 entering there, 0.44 without it
 (flow: 0.44); on a bimodal target 59 % against 93 % of the actions land near a mode (flow: 96 %).

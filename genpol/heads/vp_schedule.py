@@ -92,7 +92,9 @@ def estimate_log_prob(predict_noise: NoisePredictor, obs: torch.Tensor, actions:
         draws: N, the noise draws per level and action (MaxEntDP: 50).
         clip: re-derive the predicted noise from the x0 prediction clipped to [-1, 1] (MaxEntDP's sampler does).
         chunk_rows: the largest number of (action, draw, level) rows given to ``predict_noise`` at once;
-            B N L rows are evaluated in chunks of at most this many, so memory is bounded by it.
+            B N L rows are evaluated in chunks of at most this many, which bounds the network's activations
+            (the noise ``[B, N, L, A]`` and the squared errors ``[B N L]`` are whole; under autograd every
+            chunk's graph is kept: MaxEntDP calls it without gradients, for its backup).
         noise: ``[B, N, L, A]`` draws xi (None: from torch's global generator).
     """
     batch, act_dim = actions.shape
