@@ -239,7 +239,11 @@ class QEnsemble(nn.Module):
         last = len(self.weights) - 1
         # Without LayerNorm a ReLU follows the GEMM directly: oneDNN applies it in the GEMM's epilogue,
         # and its gradient is masked by the saved output (compiled, inductor would otherwise save the
-        # mask as a bool tensor, whose CPU stores run ~40x slower than float ones).
+        # mask as a bool tensor, whose CPU stores run ~40x slower than float ones). One difference from
+        # torch.relu: the epilogue maps NaN (and inf - inf) to 0, so a non-finite input row gives finite Q
+        # values here where the other impls give NaN (Intel oneDNN, 2026-12-07). Kept: a NaN reaches a critic's
+        # input only from a non-finite observation or policy, and the runners' guards stop a run on those
+        # (observations, parameters, losses); the gradients of such a row stay NaN.
         fused_relu = onednn and not self.layer_norm and self.activation_name == "relu"
         for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
             weight, bias = of_heads(weight), of_heads(bias)
