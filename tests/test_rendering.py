@@ -154,7 +154,7 @@ def test_every_frame_of_a_long_halfcheetah_video_shows_the_floor(tmp_path):
             env.step(torch.sin(2 * np.pi * gait["frequency"] * t * gait["dt"] + phases)[None].float())
         (path,) = env.find(envs.VideoRecorder).paths
     frames = iio.imread(path)
-    assert frames.shape == (600, 48, 48, 3)
+    assert frames.shape == (601, 48, 48, 3)  # the reset state and the state after each of the 600 steps
     contrast = np.array([checker_contrast(frame) for frame in frames])
     assert contrast.min() > 0.5 * contrast[0], f"frame {contrast.argmin()} lost the floor"
 
