@@ -151,7 +151,7 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     leaving the caller's thread count; pointed at a checkpoint it files its results with the run, not in
     the checkpoint; a video that cannot render leaves the returns; a bad device is named as such."""
     from genpol.api import evaluate, load_policy, train
-    from genpol.errors import ConfigError
+    from genpol.errors import CheckpointError, ConfigError
 
     run = tmp_path / "seed=1,lr=3e-4"
     summary = train(env="hopper", total_steps=256, run_dir=run,
@@ -177,6 +177,10 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     (project / "evaluation.json").write_text("the project's own")
     evaluate(project / "exported" / checkpoint.name, episodes=1)
     assert (project / "evaluation.json").read_text() == "the project's own"
+    # a mistyped step: named as missing, with the run's checkpoints (it was called another run's checkpoint)
+    with pytest.raises(CheckpointError, match=r"checkpoint=checkpoints/step_nope does not exist \(looked at .*\); "
+                                              r"run_dir=.* holds checkpoints/step_\d+"):
+        evaluate(run, episodes=1, checkpoint="checkpoints/step_nope")
     # a checkpoint of another folder beside a run_dir: the run_dir was ignored
     with pytest.raises(ConfigError, match=r"checkpoint=.*exported/step_\d+ is not a checkpoint of run_dir="):
         evaluate(run, episodes=1, checkpoint=str(project / "exported" / checkpoint.name))
