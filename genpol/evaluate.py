@@ -46,9 +46,9 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
             checkpoint = str(Path(cfg.run_dir) / checkpoint)  # checkpoints/step_... of the run, as it lists them
         if checkpoint and not Path(checkpoint).exists():  # a mistyped step was called "not a checkpoint of run_dir"
             steps = [str(path.relative_to(cfg.run_dir)) for path in list_checkpoints(Path(cfg.run_dir) / "checkpoints")]
+            held = ", ".join(steps[-5:]) + (" (the last 5)" if len(steps) > 5 else "") if steps else "no checkpoint"
             raise CheckpointError(f"checkpoint={cfg.checkpoint} does not exist (looked at {Path(cfg.checkpoint)} and "
-                                  f"{Path(cfg.run_dir) / cfg.checkpoint}); run_dir={cfg.run_dir} holds "
-                                  f"{', '.join(steps[-5:]) or 'no checkpoint'}{' (the last 5)' if len(steps) > 5 else ''}")
+                                  f"{Path(cfg.run_dir) / cfg.checkpoint}); run_dir={cfg.run_dir} holds {held}")
         if checkpoint and not Path(checkpoint).resolve().is_relative_to(Path(cfg.run_dir).resolve()):
             # the run_dir was ignored: another run's checkpoint was evaluated and its evaluation.json written
             raise ConfigError(f"checkpoint={cfg.checkpoint} is not a checkpoint of run_dir={cfg.run_dir}: give one "
