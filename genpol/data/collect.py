@@ -34,6 +34,7 @@ from genpol.data.d4rl import write_d4rl
 from genpol.data.minari_io import minari_dataset_path, write_minari
 from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_score
 from genpol.errors import CheckpointError, ConfigError, DatasetError, require_seed
+from genpol.memory import require_memory
 from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,13 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
         cut_at = STEPS_WITHOUT_TIME_LIMIT
         log.warning("%s declares no time limit (max_episode_steps is None): episodes are cut every %d steps "
                     "and flagged as truncated", env_id, cut_at)
+    try:  # refused before the rollout, not after its hours
+        require_memory("--steps", steps, collection_bytes(steps, num_envs, cut_at or env.max_episode_steps,
+                                                          env.obs_dim, env.act_dim),
+                       "cpu", "the collected episodes and their D4RL or Minari copy")
+    except ConfigError:
+        env.close()
+        raise
     obs = env.reset()
     current = [{"observations": [obs[i].numpy()], "actions": [], "rewards": [], "terminations": [],
                 "truncations": []} for i in range(num_envs)]
@@ -109,6 +117,15 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
                                   "terminations": [], "truncations": []}
     unfinished = current[0] if current[0]["actions"] else None
     return complete, (None if unfinished is None else {k: np.asarray(v) for k, v in unfinished.items()}), env
+
+
+def collection_bytes(steps: int, num_envs: int, episode_steps: int, obs_dim: int, act_dim: int) -> int:
+    """Bytes a collection of ``steps`` transitions holds at its peak: the complete episodes (float32 observations
+    and actions, float64 rewards, two flags) beside the flat copy the writer makes of them (observations twice,
+    as D4RL's next_observations), over ``steps`` plus what ``num_envs`` episodes in progress may add (collection
+    stops once ``steps`` transitions are in complete episodes, each at most ``episode_steps`` long)."""
+    rows = steps + num_envs * episode_steps
+    return rows * ((3 * obs_dim + 2 * act_dim) * 4 + 2 * 8 + 4)
 
 
 def to_d4rl_arrays(episodes: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
