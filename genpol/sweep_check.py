@@ -103,15 +103,13 @@ def job_folder(job: DictConfig, number: int) -> Path | None:
 
 def check_job_folder(folder: Path, config: Any) -> None:
     """``ConfigError`` where the job would be refused in ``folder`` when it starts: a folder inside another run's
-    (``check_run_dir``), or a saved run there that its config would not resume: the comparison of the resume
-    check (``genpol.runners.scaffold.check_resume_config``), which writes nothing."""
+    (``check_run_dir``), or a saved run there that its config would not resume (the resume check's own
+    ``check_saved_run``, which writes nothing)."""
     from genpol.config import check_run_dir
-    from genpol.runners.scaffold import compare_saved_config, holds_progress
+    from genpol.runners.scaffold import check_saved_run
 
     check_run_dir(str(folder))
-    saved = folder / "config.yaml"
-    if saved.is_file() and holds_progress(folder):  # without progress the job starts afresh, as the resume check does
-        compare_saved_config(folder, saved, config, OmegaConf.to_container(OmegaConf.structured(config), resolve=True))
+    check_saved_run(folder, config, OmegaConf.to_container(OmegaConf.structured(config), resolve=True))
 
 
 def check_sweep(overrides: Sequence[str], config_dirs: Sequence[str] = (), config_name: str = "config") -> int:

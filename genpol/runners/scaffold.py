@@ -89,16 +89,26 @@ def check_resume_config(run_dir: Path, cfg: TrainConfig) -> None:
     current = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     if path.exists() and not holds_progress(run_dir):
         log.info("%s holds an earlier start that saved no checkpoint: starting afresh with this config", run_dir)
-    elif path.exists():
-        compare_saved_config(run_dir, path, cfg, current)
+    if check_saved_run(run_dir, cfg, current):
         # what may change on a resume (the budget, the evaluation) did: the file says what the run does now,
         # for genpol.report, which groups runs by it
         set_aside_outgrown_summary(run_dir, cfg, OmegaConf.load(path).get("total_steps"))
-    elif holds_progress(run_dir):  # deleted by hand: the resume could not be checked against what the run was
+    write_text_atomic(path, OmegaConf.to_yaml(current))
+
+
+def check_saved_run(run_dir: Path, cfg: TrainConfig, current: dict[str, Any]) -> bool:
+    """Whether ``run_dir`` holds a run that ``cfg`` (``current``: it as a container) resumes; ``ConfigError`` where
+    it holds one that ``cfg`` would change, or checkpoints without their config.yaml. Writes nothing: the resume
+    check and the sweep check before launch (``genpol.sweep_check``, each job's folder) share it."""
+    path = run_dir / "config.yaml"
+    if not holds_progress(run_dir):  # nothing saved, or an earlier start that failed before its first checkpoint
+        return False
+    if not path.exists():  # deleted by hand: the resume could not be checked against what the run was
         raise ConfigError(f"{run_dir} holds checkpoints but no config.yaml, so a resume cannot be checked against "
                           "the config the run trained with; put its config.yaml back, or start anew in another "
                           "run_dir")
-    write_text_atomic(path, OmegaConf.to_yaml(current))
+    compare_saved_config(run_dir, path, cfg, current)
+    return True
 
 
 def set_aside_outgrown_summary(run_dir: Path, cfg: TrainConfig, saved_total_steps: int | None) -> None:
