@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from genpol import envs
+from genpol.envs.goal_envs import remove_generated_model_file
 from genpol.envs.testing import check_vector_env
 from genpol.data import DatasetError, load_dataset, reference_returns
 from genpol.data.maze_dataset import MAZE_REFERENCE, collect_segments, eval_maze_map, evaluate_controller
@@ -29,6 +30,7 @@ def test_pointmaze_passes_the_protocol_suite_with_its_success_flag():
 def test_dict_observations_flatten_as_observation_achieved_desired():
     env = envs.make_backend("gym:PointMaze_UMaze-v3", num_envs=2, max_episode_steps=5)
     reference = gym.make("PointMaze_UMaze-v3", max_episode_steps=5)
+    remove_generated_model_file(reference.unwrapped)  # gymnasium-robotics leaves its model file in /tmp
     try:
         obs = env.reset(seed=3)
         for i in range(2):  # env i is seeded with 3 + i
@@ -304,6 +306,7 @@ def test_predict_flattens_a_dict_observation_as_training_did(tmp_path, env_id):
     policy = load_policy(tmp_path / "run")
     if env_id.startswith("gym:"):
         raw_env = gym.make("PointMaze_UMaze-v3")
+        remove_generated_model_file(raw_env.unwrapped)
         observations = [raw_env.reset(seed=seed)[0] for seed in (0, 1)]
         flat = [FlattenGoalObservation(raw_env).observation(obs) for obs in observations]
         assert list(observations[0]) == ["observation", "achieved_goal", "desired_goal"]
