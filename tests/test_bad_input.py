@@ -659,16 +659,19 @@ def test_a_key_given_twice_keeps_its_first_place_in_the_sweep_as_in_hydras(tmp_p
 def test_a_collection_that_cannot_fit_is_refused_before_the_rollout(tmp_path, capsys):
     """``genpol.data.collect --steps`` had no memory check: a collection larger than the memory ran for hours and
     then failed. Refused at the start (exit 2) naming --steps, with the bytes of the episodes and their D4RL copy,
-    by hand: Pendulum's (3 x 3 + 2 x 1) x 4 + 20 = 64 bytes a transition over steps + num_envs x 200."""
+    by hand: Pendulum's (3 x 3 + 2 x 1) x 4 + 20 = 64 bytes a transition over steps + num_envs x 200.
+    The output folders, made before collecting to try writing there, do not outlive the refusal (they did);
+    a folder that was there before stays."""
     import re
 
     from genpol.data.collect import collection_bytes, main
 
     assert collection_bytes(1000, 2, 200, 3, 1) == (1000 + 2 * 200) * 64
+    (tmp_path / "mine").mkdir()
     with pytest.raises(SystemExit) as stopped:
         main(["--policy", "random", "--env", "gym:Pendulum-v1", "--steps", str(10**13), "--num-envs", "2",
-              "--d4rl", str(tmp_path / "pendulum.hdf5")])
+              "--d4rl", str(tmp_path / "mine" / "data" / "pendulum.hdf5"), "--minari-root", str(tmp_path / "m")])
     assert stopped.value.code == 2
     assert re.search(r"genpol: ConfigError: --steps=10000000000000 needs 640\.0 TB for the collected episodes and "
                      r"their D4RL or Minari copy, but cpu has .* available: lower --steps", capsys.readouterr().err)
-    assert not (tmp_path / "pendulum.hdf5").exists()
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["mine"]

@@ -179,6 +179,11 @@ def test_settings_that_would_fail_after_the_collection_are_refused_before_it(tmp
             maze_main(["--env", "PointMaze_UMaze-v3", *outputs, "--minari-root", str(tmp_path / "minari")])
         assert refused.value.code == 2 and shown in capsys.readouterr().err
     assert (tmp_path / "taken.hdf5").read_bytes() == b"a dataset"
+    with pytest.raises(SystemExit) as refused:  # the folder made to try writing there went with the refusal (it stayed)
+        maze_main(["--env", "PointMaze_UMaze-v3", "--d4rl", str(tmp_path / "new" / "x.hdf5"), "--minari",
+                   "genpol/pointmaze/umaze"])
+    assert refused.value.code == 2 and "is not a Minari dataset id" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
     for seed in ("-1", str(2**32)):  # numpy's traceback, after the maze was read
         with pytest.raises(SystemExit) as refused:
             maze_main(["--env", "PointMaze_UMaze-v3", "--d4rl", str(tmp_path / "s.hdf5"), "--seed", seed])

@@ -20,11 +20,12 @@ declares no time limit may never end an episode, so collection would never end: 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -140,29 +141,46 @@ def to_d4rl_arrays(episodes: list[dict[str, np.ndarray]]) -> dict[str, np.ndarra
     }
 
 
-def refuse_unwritable_outputs(parser: argparse.ArgumentParser, d4rl: str | None, minari: str | None,
-                              minari_root: str | None) -> None:
+@contextlib.contextmanager
+def checked_outputs(parser: argparse.ArgumentParser, d4rl: str | None, minari: str | None,
+                    minari_root: str | None) -> Iterator[None]:
     """Exit 2 before collecting, not after (the collection would be lost), for an output that cannot be written:
     an existing D4RL file or Minari dataset (runs may resume from it, and genpol refuses to resume onto changed
-    data, so overwriting it would strand them) or a malformed Minari id."""
-    if d4rl and Path(d4rl).exists():
-        parser.exit(2, f"genpol: {d4rl} already exists; choose another path, or delete it first\n")
-    for flag, folder in (("--d4rl", Path(d4rl).parent if d4rl else None), ("--minari-root", minari_root)):
-        if folder is None:
-            continue
-        try:  # a folder that cannot be made or written (a file in the path, no permission) failed after collecting
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=folder).close()
-        except OSError as error:
-            parser.exit(2, f"genpol: {flag}: cannot write in {folder} ({type(error).__name__}: {error.strerror})\n")
-    if minari:
-        try:
-            path = minari_dataset_path(minari, minari_root)
-        except DatasetError as error:
-            parser.exit(2, f"genpol: --minari: {error}\n")
-        if path.exists():
-            parser.exit(2, f"genpol: the Minari dataset {minari} already exists at {path}; choose another id, or "
-                           "delete it first\n")
+    data, so overwriting it would strand them) or a malformed Minari id; then run the block (the collection).
+
+    The output folders are made here, to try writing in them: those this made and the block left empty (a
+    refused start, an interrupted collection) are removed when it raises, innermost first."""
+    made: list[Path] = []
+    try:
+        if d4rl and Path(d4rl).exists():
+            parser.exit(2, f"genpol: {d4rl} already exists; choose another path, or delete it first\n")
+        for flag, folder in (("--d4rl", Path(d4rl).parent if d4rl else None), ("--minari-root", minari_root)):
+            if folder is None:
+                continue
+            folder = Path(folder).absolute()
+            made += [path for path in (*reversed(folder.parents), folder) if not path.exists() and path not in made]
+            try:  # a folder that cannot be made or written (a file in the path, no permission) failed after collecting
+                folder.mkdir(parents=True, exist_ok=True)
+                tempfile.TemporaryFile(dir=folder).close()
+            except OSError as error:
+                parser.exit(2, f"genpol: {flag}: cannot write in {folder} ({type(error).__name__}: "
+                               f"{error.strerror})\n")
+        if minari:
+            try:
+                path = minari_dataset_path(minari, minari_root)
+            except DatasetError as error:
+                parser.exit(2, f"genpol: --minari: {error}\n")
+            if path.exists():
+                parser.exit(2, f"genpol: the Minari dataset {minari} already exists at {path}; choose another id, "
+                               "or delete it first\n")
+        yield
+    except BaseException:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (something was written there), or already gone
+                pass
+        raise
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -189,8 +207,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         require_seed("--seed", args.seed)
     except ConfigError as error:
         parser.error(str(error))
-    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
+    with checked_outputs(parser, args.d4rl, args.minari, args.minari_root):
+        return collect_and_write(parser, args)
 
+
+def collect_and_write(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """Collect ``args.steps`` transitions and write them to the D4RL file and/or Minari dataset ``args`` names."""
     try:
         episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
                                                      args.deterministic, imports=args.imports)

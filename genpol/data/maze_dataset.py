@@ -39,7 +39,7 @@ import torch
 from genpol import envs
 from genpol.data.d4rl import write_d4rl
 from genpol.data.maze_planner import GOAL, POSITION, VELOCITY, BatchController, MazeGrid, maze_map_of
-from genpol.data.collect import refuse_unwritable_outputs
+from genpol.data.collect import checked_outputs
 from genpol.data.minari_io import write_minari
 from genpol.data.scores import normalized_score
 from genpol.errors import require_seed
@@ -193,7 +193,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"{args.env}: no single-goal evaluation map for the {maze} maze (known: "
                      f"{', '.join(EVAL_GOAL_CELL)}); pass --eval-episodes 0")
     # collect's checks: an existing --d4rl file was silently replaced here, stranding the runs resuming from it
-    refuse_unwritable_outputs(parser, args.d4rl, args.minari, args.minari_root)
+    with checked_outputs(parser, args.d4rl, args.minari, args.minari_root):
+        return collect_and_write(args, maze, reward_type)
+
+
+def collect_and_write(args: argparse.Namespace, maze: str, reward_type: str) -> dict[str, Any]:
+    """Collect ``args.steps`` transitions in the maze and write the D4RL file and/or Minari dataset ``args`` names."""
     # Minari's reference returns were measured on the single-goal map: a Diverse id's task is another one
     reference = None if "_Diverse_" in args.env else MAZE_REFERENCE.get((maze, reward_type))
 
