@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import re
 import time
@@ -24,7 +23,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from genpol.config.aliases import quoted, rename_overrides
-from genpol.config.base import check_run_dir, claim_new_dir
+from genpol.config.base import check_run_dir, claim_new_dir, release_new_dir
 from genpol.configure import import_learner_modules, register_configs, validate
 from genpol.errors import ConfigError
 from genpol.policy import TrainedPolicy
@@ -194,10 +193,8 @@ def train(
     try:
         config = validate(compose_config(items, config_dirs=config_dirs))
     except Exception:
-        if claimed and not any(run_dir.iterdir()):  # the folder this call made for a run that never started
-            run_dir.rmdir()
-            with contextlib.suppress(OSError):  # and its date's folder, if that holds nothing else
-                run_dir.parent.rmdir()
+        if claimed:  # the folder this call made for a run that never started
+            release_new_dir(run_dir)
         raise
     if run_dir_overridden:  # the folder the config records, its quotes and interpolations resolved
         composed = Path(config.run_dir).expanduser()

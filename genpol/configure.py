@@ -115,14 +115,16 @@ def validate(cfg: DictConfig) -> Any:
         # refusal where the learner cannot train the head at all
         check_learner(config)
         check_groups(config)
-        warn_minibatch_above_rollout(config)
+        warn_minibatch_against_rollout(config)
     return config
 
 
-def warn_minibatch_above_rollout(config: TrainConfig) -> None:
-    """A warning where ``learner.minibatch_size`` exceeds the rollout (``rollout_steps`` x ``env.num_envs``): each
-    epoch is then one minibatch of the whole rollout, a tenth of the gradient steps a user may expect from a
-    minibatch of a tenth of it. Trained as asked (SB3 trains so too), but said: it used to pass silently."""
+def warn_minibatch_against_rollout(config: TrainConfig) -> None:
+    """A warning where ``learner.minibatch_size`` does not fit the rollout (``rollout_steps`` x ``env.num_envs``):
+    above it, each epoch is one minibatch of the whole rollout, a tenth of the gradient steps a user may expect
+    from a minibatch of a tenth of it; not a divisor of it, each epoch ends with a short minibatch that still
+    takes a full Adam step, its advantages normalized over a few samples (one sample's stay raw). Trained as
+    asked (SB3 trains so too, and warns of the second), but said: both used to pass silently."""
     minibatch, steps = getattr(config.learner, "minibatch_size", None), getattr(config.learner, "rollout_steps", None)
     if minibatch is None or steps is None or learner(config.learner.name).off_policy:
         return
@@ -131,6 +133,11 @@ def warn_minibatch_above_rollout(config: TrainConfig) -> None:
         log.warning("learner.minibatch_size=%d exceeds the rollout of learner.rollout_steps=%d x env.num_envs=%d = %d "
                     "samples: every epoch is one minibatch of the whole rollout (%d gradient steps per update)",
                     minibatch, steps, config.env.num_envs, samples, config.learner.epochs)
+    elif samples % minibatch:
+        log.warning("learner.minibatch_size=%d does not divide the rollout of learner.rollout_steps=%d x "
+                    "env.num_envs=%d = %d samples: every epoch ends with a minibatch of %d samples, a full step on "
+                    "them; a divisor of %d avoids it", minibatch, steps, config.env.num_envs, samples,
+                    samples % minibatch, samples)
 
 
 def check_numbers_finite(config: TrainConfig) -> None:
@@ -329,9 +336,21 @@ def check_groups(config: TrainConfig) -> None:
     for name, why in (unread_fields(vars(config.learner)) if unread_fields is not None else {}).items():
         moved(config, f"learner.{name}", why)
     if row.off_policy:  # only the on-policy learners build the head's value critic
+        learner_unread = unread_fields(vars(config.learner)) if unread_fields is not None else {}
         for key in ("critic_hidden_sizes", "critic_activation", "critic_residual"):
-            moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; "
-                  "its Q-critics are sized in the learner group (learner.critic_*)")
+            moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; " +
+                  (learner_unread[key] if key in learner_unread else  # MEow: no learner.critic_* either
+                   "its Q-critics are sized in the learner group (learner.critic_*)"))
+        if getattr(config.pipeline, "name", None) != "offline_to_online":  # there an on-policy online phase may
+            moved(config, "pipeline.compile_sampling", f"only the on-policy learners' rollouts sample through it; "
+                  f"learner={config.learner.name} acts one step at a time")
+    if getattr(config.policy, "family", None) == "energy_flow" and config.learner.name != "meow":
+        moved(config, "policy.coupling_dropout", f"only learner=meow's loss pass drops coupling units; "
+              f"learner={config.learner.name} trains the flow without dropout")
+    if not row.off_policy and getattr(config.learner, "ent_coef", 0) and not head_class(config.policy.family).has_entropy:
+        # refused here, not when the learner is built after the run's folder is made (exit 1, a traceback)
+        raise ConfigError(f"learner.ent_coef={config.learner.ent_coef} weighs the policy's entropy, but "
+                          f"policy={config.policy.family} has none to give: set learner.ent_coef=0")
     if getattr(config.policy, "family", None) == "diffusion":
         policy, pipeline = config.policy, config.pipeline
         sampled = policy.ddim_steps if policy.use_ddim else policy.denoising_steps

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from genpol import collectives, distributed
 from genpol.config import TrainConfig, check_run_dir
+from genpol.config.base import release_new_dir
 from genpol.config.aliases import quoted, rename_overrides
 from genpol.configure import config_dirs_of, import_learner_modules, register_configs, validate
 from genpol.envs import EnvError
@@ -95,6 +96,7 @@ def train_from_config(cfg: DictConfig) -> None:
     if hydra_config.mode == RunMode.RUN and launcher != "local":  # Hydra launches only sweeps
         log.warning("launcher=%s sends --multirun sweeps; without --multirun this run trains here, in this process",
                     launcher)
+    claimed = OmegaConf.is_interpolation(cfg, "run_dir") and hydra_config.mode == RunMode.RUN  # the default folder
     if OmegaConf.is_interpolation(cfg, "run_dir"):
         # run_dir left to its default, the folder given as hydra.run.dir (hydra.sweep.dir) instead: the default was
         # never resolved for Hydra's folder, and resolving it here claimed a second, empty one (one per sweep job),
@@ -107,6 +109,11 @@ def train_from_config(cfg: DictConfig) -> None:
         config = validate(cfg)
         summary = run_training(config, hydra_config.runtime.output_dir)
     except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:
+        folder = Path(hydra_config.runtime.output_dir)
+        # Hydra made it for this refused command: runs/<date>/<time> with Hydra's log alone was left per refusal
+        if claimed and {path.name for path in folder.iterdir()} <= {"train.log"}:  # the console had its lines
+            (folder / "train.log").unlink(missing_ok=True)
+            release_new_dir(folder)
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except NonFiniteError as error:

@@ -80,6 +80,17 @@ def test_evaluate_defaults_agree_between_the_command_line_and_the_api():
             assert getattr(EvaluateConfig, name) == parameter.default, name
 
 
+def test_a_refused_command_leaves_no_run_folder(tmp_path):
+    """Hydra makes the CLI's default run folder (runs/<date>/<time>) before genpol validates the config: each
+    refused command left one behind, holding an empty train.log (the API's call already removed its own). A
+    day's folder that holds other runs stays."""
+    (tmp_path / "runs" / "2026-01-01" / "12-00-00").mkdir(parents=True)
+    result = run_cli("-m", "genpol.train", "env=pendulum", "learner.lr=-1", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "learner.lr must be > 0, got -1.0" in result.stderr
+    assert [path.relative_to(tmp_path).as_posix() for path in sorted(tmp_path.rglob("*"))] == [
+        "runs", "runs/2026-01-01", "runs/2026-01-01/12-00-00"]
+
+
 def test_evaluate_names_a_missing_run(tmp_path):
     result = run_cli("-m", "genpol.evaluate", f"run_dir={tmp_path / 'nothing'}", check=False)
     assert result.returncode == 2 and "nothing does not exist: expected a run directory" in result.stderr

@@ -15,7 +15,7 @@ from genpol.errors import ConfigError, require
 ENV_BACKENDS = tuple(BACKENDS)  # the one list of env backends is genpol.envs.BACKENDS
 ACTIVATION_NAMES = tuple(ACTIVATIONS)  # the networks' table, genpol.nets.ACTIVATIONS
 
-__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "check_run_dir",
+__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "release_new_dir", "check_run_dir",
            "flatten_keys"]
 
 
@@ -36,6 +36,17 @@ def claim_new_dir(path: str) -> str:
         except FileExistsError:
             suffix += 1
             candidate = f"{path}_{suffix}"
+
+
+def release_new_dir(path: str | Path) -> None:
+    """Remove a folder ``claim_new_dir`` made for a run that never started (a refused config), if it is still
+    empty, and the date's folder above it if that then holds nothing: each refused command left one behind."""
+    folder = Path(path)
+    for empty in (folder, folder.parent):
+        try:
+            empty.rmdir()
+        except OSError:  # not empty (the run wrote there, or the day holds other runs), or gone
+            return
 
 
 def check_run_dir(path: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from omegaconf import MISSING
 
@@ -42,6 +42,17 @@ class RolloutConfig(FixedFields):
         if not self.bootstrap_truncation:
             require(getattr(self, "advantage_estimation", "rollout") == "rollout", "learner.bootstrap_truncation",
                     "true with advantage_estimation=minibatch (which masks truncations)", self.bootstrap_truncation)
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        """The fields that a run with these field ``values`` (``{"lr_schedule": "constant", ...}``, strings from a
+        saved config.yaml too) never reads, each with why: validation refuses one moved from its default (the
+        run would train as if it had not been), and a resume and ``genpol.report`` ignore them
+        (``scaffold.unread_keys``). The off-policy schemas name theirs the same way."""
+        unread: dict[str, str] = {}
+        if not is_true(values.get("normalize_advantage", True)):
+            unread["advantage_std"] = "learner.normalize_advantage=false leaves the advantages as they are"
+        return unread
 
     def total_steps_clock(self, trained: int, saved_total: int, new_total: int) -> tuple[str, str] | None:
         """``(what this learner times by total_steps, what a resume with new_total would change)`` after
@@ -182,6 +193,33 @@ class PPOConfig(RolloutConfig):
                     f"a multiple of learner.sequence_length={self.sequence_length}", self.rollout_steps)
             require(self.minibatch_size % self.sequence_length == 0, "learner.minibatch_size",
                     f"a multiple of learner.sequence_length={self.sequence_length}", self.minibatch_size)
+
+
+    @classmethod
+    def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
+        unread = super().unread_fields(values)
+        if not is_true(values.get("normalize_advantage", True)):
+            unread["advantage_normalization"] = unread["advantage_std"]
+        if str(values.get("lr_schedule", "constant")) != "adaptive":
+            why = f"learner.lr_schedule={values.get('lr_schedule', 'constant')} (only adaptive reads it)"
+            unread.update(dict.fromkeys(("desired_kl", "adaptive_lr_rule"), why))
+        if str(values.get("advantage_estimation", "rollout")) != "minibatch":
+            unread["sequence_length"] = ("learner.advantage_estimation=rollout estimates over each env's whole "
+                                         "rollout (advantage_estimation=minibatch reads it)")
+        if is_none(values.get("max_grad_norm", 0.5)):
+            unread.update(dict.fromkeys(("grad_clip", "grad_clip_eps"),
+                                        "learner.max_grad_norm=null clips no gradient"))
+        return unread
+
+
+def is_true(value: Any) -> bool:
+    """A boolean field's value, given as a bool or as a saved config's string."""
+    return value is True or str(value).lower() == "true"
+
+
+def is_none(value: Any) -> bool:
+    """Whether an optional field's value, given as itself or as a saved config's string, is None."""
+    return value is None or str(value) in ("None", "null")
 
 
 @dataclass

@@ -147,12 +147,18 @@ def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
     """Key prefixes that a run of the flattened ``config`` never reads, whatever their values: ``dataset.*``
     without a dataset, ``dataset.actions`` outside offline_to_online (the only pipeline that maps actions), and
     the learner fields its schema's ``unread_fields`` names for these values (the learned temperature's settings
-    under a fixed one, MEow's critic fields, ...; MaxEntDP's ``target_entropy_scale`` default moved from -1 to
-    0.5 on 2026-12-07: runs saved before resume and report as one configuration)."""
+    under a fixed one, MEow's critic fields, PPO's ``desired_kl`` under a constant rate, ...; MaxEntDP's
+    ``target_entropy_scale`` default moved from -1 to 0.5 on 2026-12-07: runs saved before resume and report as
+    one configuration), an off-policy learner's ``pipeline.compile_sampling`` and a learner but MEow's
+    ``policy.coupling_dropout``."""
     unread = ("dataset.",) if config.get("dataset.path") is None else ()
     if config.get("pipeline.name") != "offline_to_online":
         unread += ("dataset.actions",)
     row = LEARNERS.get(str(config.get("learner.name")))  # a learner of the user's not imported here: none named
+    if row is not None and row.off_policy and config.get("pipeline.name") != "offline_to_online":
+        unread += ("pipeline.compile_sampling",)  # configure.check_groups' rules for the other groups
+    if config.get("policy.family") == "energy_flow" and config.get("learner.name") != "meow":
+        unread += ("policy.coupling_dropout",)
     unread_fields = getattr(row.schema, "unread_fields", None) if row is not None else None
     if unread_fields is not None:
         values = {key.removeprefix("learner."): value for key, value in config.items() if key.startswith("learner.")}

@@ -131,7 +131,7 @@ class MinibatchUpdater:
     ):
         if loss.ent_coef != 0.0 and not head.has_entropy:
             raise ValueError(
-                f"updater ent_coef={loss.ent_coef} needs an entropy, but the {head.family} head "
+                f"learner.ent_coef={loss.ent_coef} needs an entropy, but the {head.family} head "
                 "has none; set learner.ent_coef=0"
             )
         self.head = head
