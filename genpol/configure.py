@@ -24,6 +24,7 @@ from genpol.algorithms.registry import LEARNERS, learner, on_policy_names
 from genpol.memory import check_device
 from genpol.config import PIPELINE_SCHEMAS, POLICY_SCHEMAS, EvaluateConfig, TrainConfig, claim_new_dir
 from genpol.config.base import require
+from genpol.config.maxentdp import MaxEntDPConfig
 from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.fields import schema_default
 from genpol.heads import HEADS, head_class
@@ -344,6 +345,8 @@ def check_groups(config: TrainConfig) -> None:
         if getattr(config.pipeline, "name", None) != "offline_to_online":  # there an on-policy online phase may
             moved(config, "pipeline.compile_sampling", f"only the on-policy learners' rollouts sample through it; "
                   f"learner={config.learner.name} acts one step at a time")
+    if isinstance(config.learner, MaxEntDPConfig):  # a per_env_temperatures key in another case, refused now
+        config.learner.temperature(config.env.id)
     if getattr(config.policy, "family", None) == "energy_flow" and config.learner.name != "meow":
         moved(config, "policy.coupling_dropout", f"only learner=meow's loss pass drops coupling units; "
               f"learner={config.learner.name} trains the flow without dropout")

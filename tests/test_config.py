@@ -500,6 +500,9 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
      r"^pipeline.compile_sampling=True is not read: only the on-policy learners' rollouts"),
     (["learner=sac", "policy=energy_flow", "policy.coupling_dropout=0.5"],
      r"^policy.coupling_dropout=0.5 is not read: only learner=meow's loss pass"),
+    # Hydra's hint for a new key, +learner.per_env_temperatures.hopper, trained at the authors' Hopper value
+    (["+experiment=maxentdp", "env=hopper", "+learner.per_env_temperatures.hopper=0.3"],
+     r"^learner.per_env_temperatures.hopper is not env.id=Hopper-v5's task Hopper \(keys match case\)"),
     # the fix named for another off-policy learner (learner.critic_*) is refused by MEow in turn
     (["+experiment=meow", "policy.critic_hidden_sizes=[512,512]"],
      r"^policy.critic_hidden_sizes=\[512, 512\] is not read: learner=meow does not use the head's value critic; "

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from genpol.config.base import require
 from genpol.config.offpolicy import OffPolicyConfig
+from genpol.errors import ConfigError
 from genpol.heads.vp_schedule import log_prob_ceiling
 
 # MaxEntDP's README / run.sh: --config.temp per MuJoCo task (v3 there; matched here by the name before "-v")
@@ -117,4 +118,10 @@ class MaxEntDPConfig(OffPolicyConfig):
         if self.ent_coef not in ("per_env", "auto"):
             return float(self.ent_coef)
         task = env_id.split("-v")[0]
+        # keys match case: +learner.per_env_temperatures.hopper=0.3 (Hydra's own hint for a new key) sat beside the
+        # authors' Hopper and trained at Hopper's 0.05, and on Pendulum-v1 a key pendulum matched nothing
+        other_case = [key for key in self.per_env_temperatures if key != task and key.lower() == task.lower()]
+        if other_case:
+            raise ConfigError(f"learner.per_env_temperatures.{other_case[0]} is not env.id={env_id}'s task {task} "
+                              f"(keys match case): set learner.per_env_temperatures.{task} instead")
         return float(self.per_env_temperatures.get(task, self.default_temperature))
