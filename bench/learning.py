@@ -66,7 +66,8 @@ SUITE_COMMON = {
 }
 
 # experiment=default from 2026-11-30 06:00 to 19:30: lr 5e-4 decaying linearly (now KL-adaptive, see "stability")
-DEFAULT = ["+experiment=default", "pipeline.eval_every=0", "learner.lr_schedule=linear"]
+# (its desired_kl set back to the schema's: the linear rate never reads it, and validation refuses it moved)
+DEFAULT = ["+experiment=default", "pipeline.eval_every=0", "learner.lr_schedule=linear", "learner.desired_kl=0.01"]
 # experiment=default until 2026-11-30 06:00 (constant lr 1e-4, orthogonal init), which the jobs built on it compare against
 OLD_DEFAULT = [*DEFAULT, "learner.lr_schedule=constant"]
 FLOW_ROLLOUT = ["env.num_envs=32", "learner.rollout_steps=64", "learner.minibatch_size=512", "learner.compile=true",
@@ -184,7 +185,7 @@ SUITES["stability"] = {
     "halfcheetah-default-adaptivekl0.02": ["+experiment=default", "learner.lr_schedule=adaptive",
                                            "learner.desired_kl=0.02"],
     # the candidates it was picked from (seed 0): the linear decay it replaced, KL 0.01, and KL 0.01 at clip 0.2
-    "halfcheetah-default-linear": ["+experiment=default", "learner.lr_schedule=linear"],
+    "halfcheetah-default-linear": ["+experiment=default", "learner.lr_schedule=linear", "learner.desired_kl=0.01"],
     "halfcheetah-default-adaptivekl": ["+experiment=default", *ADAPTIVE_KL],
     "halfcheetah-default-adaptivekl-clip0.2": ["+experiment=default", *ADAPTIVE_KL, "learner.clip_range=0.2"],
     "hopper-ppo_mujoco-std1": ["+experiment=ppo_mujoco", "env=hopper", "policy.log_std_init=0"],

@@ -342,9 +342,8 @@ def check_groups(config: TrainConfig) -> None:
             moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; " +
                   (learner_unread[key] if key in learner_unread else  # MEow: no learner.critic_* either
                    "its Q-critics are sized in the learner group (learner.critic_*)"))
-        if getattr(config.pipeline, "name", None) != "offline_to_online":  # there an on-policy online phase may
-            moved(config, "pipeline.compile_sampling", f"only the on-policy learners' rollouts sample through it; "
-                  f"learner={config.learner.name} acts one step at a time")
+        moved(config, "pipeline.compile_sampling", f"only the on-policy learners' rollouts sample through it; "
+              f"learner={config.learner.name} acts one step at a time")
     if isinstance(config.learner, MaxEntDPConfig):  # a per_env_temperatures key in another case, refused now
         config.learner.temperature(config.env.id)
     if getattr(config.policy, "family", None) == "energy_flow" and config.learner.name != "meow":

@@ -38,6 +38,7 @@ from genpol.configure import config_dirs_of, import_learner_modules, register_co
 from genpol.envs import EnvError
 from genpol.errors import (EXIT_BAD_INPUT, EXIT_NON_FINITE, EXIT_STOPPED, CheckpointError, ConfigError,
                            DatasetError, NonFiniteError, RunDirBusyError, TrainingInterrupted)
+from genpol.runners.guards import LOCK_NAME
 from genpol.sweep_check import HYDRA_INFO_FLAGS, check_single_run, hydra_overrides, is_multirun
 
 register_configs()
@@ -96,7 +97,6 @@ def train_from_config(cfg: DictConfig) -> None:
     if hydra_config.mode == RunMode.RUN and launcher != "local":  # Hydra launches only sweeps
         log.warning("launcher=%s sends --multirun sweeps; without --multirun this run trains here, in this process",
                     launcher)
-    claimed = OmegaConf.is_interpolation(cfg, "run_dir") and hydra_config.mode == RunMode.RUN  # the default folder
     if OmegaConf.is_interpolation(cfg, "run_dir"):
         # run_dir left to its default, the folder given as hydra.run.dir (hydra.sweep.dir) instead: the default was
         # never resolved for Hydra's folder, and resolving it here claimed a second, empty one (one per sweep job),
@@ -109,11 +109,9 @@ def train_from_config(cfg: DictConfig) -> None:
         config = validate(cfg)
         summary = run_training(config, hydra_config.runtime.output_dir)
     except (ConfigError, EnvError, CheckpointError, DatasetError, RunDirBusyError) as error:
-        folder = Path(hydra_config.runtime.output_dir)
-        # Hydra made it for this refused command: runs/<date>/<time> with Hydra's log alone was left per refusal
-        if claimed and {path.name for path in folder.iterdir()} <= {"train.log"}:  # the console had its lines
-            (folder / "train.log").unlink(missing_ok=True)
-            release_new_dir(folder)
+        # the default folder claimed for this refused command (runs/<date>/<time>) was left per refusal, with
+        # Hydra's log (the console had its lines), and the config and lock of a run that never trained
+        release_new_dir(hydra_config.runtime.output_dir, files=("train.log", LOCK_NAME, "config.yaml"))
         print(f"genpol: {type(error).__name__}: {error}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except NonFiniteError as error:

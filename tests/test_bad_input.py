@@ -668,9 +668,10 @@ def test_a_collection_that_cannot_fit_is_refused_before_the_rollout(tmp_path, ca
 
     assert collection_bytes(1000, 2, 200, 3, 1) == (1000 + 2 * 200) * 64
     (tmp_path / "mine").mkdir()
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(SystemExit) as stopped:  # ghost/../mine is mine, which was there: it stays
         main(["--policy", "random", "--env", "gym:Pendulum-v1", "--steps", str(10**13), "--num-envs", "2",
-              "--d4rl", str(tmp_path / "mine" / "data" / "pendulum.hdf5"), "--minari-root", str(tmp_path / "m")])
+              "--d4rl", str(tmp_path / "ghost" / ".." / "mine" / "data" / "pendulum.hdf5"),
+              "--minari-root", str(tmp_path / "m")])
     assert stopped.value.code == 2
     assert re.search(r"genpol: ConfigError: --steps=10000000000000 needs 640\.0 TB for the collected episodes and "
                      r"their D4RL or Minari copy, but cpu has .* available: lower --steps", capsys.readouterr().err)

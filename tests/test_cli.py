@@ -87,8 +87,15 @@ def test_a_refused_command_leaves_no_run_folder(tmp_path):
     (tmp_path / "runs" / "2026-01-01" / "12-00-00").mkdir(parents=True)
     result = run_cli("-m", "genpol.train", "env=pendulum", "learner.lr=-1", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "learner.lr must be > 0, got -1.0" in result.stderr
+    # refused after the run began in it (config.yaml, the lock): the env cannot be made
+    result = run_cli("-m", "genpol.train", "env=gym", "env.id=NoSuchEnv-v0", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "unknown gymnasium id 'gym:NoSuchEnv-v0'" in result.stderr
+    # a folder the user named is not genpol's to remove, even empty (Hydra's log of the refusal stays in it)
+    (tmp_path / "mine").mkdir()
+    result = run_cli("-m", "genpol.train", "hydra.run.dir=mine", "learner.lr=-1", cwd=tmp_path, check=False)
+    assert result.returncode == 2
     assert [path.relative_to(tmp_path).as_posix() for path in sorted(tmp_path.rglob("*"))] == [
-        "runs", "runs/2026-01-01", "runs/2026-01-01/12-00-00"]
+        "mine", "mine/train.log", "runs", "runs/2026-01-01", "runs/2026-01-01/12-00-00"]
 
 
 def test_evaluate_names_a_missing_run(tmp_path):

@@ -20,6 +20,7 @@ from conftest import assert_trees_equal, final_checkpoint, rewound_copy
 from genpol.algorithms.maxentdp import MaxEntDP, MaxQPolicy
 from genpol.config.base import flatten_keys as flatten
 from genpol.config.maxentdp import MaxEntDPConfig
+from genpol.errors import ConfigError
 from genpol.heads import VPDiffusionHead
 from genpol.heads.vp_schedule import estimate_log_prob, log_prob_ceiling
 from genpol.storage.replay import ReplayBatch
@@ -369,7 +370,6 @@ def test_log_prob_ceiling_is_the_estimate_of_a_perfect_point_mass_denoiser(level
 def test_automatic_temperature_refuses_a_target_entropy_the_estimate_cannot_reach():
     """SAC's -|A| lies below the estimate's floor at every level count: alpha would fall every step until
     q / alpha overflowed. The floor is -0.93 nats per dimension at 20 levels and +0.14 at 5."""
-    from genpol.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"target_entropy_scale must be above -0\.927.*20-level"):
         MaxEntDPConfig(ent_coef="auto", target_entropy_scale=-1.0)
@@ -387,7 +387,6 @@ def test_a_run_saved_with_the_old_target_entropy_default_resumes_and_reports_wit
     import yaml
 
     from genpol.api import compose_config
-    from genpol.config import ConfigError
     from genpol.configure import validate
     from genpol.report import computed_config
     from genpol.runners.scaffold import check_resume_config
@@ -416,6 +415,11 @@ def test_per_env_temperatures_are_the_authors():
     cfg = MaxEntDPConfig()
     assert [cfg.temperature(env) for env in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "MultiGoal")] \
         == [0.2, 0.05, 0.01, 0.05, 0.1]
+    # a key of the user's in another case than the task is refused (it trained at the authors' value); the
+    # authors' own keys are not, whatever an env of the user's is called
+    assert cfg.temperature("hopper-v0") == cfg.default_temperature
+    with pytest.raises(ConfigError, match=r"^learner.per_env_temperatures.hopper is not env.id=Hopper-v5's task"):
+        MaxEntDPConfig(per_env_temperatures={**cfg.per_env_temperatures, "hopper": 0.3}).temperature("Hopper-v5")
 
 
 def test_evaluation_takes_the_candidate_with_the_largest_min_target_q():
@@ -438,7 +442,6 @@ def test_evaluation_takes_the_candidate_with_the_largest_min_target_q():
 
 def test_a_head_without_a_noise_network_is_refused_at_validation():
     from genpol.api import compose_config
-    from genpol.config import ConfigError
     from genpol.configure import validate
 
     with pytest.raises(ConfigError, match="continuous-noise epsilon network"):

@@ -32,16 +32,27 @@ def claim_new_dir(path: str) -> str:
     while True:
         try:
             os.mkdir(candidate)
+            _CLAIMED.add(os.path.abspath(candidate))
             return os.path.abspath(candidate)
         except FileExistsError:
             suffix += 1
             candidate = f"{path}_{suffix}"
 
 
-def release_new_dir(path: str | Path) -> None:
-    """Remove a folder ``claim_new_dir`` made for a run that never started (a refused config), if it is still
-    empty, and the date's folder above it if that then holds nothing: each refused command left one behind."""
-    folder = Path(path)
+# the folders claim_new_dir made in this process (absolute): release_new_dir removes no other
+_CLAIMED: set[str] = set()
+
+
+def release_new_dir(path: str | Path, files: tuple[str, ...] = ()) -> None:
+    """Remove a folder ``claim_new_dir`` made in this process for a run that never started (refused), if it holds
+    nothing but the ``files`` named (the refused command's own: its log, lock, config.yaml), and the date's
+    folder above it if that then holds nothing: each refused command left one behind. A folder the user named
+    (run_dir, hydra.run.dir) is never this process's claim, and stays."""
+    folder = Path(os.path.abspath(path))
+    if str(folder) not in _CLAIMED or not folder.is_dir() or any(item.name not in files for item in folder.iterdir()):
+        return
+    for name in files:
+        (folder / name).unlink(missing_ok=True)
     for empty in (folder, folder.parent):
         try:
             empty.rmdir()

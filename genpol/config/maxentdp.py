@@ -120,7 +120,8 @@ class MaxEntDPConfig(OffPolicyConfig):
         task = env_id.split("-v")[0]
         # keys match case: +learner.per_env_temperatures.hopper=0.3 (Hydra's own hint for a new key) sat beside the
         # authors' Hopper and trained at Hopper's 0.05, and on Pendulum-v1 a key pendulum matched nothing
-        other_case = [key for key in self.per_env_temperatures if key != task and key.lower() == task.lower()]
+        other_case = [key for key in self.per_env_temperatures  # the user's keys: the authors' stay whatever the env
+                      if key != task and key.lower() == task.lower() and key not in AUTHORS_TEMPERATURES]
         if other_case:
             raise ConfigError(f"learner.per_env_temperatures.{other_case[0]} is not env.id={env_id}'s task {task} "
                               f"(keys match case): set learner.per_env_temperatures.{task} instead")

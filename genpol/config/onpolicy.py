@@ -203,7 +203,8 @@ class PPOConfig(RolloutConfig):
         if not is_true(values.get("normalize_advantage", True)):
             unread["advantage_normalization"] = unread["advantage_std"]
         if str(values.get("lr_schedule", "constant")) != "adaptive":
-            why = f"learner.lr_schedule={values.get('lr_schedule', 'constant')} (only adaptive reads it)"
+            why = (f"learner.lr_schedule={values.get('lr_schedule', 'constant')} (only adaptive reads it; "
+                   "a bundle's value, as +experiment=default's 0.02, goes back with learner.desired_kl=0.01)")
             unread.update(dict.fromkeys(("desired_kl", "adaptive_lr_rule"), why))
         if str(values.get("advantage_estimation", "rollout")) != "minibatch":
             unread["sequence_length"] = ("learner.advantage_estimation=rollout estimates over each env's whole "

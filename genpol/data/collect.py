@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -157,7 +158,7 @@ def checked_outputs(parser: argparse.ArgumentParser, d4rl: str | None, minari: s
         for flag, folder in (("--d4rl", Path(d4rl).parent if d4rl else None), ("--minari-root", minari_root)):
             if folder is None:
                 continue
-            folder = Path(folder).absolute()
+            folder = Path(os.path.abspath(folder))  # ".." resolved: ghost/../keep is keep, which exists
             made += [path for path in (*reversed(folder.parents), folder) if not path.exists() and path not in made]
             try:  # a folder that cannot be made or written (a file in the path, no permission) failed after collecting
                 folder.mkdir(parents=True, exist_ok=True)

@@ -155,7 +155,7 @@ def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
     if config.get("pipeline.name") != "offline_to_online":
         unread += ("dataset.actions",)
     row = LEARNERS.get(str(config.get("learner.name")))  # a learner of the user's not imported here: none named
-    if row is not None and row.off_policy and config.get("pipeline.name") != "offline_to_online":
+    if row is not None and row.off_policy:
         unread += ("pipeline.compile_sampling",)  # configure.check_groups' rules for the other groups
     if config.get("policy.family") == "energy_flow" and config.get("learner.name") != "meow":
         unread += ("policy.coupling_dropout",)
