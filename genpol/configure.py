@@ -349,7 +349,8 @@ def check_groups(config: TrainConfig) -> None:
     if getattr(config.policy, "family", None) == "energy_flow" and config.learner.name != "meow":
         moved(config, "policy.coupling_dropout", f"only learner=meow's loss pass drops coupling units; "
               f"learner={config.learner.name} trains the flow without dropout")
-    if not row.off_policy and getattr(config.learner, "ent_coef", 0) and not head_class(config.policy.family).has_entropy:
+    entropy_bonus = getattr(config.learner, "ent_coef", 0) if not row.off_policy else 0
+    if entropy_bonus and not head_class(config.policy.family).has_entropy:
         # refused here, not when the learner is built after the run's folder is made (exit 1, a traceback)
         raise ConfigError(f"learner.ent_coef={config.learner.ent_coef} weighs the policy's entropy, but "
                           f"policy={config.policy.family} has none to give: set learner.ent_coef=0")

@@ -15,8 +15,8 @@ from genpol.errors import ConfigError, require
 ENV_BACKENDS = tuple(BACKENDS)  # the one list of env backends is genpol.envs.BACKENDS
 ACTIVATION_NAMES = tuple(ACTIVATIONS)  # the networks' table, genpol.nets.ACTIVATIONS
 
-__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "release_new_dir", "check_run_dir",
-           "flatten_keys"]
+__all__ = ["ENV_BACKENDS", "ACTIVATION_NAMES", "ConfigError", "require", "claim_new_dir", "release_new_dir",
+           "check_run_dir", "flatten_keys"]
 
 
 def claim_new_dir(path: str) -> str:

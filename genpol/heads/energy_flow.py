@@ -23,9 +23,9 @@ so ``alpha log pi = Q_j - V_j`` exactly and ``V_j = alpha log int exp(Q_j / alph
 (tests/test_meow.py checks both, the second by quadrature), for ``log_prob_epsilon=0`` and a negligible
 ``action_clip``. With the authors' epsilon and clip (the defaults), the density is clipped at |u| =
 atanh(1 - action_clip) = 6.1: where the policy's own samples pass it, V exceeds the log-partition (by 2.4
-nats at a pre-tanh mean of 7 in one dimension, measured by quadrature), an optimism the authors' code shares. ``learner=meow`` regresses Q_j on a TD target;
-the head is also a plain exact-likelihood policy (SAC, the on-policy learners and BC can train it, the
-shifts then stay unused).
+nats at a pre-tanh mean of 7 in one dimension, measured by quadrature), an optimism the authors' code shares.
+``learner=meow`` regresses Q_j on a TD target; the head is also a plain exact-likelihood policy (SAC, the
+on-policy learners and BC can train it, the shifts then stay unused).
 
 Networks as the authors' ``init_Flow``: every network is an MLP whose hidden layers are
 ``Linear -> [LayerNorm] -> Swish with a learnable per-unit beta -> [dropout]``. The coupling networks use
