@@ -563,6 +563,16 @@ def test_a_run_saved_with_an_unread_field_moved_resumes_and_groups_as_one(tmp_pa
             check_resume_config(tmp_path / "auto", auto)
 
 
+def test_gorl_reads_the_clip_kind_whatever_learner_max_grad_norm_says():
+    """GoRL's stages clip with pipeline.max_grad_norm_first/later, so learner.grad_clip(_eps) are read even where
+    learner.max_grad_norm is null (runs saved before that was refused): the report kept them apart."""
+    from genpol.runners.scaffold import unread_keys
+
+    saved = {"learner.name": "ppo", "learner.max_grad_norm": None, "learner.grad_clip": "joint"}
+    assert {"learner.grad_clip", "learner.grad_clip_eps"} <= set(unread_keys({**saved, "pipeline.name": "online"}))
+    assert not {"learner.grad_clip", "learner.grad_clip_eps"} & set(unread_keys({**saved, "pipeline.name": "gorl"}))
+
+
 def test_a_validated_config_refuses_a_misspelt_attribute():
     """``config.learner.lrr = 1e-3`` was set on the plain dataclass and the run trained at the old rate; every
     config (the learner's, the head's, the env's, the run's) now refuses a name it does not declare."""

@@ -162,7 +162,10 @@ def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
     unread_fields = getattr(row.schema, "unread_fields", None) if row is not None else None
     if unread_fields is not None:
         values = {key.removeprefix("learner."): value for key, value in config.items() if key.startswith("learner.")}
-        unread += tuple(f"learner.{name}" for name in unread_fields(values))
+        unread += tuple(f"learner.{name}" for name in unread_fields(values)
+                        # GoRL's stages clip with pipeline.max_grad_norm_*, so they read the clip's kind whatever
+                        # learner.max_grad_norm says (runs saved before that was refused set it null)
+                        if not (config.get("pipeline.name") == "gorl" and name.startswith("grad_clip")))
     return unread
 
 
