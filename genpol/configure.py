@@ -334,10 +334,10 @@ def check_groups(config: TrainConfig) -> None:
             moved(config, f"learner.{key}", f"pipeline=gorl sets them per stage: set pipeline.{key}_first and "
                   f"pipeline.{key}_later")
     unread_fields = getattr(type(config.learner), "unread_fields", None)  # a user's schema may name none
-    for name, why in (unread_fields(vars(config.learner)) if unread_fields is not None else {}).items():
+    learner_unread = unread_fields(vars(config.learner)) if unread_fields is not None else {}
+    for name, why in learner_unread.items():
         moved(config, f"learner.{name}", why)
     if row.off_policy:  # only the on-policy learners build the head's value critic
-        learner_unread = unread_fields(vars(config.learner)) if unread_fields is not None else {}
         for key in ("critic_hidden_sizes", "critic_activation", "critic_residual"):
             moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; " +
                   (learner_unread[key] if key in learner_unread else  # MEow: no learner.critic_* either

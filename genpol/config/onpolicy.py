@@ -196,7 +196,6 @@ class PPOConfig(RolloutConfig):
             require(self.minibatch_size % self.sequence_length == 0, "learner.minibatch_size",
                     f"a multiple of learner.sequence_length={self.sequence_length}", self.minibatch_size)
 
-
     @classmethod
     def unread_fields(cls, values: Mapping[str, Any]) -> dict[str, str]:
         unread = super().unread_fields(values)
