@@ -29,6 +29,7 @@ from genpol.errors import ConfigError, HeadCapabilityError
 from genpol.fields import schema_default
 from genpol.heads import HEADS, head_class
 from genpol.heads.base import Capability, check_capabilities
+from genpol.unread import unread_options
 
 log = logging.getLogger(__name__)
 
@@ -330,25 +331,14 @@ def check_groups(config: TrainConfig) -> None:
                 "retrain the latent-decoder head's decoder)", getattr(config.policy, "family", None))
         require(not row.off_policy, "learner", f"an on-policy learner ({', '.join(on_policy_names())}) for "
                 "pipeline=gorl: the encoder is a latent Gaussian policy", config.learner.name)
-        for key in ("clip_range", "max_grad_norm"):  # each stage sets them: a value set here went unread
-            moved(config, f"learner.{key}", f"pipeline=gorl sets them per stage: set pipeline.{key}_first and "
-                  f"pipeline.{key}_later")
-    unread_fields = getattr(type(config.learner), "unread_fields", None)  # a user's schema may name none
-    learner_unread = unread_fields(vars(config.learner)) if unread_fields is not None else {}
-    for name, why in learner_unread.items():
-        moved(config, f"learner.{name}", why)
-    if row.off_policy:  # only the on-policy learners build the head's value critic
-        for key in ("critic_hidden_sizes", "critic_activation", "critic_residual"):
-            moved(config, f"policy.{key}", f"learner={config.learner.name} does not use the head's value critic; " +
-                  (learner_unread[key] if key in learner_unread else  # MEow: no learner.critic_* either
-                   "its Q-critics are sized in the learner group (learner.critic_*)"))
-        moved(config, "pipeline.compile_sampling", f"only the on-policy learners' rollouts sample through it; "
-              f"learner={config.learner.name} acts one step at a time")
+    # the learner's and pipeline's values, flattened as a saved config.yaml is, for the table of unread options
+    values = {"learner.name": config.learner.name, "pipeline.name": getattr(config.pipeline, "name", None),
+              "policy.family": getattr(config.policy, "family", None),
+              **{f"learner.{field}": value for field, value in vars(config.learner).items()}}
+    for key, why in unread_options(values).items():
+        moved(config, key, why)
     if isinstance(config.learner, MaxEntDPConfig):  # a per_env_temperatures key in another case, refused now
         config.learner.temperature(config.env.id)
-    if getattr(config.policy, "family", None) == "energy_flow" and config.learner.name != "meow":
-        moved(config, "policy.coupling_dropout", f"only learner=meow's loss pass drops coupling units; "
-              f"learner={config.learner.name} trains the flow without dropout")
     entropy_bonus = getattr(config.learner, "ent_coef", 0) if not row.off_policy else 0
     if entropy_bonus and not head_class(config.policy.family).has_entropy:
         # refused here, not when the learner is built after the run's folder is made (exit 1, a traceback)
@@ -396,11 +386,12 @@ def check_groups(config: TrainConfig) -> None:
 
 
 def moved(config: TrainConfig, key: str, why: str) -> None:
-    """``ConfigError`` where ``key`` (``group.field``), an option nothing reads in this configuration, was moved
+    """``ConfigError`` where ``key`` (``group.field``, or a root field), an option nothing reads in this configuration, was moved
     from its default: the run would have trained as if it had not been."""
-    group, name = key.split(".")
-    value, default = getattr(getattr(config, group), name, None), schema_default(config, key)
-    if hasattr(getattr(config, group), name) and value != default:
+    *group, name = key.split(".")
+    holder = getattr(config, group[0]) if group else config  # a root key (update_threads) has no group
+    value, default = getattr(holder, name, None), schema_default(config, key)
+    if hasattr(holder, name) and value != default:
         raise ConfigError(f"{key}={value!r} is not read: {why}")
 
 

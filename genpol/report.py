@@ -69,6 +69,7 @@ from genpol.report_stats import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, EXACT_BOOT
                                  bootstrap_median_ci, median_interval_coverage, t_interval)
 from genpol.fields import NO_DEFAULT, schema_default
 from genpol.runners.scaffold import LEGACY_VALUES, holds_progress, unread_keys
+from genpol.unread import is_unread
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
 # others do not change what a run computes.
@@ -176,7 +177,7 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
         default = _default_of(schema, key)
         if default is NO_DEFAULT:
             continue
-        if key.startswith(unread):
+        if is_unread(key, unread):
             computed[key] = default
         elif key not in config:
             computed[key] = LEGACY_VALUES.get(key, default)

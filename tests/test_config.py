@@ -500,6 +500,9 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
      r"^pipeline.compile_sampling=True is not read: only the on-policy learners' rollouts"),
     (["learner=sac", "policy=energy_flow", "policy.coupling_dropout=0.5"],
      r"^policy.coupling_dropout=0.5 is not read: only learner=meow's loss pass"),
+    # read by the on-policy runner alone: SAC updated on torch_threads whatever it said
+    (["learner=sac", "policy=tanh_gaussian", "update_threads=2"],
+     r"^update_threads=2 is not read: only an on-policy update runs on its threads; learner=sac "),
     # Hydra's hint for a new key, +learner.per_env_temperatures.hopper, trained at the authors' Hopper value
     (["+experiment=maxentdp", "env=hopper", "+learner.per_env_temperatures.hopper=0.3"],
      r"^learner.per_env_temperatures.hopper is not env.id=Hopper-v5's task Hopper \(keys match case\)"),
@@ -524,6 +527,10 @@ def test_values_that_trained_wrong_or_failed_late_are_refused_up_front(overrides
     (["learner=trpo", "learner.normalize_advantage=false"], "learner.advantage_std", "population"),
     (["learner=sac", "policy=tanh_gaussian"], "pipeline.compile_sampling", True),
     (["learner=sac", "policy=energy_flow"], "policy.coupling_dropout", 0.5),
+    # runs saved before pipeline=gorl refused them: each stage sets its own clip, so they went unread
+    (["policy=gorl", "pipeline=gorl"], "learner.clip_range", 0.1),
+    (["policy=gorl", "pipeline=gorl"], "learner.max_grad_norm", None),
+    (["learner=sac", "policy=tanh_gaussian"], "update_threads", 2),
 ])
 def test_a_run_saved_with_an_unread_field_moved_resumes_and_groups_as_one(tmp_path, overrides, key, saved_value):
     """Validation now refuses these fields moved from their defaults, so a run saved with one (accepted before)
@@ -540,16 +547,17 @@ def test_a_run_saved_with_an_unread_field_moved_resumes_and_groups_as_one(tmp_pa
     cfg = validate(compose_config(["env=pendulum", f"run_dir={run_dir}", *overrides]))
     run_dir.mkdir()
     check_resume_config(run_dir, cfg)  # writes config.yaml
-    group, field = key.split(".")
+    *group, field = key.split(".")
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert saved[group][field] != saved_value
-    saved[group][field] = saved_value
+    holder = saved[group[0]] if group else saved  # update_threads is a root field
+    assert holder[field] != saved_value
+    holder[field] = saved_value
     (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
     (run_dir / "checkpoints" / "step_000000001000").mkdir(parents=True)
     check_resume_config(run_dir, cfg)  # no ConfigError: the run never read the field
     flat = flatten_keys(saved)
     assert key in unread_keys(flat)
-    assert computed_config(flat, [key])[key] == getattr(getattr(cfg, group), field)
+    assert computed_config(flat, [key])[key] == getattr(getattr(cfg, group[0]) if group else cfg, field)
     # where the learner reads it (SAC's learned temperature), a changed value is refused as any other
     if key == "learner.init_temperature":
         auto = validate(compose_config(["env=pendulum", f"run_dir={tmp_path / 'auto'}", "learner=sac",
@@ -571,6 +579,20 @@ def test_gorl_reads_the_clip_kind_whatever_learner_max_grad_norm_says():
     saved = {"learner.name": "ppo", "learner.max_grad_norm": None, "learner.grad_clip": "joint"}
     assert {"learner.grad_clip", "learner.grad_clip_eps"} <= set(unread_keys({**saved, "pipeline.name": "online"}))
     assert not {"learner.grad_clip", "learner.grad_clip_eps"} & set(unread_keys({**saved, "pipeline.name": "gorl"}))
+
+
+def test_an_unread_key_covers_its_entries_and_not_a_longer_name():
+    """The resume check and genpol.report skip an unread key and the keys under it (a dict field's entries), not
+    every key it begins: GoRL's learner.clip_range is unread, learner.clip_range_vf (its value loss's clip) is
+    read, and a run saved with another one is refused."""
+    from genpol.runners.scaffold import unread_keys
+    from genpol.unread import is_unread
+
+    gorl = unread_keys({"learner.name": "ppo", "pipeline.name": "gorl", "dataset.path": None})
+    assert is_unread("learner.clip_range", gorl) and not is_unread("learner.clip_range_vf", gorl)
+    assert is_unread("dataset.path", gorl) and not is_unread("datasets", ("dataset",))
+    maxentdp = unread_keys({"learner.name": "maxentdp", "learner.ent_coef": 0.1, "dataset.path": "d.hdf5"})
+    assert is_unread("learner.per_env_temperatures.Hopper", maxentdp)
 
 
 def test_a_validated_config_refuses_a_misspelt_attribute():

@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     "genpol.config": 3, "genpol.storage": 3, "genpol.updaters": 3, "genpol.data": 3, "genpol.checkpoint": 3,
     "genpol.policy": 4,
     "genpol.algorithms": 5, "genpol.build": 5, "genpol.callbacks": 5,
-    "genpol.configure": 6, "genpol.distributed": 6,
+    "genpol.configure": 6, "genpol.distributed": 6, "genpol.unread": 6,
     "genpol.runners": 7,
     "genpol.pipelines": 8,
     "genpol.train": 9, "genpol.evaluate": 9, "genpol.api": 9, "genpol.report": 9, "genpol.report_folder": 9,

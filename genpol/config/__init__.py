@@ -68,7 +68,8 @@ class TrainConfig(FixedFields):
     update_threads: int = 0
     """torch intra-op threads during an on-policy update (0: torch_threads). Env worker processes
     (env.workers) sit idle while the learner updates, so their cores can serve the update's GEMMs;
-    collection keeps torch_threads, which is faster for the policy's small per-step batches."""
+    collection keeps torch_threads, which is faster for the policy's small per-step batches. The off-policy
+    learners read none (refused when set: ``genpol.unread``)."""
 
     def __post_init__(self) -> None:
         """Ranges of the root's own fields. The checks that need two groups at once (policy with

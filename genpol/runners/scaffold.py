@@ -21,7 +21,6 @@ import torch
 from omegaconf import OmegaConf
 
 from genpol import collectives, distributed
-from genpol.algorithms.registry import LEARNERS
 from genpol.allocator import retain_freed_memory
 from genpol.callbacks import Checkpointer, Evaluation, MetricsFile, ProgressBar, Summary, TensorBoardLogger
 from genpol.callbacks.base import Callback
@@ -32,6 +31,7 @@ from genpol.config.base import flatten_keys
 from genpol.data import DatasetError, OfflineDataset
 from genpol.fields import schema_default
 from genpol.files import write_text_atomic
+from genpol.unread import is_unread, unread_options
 
 log = logging.getLogger(__name__)
 
@@ -144,29 +144,16 @@ def holds_progress(run_dir: Path) -> bool:
 
 
 def unread_keys(config: dict[str, Any]) -> tuple[str, ...]:
-    """Key prefixes that a run of the flattened ``config`` never reads, whatever their values: ``dataset.*``
-    without a dataset, ``dataset.actions`` outside offline_to_online (the only pipeline that maps actions), and
-    the learner fields its schema's ``unread_fields`` names for these values (the learned temperature's settings
-    under a fixed one, MEow's critic fields, PPO's ``desired_kl`` under a constant rate, ...; MaxEntDP's
-    ``target_entropy_scale`` default moved from -1 to 0.5 on 2026-12-07: runs saved before resume and report as
-    one configuration), an off-policy learner's ``pipeline.compile_sampling`` and a learner but MEow's
-    ``policy.coupling_dropout``."""
-    unread = ("dataset.",) if config.get("dataset.path") is None else ()
+    """The keys that a run of the flattened ``config`` never reads, whatever their values (``unread.is_unread``
+    matches a key and the keys under it): ``dataset`` without a dataset, ``dataset.actions`` outside
+    offline_to_online (the only pipeline that maps actions), and ``genpol.unread.unread_options``' keys (the
+    learned temperature's settings under a fixed one, MEow's critic fields, PPO's ``desired_kl`` under a
+    constant rate, GoRL's learner clip, ...; MaxEntDP's ``target_entropy_scale`` default moved from -1 to 0.5
+    on 2026-12-07: runs saved before resume and report as one configuration)."""
+    unread = ("dataset",) if config.get("dataset.path") is None else ()
     if config.get("pipeline.name") != "offline_to_online":
         unread += ("dataset.actions",)
-    row = LEARNERS.get(str(config.get("learner.name")))  # a learner of the user's not imported here: none named
-    if row is not None and row.off_policy:
-        unread += ("pipeline.compile_sampling",)  # configure.check_groups' rules for the other groups
-    if config.get("policy.family") == "energy_flow" and config.get("learner.name") != "meow":
-        unread += ("policy.coupling_dropout",)
-    unread_fields = getattr(row.schema, "unread_fields", None) if row is not None else None
-    if unread_fields is not None:
-        values = {key.removeprefix("learner."): value for key, value in config.items() if key.startswith("learner.")}
-        unread += tuple(f"learner.{name}" for name in unread_fields(values)
-                        # GoRL's stages clip with pipeline.max_grad_norm_*, so they read the clip's kind whatever
-                        # learner.max_grad_norm says (runs saved before that was refused set it null)
-                        if not (config.get("pipeline.name") == "gorl" and name.startswith("grad_clip")))
-    return unread
+    return unread + tuple(unread_options(config))
 
 
 def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: dict[str, Any]) -> None:
@@ -183,7 +170,7 @@ def compare_saved_config(run_dir: Path, path: Path, cfg: TrainConfig, current: d
     if now.get("pipeline.name") == "gorl":  # its evaluations pick each stage's best encoder, which the next builds on
         resumable = tuple(key for key in RESUMABLE_CHANGES if key != "pipeline.eval_")
     changed = sorted(key for key in set(saved) | set(now)
-                     if saved.get(key) != now.get(key) and not key.startswith((*resumable, *unused))
+                     if saved.get(key) != now.get(key) and not key.startswith(resumable) and not is_unread(key, unused)
                      and not (key not in saved and now[key] == LEGACY_VALUES.get(key, schema_default(cfg, key))))
     trained = _online_steps_trained(run_dir) if now.get("pipeline.name") != "gorl" else None
     clock = getattr(cfg.learner, "total_steps_clock", None)  # a learner of the user's may time nothing by it
