@@ -530,3 +530,26 @@ def test_the_pretrained_policys_evaluation_is_logged_once_when_its_phase_is_redo
         _write_summary(cfg, tmp_path, {"eval_return_mean": -100.0}, dataset, None, 400)
     events = EventAccumulator(str(tmp_path / "tb" / "pretrain")).Reload()
     assert [event.step for event in events.Scalars("pretrain/eval_return")] == [400]
+
+
+@pytest.mark.parametrize("learner", [
+    ["policy=gaussian", "learner=ppo", "learner.rollout_steps=16", "learner.minibatch_size=16"],
+    ["policy=consistency", "learner=consistency_ac", "learner.batch_size=16", "learner.learning_starts=0",
+     "learner.critic_hidden_sizes=[16,16]"],
+], ids=["behaviour_cloning", "own_loss"])
+def test_pretrain_steps_0_skips_pretraining_and_trains_online(tmp_path, learner):
+    """``pipeline.pretrain_steps=0`` (documented: skip pretraining) passed validation, then the run failed
+    reading the pretraining's metrics file, which no step had written; the checkpoint left behind made the same
+    command fail again. It now evaluates the untrained head as the pretrained one and trains online."""
+    from genpol.api import train
+
+    data = tmp_path / "pendulum_random.hdf5"
+    collect_main(["--policy", "random", "--env", "gym:Pendulum-v1", "--steps", "200", "--num-envs", "1",
+                  "--d4rl", str(data)])
+    summary = train("gym:Pendulum-v1", total_steps=32, run_dir=tmp_path / "run", overrides=[
+        *learner, "pipeline=offline_to_online", f"dataset.path={data}", "pipeline.pretrain_steps=0",
+        "policy.hidden_sizes=[16,16]", "pipeline.eval_episodes=1", "pipeline.video=false",
+        "logger.progress_bar=false"])
+    pretrained = summary["pretrained"]
+    assert pretrained["gradient_steps"] == 0 and pretrained["final_loss"] is None
+    assert np.isfinite(pretrained["eval_return_mean"]) and summary["env_steps"] >= 32

@@ -50,6 +50,7 @@ from genpol.envs import VectorEnv
 from genpol.algorithms import is_off_policy, learner, make_algorithm
 from genpol.build import env_stack, evaluation_env_factory, make_env, make_head
 from genpol.callbacks import Evaluation
+from genpol.callbacks.logging import read_metrics
 from genpol.checkpoint import list_checkpoints
 from genpol.config import ConfigError, TrainConfig
 from genpol.files import write_text_atomic
@@ -233,7 +234,7 @@ def pretrain_offline_rl(cfg: TrainConfig, run_dir: Path, algorithm: Any, offline
                              log_every=pipeline.pretrain_log_every, callbacks=phase_callbacks(phase).callbacks,
                              observation_state=_observation_state(stack))
     run_phase(runner, phase, cfg.device)
-    rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
+    rows = read_metrics(phase.metrics_path)  # none where pipeline.pretrain_steps=0 logged no step
     summary = {"learner": f"offline {cfg.learner.name}", "gradient_steps": runner.global_step,
                "transitions": len(offline), "final_loss": rows[-1]["pretrain/policy"] if rows else None,
                "final_q_loss": rows[-1]["pretrain/q_loss"] if rows else None,
@@ -276,7 +277,7 @@ def pretrain(cfg: TrainConfig, run_dir: Path, head: PolicyHead, dataset: Offline
                 eval_env, lambda o: head.act(o, deterministic=pipeline.eval_deterministic), EVAL_SEED)
     finally:
         eval_env.close()
-    rows = [json.loads(line) for line in phase.metrics_path.read_text().splitlines() if line.strip()]
+    rows = read_metrics(phase.metrics_path)  # none where pipeline.pretrain_steps=0 logged no step
     summary = {"gradient_steps": runner.global_step, "transitions": len(dataset.rewards), "chunks": len(obs),
                "final_loss": rows[-1]["pretrain/loss"] if rows else None, "wall_time_s": runner.wall_time,
                "eval_return_mean": float(returns.mean()), "eval_episodes": int(len(returns)),
