@@ -553,3 +553,16 @@ def test_pretrain_steps_0_skips_pretraining_and_trains_online(tmp_path, learner)
     pretrained = summary["pretrained"]
     assert pretrained["gradient_steps"] == 0 and pretrained["final_loss"] is None
     assert np.isfinite(pretrained["eval_return_mean"]) and summary["env_steps"] >= 32
+
+
+def test_d4rl_references_are_for_d4rls_tasks_only():
+    """dm_control's hopper-hop (another robot, reward and scale) was scored with D4RL's Gym Hopper references,
+    in the summary and in the metadata genpol.data.collect writes; gym and EnvPool ids and dataset names keep
+    them, and whole words only match (antmaze is not ant)."""
+    from genpol.data import D4RL_REFERENCE, reference_returns
+
+    for env_id in ("dmc:hopper-hop", "dmc:hopper-stand", "playground:HopperHop", "genpol:multigoal",
+                   "gym:AntMaze_UMaze-v5"):
+        assert reference_returns({}, env_id) is None, env_id
+    for env_id in ("gym:Hopper-v5", "envpool:Hopper-v4", "hopper-medium-v2"):
+        assert reference_returns({}, env_id) == D4RL_REFERENCE["hopper"], env_id

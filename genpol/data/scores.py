@@ -23,9 +23,17 @@ D4RL_REFERENCE = {  # env: (random return, expert return)
 }
 
 
+# the backends whose envs are D4RL's MuJoCo tasks: dm_control's hopper-hop is another robot, reward and scale
+D4RL_BACKENDS = ("gym", "envpool")
+
+
 def d4rl_env_name(env_id: str) -> str | None:
-    """``"gym:Hopper-v5"`` or ``"hopper-medium-v2"`` -> ``"hopper"``; None if not a D4RL locomotion task."""
-    tokens = re.split(r"[^a-z0-9]+", env_id.split(":")[-1].lower())  # whole words: not antmaze -> ant
+    """``"gym:Hopper-v5"`` or ``"hopper-medium-v2"`` (a dataset's name) -> ``"hopper"``; None if not a D4RL
+    locomotion task (``"dmc:hopper-hop"``: a backend other than ``D4RL_BACKENDS``)."""
+    backend, sep, name = env_id.partition(":")
+    if sep and backend not in D4RL_BACKENDS:
+        return None
+    tokens = re.split(r"[^a-z0-9]+", (name if sep else env_id).lower())  # whole words: not antmaze -> ant
     return next((env for env in D4RL_REFERENCE if env in tokens), None)
 
 
