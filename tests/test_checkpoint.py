@@ -216,6 +216,12 @@ def test_resuming_with_a_different_config_is_refused(tmp_path):
     check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "update_threads=2"])))
     with pytest.raises(ConfigError, match=r"learner.lr: 0.0003 -> 0.001"):
         check_resume_config(run_dir, validate(compose_config([f"run_dir={run_dir}", "learner.lr=1e-3"])))
+    # how often pretraining saves, as how often the online phase does (was refused: 1 -> 5)
+    offline = [f"run_dir={tmp_path / 'o2o'}", "pipeline=offline_to_online", "dataset.path=/tmp/never-read.hdf5"]
+    (tmp_path / "o2o").mkdir()
+    check_resume_config(tmp_path / "o2o", validate(compose_config(offline)))
+    make_checkpoint(tmp_path / "o2o")
+    check_resume_config(tmp_path / "o2o", validate(compose_config([*offline, "pipeline.pretrain_checkpoint_every=5"])))
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_at_that_fields_default(tmp_path):

@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 # learner.compile on still resumes; the same holds for the update's thread count, and for env.workers
 # (bit-identical results and the same saved env state with any worker count).
 RESUMABLE_CHANGES = ("total_steps", "run_dir", "logger.", "pipeline.video", "pipeline.eval_",
-                     "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.keep_checkpoints",
+                     "pipeline.pretrain_eval_every", "pipeline.checkpoint_every", "pipeline.pretrain_checkpoint_every",
+                     "pipeline.keep_checkpoints",
                      "learner.compile", "update_threads", "env.workers")
 
 # Fields added with a default that computes something new: the value that reproduces what a run saved
