@@ -566,3 +566,11 @@ def test_d4rl_references_are_for_d4rls_tasks_only():
         assert reference_returns({}, env_id) is None, env_id
     for env_id in ("gym:Hopper-v5", "envpool:Hopper-v4", "hopper-medium-v2"):
         assert reference_returns({}, env_id) == D4RL_REFERENCE["hopper"], env_id
+
+
+def test_a_dataset_path_under_home_is_read(tmp_path, monkeypatch):
+    """``dataset.path=~/data.hdf5`` was refused as missing though the file was there (dataset.minari_root and
+    run_dir expand ``~``)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    tiny_d4rl(tmp_path / "hopper_random.hdf5")
+    assert load_dataset("~/hopper_random.hdf5").source == str(tmp_path / "hopper_random.hdf5")

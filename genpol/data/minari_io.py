@@ -196,8 +196,12 @@ def write_minari(dataset_id: str, episodes: Sequence[dict[str, np.ndarray]], obs
 def load_dataset(path_or_id: str, format: str = "auto", minari_root: str | Path | None = None,
                  max_transitions: int | None = None) -> OfflineDataset:
     """A D4RL file (``.hdf5``/``.h5`` path) or a Minari dataset id, per ``format`` (auto/d4rl/minari),
-    refused when it holds more than ``max_transitions`` transitions (None: no limit)."""
+    refused when it holds more than ``max_transitions`` transitions (None: no limit). A leading ``~`` is the
+    user's home, as in ``dataset.minari_root`` and ``run_dir`` (a Minari id never starts with one)."""
     from genpol.data.d4rl import load_d4rl
+
+    if path_or_id.startswith("~"):
+        path_or_id = os.path.expanduser(path_or_id)
 
     if format == "d4rl" or (format == "auto" and Path(path_or_id).suffix in (".hdf5", ".h5")):
         return load_d4rl(path_or_id, max_transitions)
