@@ -140,13 +140,13 @@ def test_a_minari_dataset_without_episodes_is_named(tmp_path):
 
 def test_minari_episodes_of_other_shapes_are_named_or_read_flat(tmp_path):
     """Rewards written [T, 1] loaded as [N, 1] (RLPD's mixed batch then failed, an offline TD target broadcast to
-    [B, B]); an episode with other observation sizes was numpy's concatenation traceback."""
+    [B, B]); an episode with other observation or action sizes was numpy's concatenation error."""
     import gymnasium as gym
 
     from genpol.data.minari_io import write_minari
 
-    def episode(steps, rewards_shape=None, obs_dim=3):
-        return {"observations": np.zeros((steps + 1, obs_dim)), "actions": np.zeros((steps, 2), np.float32),
+    def episode(steps, rewards_shape=None, obs_dim=3, act_dim=2):
+        return {"observations": np.zeros((steps + 1, obs_dim)), "actions": np.zeros((steps, act_dim), np.float32),
                 "rewards": np.ones(rewards_shape or steps), "terminations": np.zeros(steps, bool),
                 "truncations": np.arange(steps) == steps - 1}
 
@@ -157,6 +157,11 @@ def test_minari_episodes_of_other_shapes_are_named_or_read_flat(tmp_path):
     with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/wider-v0', episode 1: observations of shape "
                                            r"\(5, 4\), expected \[T \+ 1, 3\] with T >= 1$"):
         load_minari("genpol/t/wider-v0", root=tmp_path)
+    # so was one with other action sizes (naming neither the array nor the episode)
+    write_minari("genpol/t/wider-actions-v0", [episode(5), episode(4), episode(3, act_dim=3)], *spaces, root=tmp_path)
+    with pytest.raises(DatasetError, match=r"^Minari dataset 'genpol/t/wider-actions-v0', episode 2: 'actions' has "
+                                           r"shape \(3, 3\), expected 2 values a row, as the episodes before it$"):
+        load_minari("genpol/t/wider-actions-v0", root=tmp_path)
     # string arrays in an episode were numpy's float32 cast as a traceback
     for key, value in (("observations", np.array([[b"a"] * 3] * 5)), ("rewards", np.array([b"a"] * 4))):
         path = write_minari(f"genpol/t/str{key}-v0", [episode(5), episode(4)], *spaces, root=tmp_path)

@@ -69,7 +69,7 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
             for episode in dataset.iterate_episodes():
                 observations = np.asarray(episode.observations)
                 steps = episode_steps(dataset_id, episode, observations, parts["obs"][0].shape[1]
-                                      if parts["obs"] else None)
+                                      if parts["obs"] else None, parts["act"][0].shape[1] if parts["act"] else None)
                 parts["obs"].append(observations[:-1])
                 parts["act"].append(np.asarray(episode.actions).reshape(steps, -1))
                 parts["rew"].append(np.asarray(episode.rewards).reshape(steps))
@@ -111,9 +111,11 @@ def load_minari(dataset_id: str, root: str | Path | None = None, max_transitions
     )
 
 
-def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_dim: int | None) -> int:
+def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_dim: int | None,
+                  act_dim: int | None = None) -> int:
     """The episode's step count T, after checking that its arrays are numeric and fit one another: observations
-    ``[T + 1, D]`` (D as the earlier episodes'), and T >= 1 actions, rewards and flags (``[T]`` or ``[T, 1]``)."""
+    ``[T + 1, D]`` (D as the earlier episodes'), and T >= 1 actions (A values a row, as the earlier episodes'),
+    rewards and flags (``[T]`` or ``[T, 1]``)."""
     where = f"Minari dataset '{dataset_id}', episode {episode.id}"
     if observations.ndim != 2:
         raise DatasetError(f"{where}: genpol needs flat Box observations, got shape {observations.shape}")
@@ -131,6 +133,10 @@ def episode_steps(dataset_id: str, episode: Any, observations: np.ndarray, obs_d
         if not shape or shape[0] != steps or (name != "actions" and int(np.prod(shape)) != steps):
             raise DatasetError(f"{where}: '{name}' has shape {shape}, expected {steps} rows"
                                f"{'' if name == 'actions' else ' of one value'} (T = {steps})")
+        if name == "actions" and act_dim is not None and int(np.prod(shape[1:])) != act_dim:
+            # the concatenation's numpy error named neither the array nor the episode
+            raise DatasetError(f"{where}: 'actions' has shape {shape}, expected {act_dim} values a row, as the "
+                               "episodes before it")
     return steps
 
 
