@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from genpol.allocator import retain_freed_memory
 from genpol.callbacks.base import failure_hint
-from genpol.checkpoint import list_checkpoints
+from genpol.checkpoint import list_checkpoints, resolve_checkpoint
 from genpol.config import EvaluateConfig
 from genpol.config.aliases import quoted
 from genpol.configure import register_configs, validate
@@ -36,7 +36,8 @@ register_configs()
 
 
 def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
-    """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary; return the results."""
+    """Evaluate a checkpoint; write ``evaluation.json`` next to its run's summary (``evaluation-<checkpoint>.json``
+    for one other than the latest: ``evaluation_file``); return the results."""
     threads = torch.get_num_threads()  # the caller's (the Python API), restored at the end
     torch.set_num_threads(cfg.torch_threads)
     retain_freed_memory()
@@ -74,10 +75,24 @@ def evaluate_run(cfg: EvaluateConfig) -> dict[str, Any]:
             if success is not None:  # envs that define success (goal envs such as PointMaze)
                 results[f"{mode}_success_rate"] = float(success.mean())
         if (run_dir / "config.yaml").is_file() or (run_dir / "summary.json").is_file():
-            write_text_atomic(run_dir / "evaluation.json", json.dumps(results, indent=2))
+            write_text_atomic(run_dir / evaluation_file(run_dir, policy.source), json.dumps(results, indent=2))
         return results
     finally:
         torch.set_num_threads(threads)
+
+
+def evaluation_file(run_dir: Path, checkpoint: Path) -> str:
+    """Where an evaluation of ``checkpoint`` goes in ``run_dir``: ``evaluation.json`` for the run's own policy (its
+    latest checkpoint, what ``genpol-evaluate <run>`` evaluates), ``evaluation-<its path, / as ->.json`` for any
+    other (``evaluation-checkpoints-step_000000001024.json``, ``evaluation-pretrain-checkpoints-step_...``), so
+    that evaluating an earlier checkpoint keeps the final one's results, as its videos are kept."""
+    try:
+        latest = resolve_checkpoint(run_dir).resolve()
+    except CheckpointError:  # a run whose checkpoints are only a phase's (pretraining, a GoRL stage's best)
+        latest = None
+    if checkpoint.resolve() == latest or not checkpoint.resolve().is_relative_to(run_dir.resolve()):
+        return "evaluation.json"
+    return "evaluation-" + "-".join(checkpoint.resolve().relative_to(run_dir.resolve()).parts) + ".json"
 
 
 def run_of(checkpoint: Path) -> Path:

@@ -87,8 +87,12 @@ class TrainedPolicy:
                                   f"this genpol reads format {POLICY_FORMAT}")
         if isinstance(spec.get("obs_normalization"), bool):  # written before "running"/"minmax"/"none"
             spec["obs_normalization"] = "running" if spec["obs_normalization"] else "none"
+        # the head's random initialization, replaced by the saved weights at once, draws from torch's global
+        # generator: forked, so that loading a policy leaves the caller's later draws as they were
+        device = torch.device(device)
         try:  # a head of the user's whose module is not importable here: one line, exit 2 (a traceback, exit 1)
-            head = head_from_spec(spec["head"]).to(device)
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                head = head_from_spec(spec["head"]).to(device)
         except ValueError as error:
             raise CheckpointError(f"{checkpoint}: its policy head cannot be rebuilt: {error}") from error
         try:

@@ -72,10 +72,14 @@ from genpol.runners.scaffold import LEGACY_VALUES, holds_progress, unread_keys
 from genpol.unread import is_unread
 
 # Keys that never separate two configurations: the seed is what the statistics run over, and the
-# others do not change what a run computes.
+# others do not change what a run computes (the video's size, how often it saves, on how many threads).
 NOT_CONFIGURATION = ("seed", "run_dir", "logger.", "pipeline.video", "pipeline.checkpoint_every",
-                     "pipeline.keep_checkpoints", "device", "torch_threads", "update_threads", "env.workers",
-                     "learner.compile")
+                     "pipeline.pretrain_checkpoint_every", "pipeline.keep_checkpoints", "device", "torch_threads",
+                     "update_threads", "env.workers", "env.render_width", "env.render_height", "learner.compile")
+# How often a run evaluates: its evaluations draw from their own envs and generators, so it trains the same and
+# ends on the same final evaluation (a resume may change it, and rewrites config.yaml), except under
+# pipeline=gorl, whose stages build on the encoder their evaluations pick.
+EVALUATION_CADENCE = ("pipeline.eval_every", "pipeline.pretrain_eval_every")
 NAME_MAX_CHARS = 120  # of a label in a file name; the digest adds 9 (ext4 and most others allow 255 bytes)
 
 
@@ -185,10 +189,14 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
 
 
 def configuration_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
-    """The keys whose values differ between the flattened ``configs`` (except ``NOT_CONFIGURATION``), sorted."""
+    """The keys whose values differ between the flattened ``configs`` (except ``NOT_CONFIGURATION``, and
+    ``EVALUATION_CADENCE`` without a GoRL run among them), sorted."""
     keys = set().union(*configs) if configs else set()
+    ignored = NOT_CONFIGURATION
+    if not any(config.get("pipeline.name") == "gorl" for config in configs):
+        ignored += EVALUATION_CADENCE
     varying = [key for key in keys
-               if not key.startswith(NOT_CONFIGURATION)
+               if not key.startswith(ignored)
                and len({json.dumps(config.get(key), sort_keys=True) for config in configs}) > 1]
     return sorted(varying)
 

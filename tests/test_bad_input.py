@@ -383,6 +383,26 @@ def test_report_counts_a_seed_once_and_does_not_split_rows_by_threads_or_workers
     assert len(rows) == 1 and rows[0]["seeds"] == [0, 1, 2] and rows[0]["values"] == [100.0, 200.0, 300.0]
 
 
+def test_report_does_not_split_rows_by_video_size_or_evaluation_cadence_but_for_gorl(tmp_path):
+    """Runs that differ only in their video's size or how often they evaluate trained the same and end on the same
+    final evaluation (a review measured -968.08 at eval_every 1 and 0): two rows each before. GoRL's stages build on
+    the encoder their evaluations pick, so there eval_every stays a configuration."""
+    for seed, (width, every) in enumerate(((256, 1), (128, 0), (64, 5))):
+        run = tmp_path / "online" / str(seed)
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {seed}\nenv:\n  render_width: {width}\n  render_height: {width}\n"
+                                         f"pipeline:\n  name: online\n  eval_every: {every}\n")
+        (run / "summary.json").write_text(json.dumps({"eval_return_mean": 100.0 * seed}))
+    rows = report(tmp_path / "online")["rows"]
+    assert len(rows) == 1 and rows[0]["seeds"] == [0, 1, 2]
+    for seed, every in enumerate((1, 5)):
+        run = tmp_path / "gorl" / str(seed)
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {seed}\npipeline:\n  name: gorl\n  eval_every: {every}\n")
+        (run / "summary.json").write_text(json.dumps({"eval_return_mean": 100.0 * seed}))
+    assert len(report(tmp_path / "gorl")["rows"]) == 2
+
+
 def test_report_names_a_run_that_repeats_a_seed_in_report_md_and_report_json(tmp_path):
     """A run that repeats a seed of its configuration (here it differs only in torch_threads) was counted once and
     named only on stderr: report.md said "4 finished runs in 1 configurations" over a row of 3 seeds, and neither

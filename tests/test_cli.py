@@ -167,14 +167,16 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     """genpol.evaluate of a run that evaluates stochastically (EXPO's and Consistency-AC's bundles) gives the
     run's own number (its draws were unseeded), in a folder a sweep would name (Hydra syntax in the path),
     leaving the caller's thread count; pointed at a checkpoint it files its results with the run, not in
-    the checkpoint; a video that cannot render leaves the returns; a bad device is named as such."""
+    the checkpoint, and an earlier checkpoint's apart from the final one's; a video that cannot render leaves the
+    returns; a bad device is named as such; loading leaves the caller's random draws."""
     from genpol.api import evaluate, load_policy, train
     from genpol.errors import CheckpointError, ConfigError
 
     run = tmp_path / "seed=1,lr=3e-4"
     summary = train(env="hopper", total_steps=256, run_dir=run,
                     overrides=["env.num_envs=2", "learner.rollout_steps=64", "learner.epochs=1",
-                               "policy.hidden_sizes=[16,16]", "pipeline.eval_deterministic=false",
+                               "pipeline.checkpoint_every=1", "policy.hidden_sizes=[16,16]",
+                               "pipeline.eval_deterministic=false",
                                "pipeline.eval_episodes=2", "pipeline.video=false", "logger.progress_bar=false"])
     torch.set_num_threads(2)
     try:
@@ -188,6 +190,12 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     assert (run / "evaluation.json").is_file() and not (checkpoint / "evaluation.json").exists()
     # relative to the run (it was resolved against the working directory and refused as another run's)
     assert evaluate(run, episodes=1, checkpoint=f"checkpoints/{checkpoint.name}")["checkpoint"] == str(checkpoint)
+    # an earlier checkpoint's evaluation overwrote the final one's evaluation.json: it has a file of its own
+    final = json.loads((run / "evaluation.json").read_text())
+    earlier = sorted((run / "checkpoints").glob("step_*"))[0]
+    assert earlier != checkpoint and evaluate(run, episodes=1, checkpoint=str(earlier))["checkpoint"] == str(earlier)
+    assert json.loads((run / "evaluation.json").read_text()) == final
+    assert json.loads((run / f"evaluation-checkpoints-{earlier.name}.json").read_text())["checkpoint"] == str(earlier)
     # a checkpoint copied into a project with a config.yaml of its own: the project's evaluation.json was replaced
     project = tmp_path / "project"
     shutil.copytree(checkpoint, project / "exported" / checkpoint.name)
@@ -209,6 +217,12 @@ def test_evaluate_repeats_the_runs_own_evaluation_wherever_it_is_pointed(tmp_pat
     assert np.isfinite(json.loads((run / "evaluation.json").read_text())["deterministic_return_mean"])
     with pytest.raises(ConfigError, match=r"device must be a torch device such as cpu, cuda or cuda:1, got .cdua."):
         load_policy(run, device="cdua")
+    # the head's initialization before its weights load drew from the caller's generator, moving later draws
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    load_policy(run)
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_python_api_takes_a_bundles_groups_unless_it_names_its_own(tmp_path, monkeypatch):
