@@ -486,7 +486,7 @@ def test_an_env_without_a_time_limit_is_warned_about_and_its_evaluation_and_coll
             "env.max_episode_steps to give it one") in messages
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        episodes, unfinished, env = collect_episodes("gym:TestOnlyEndlessDrift-v0", "random", steps=1, num_envs=1)
+        episodes, unfinished, env, _ = collect_episodes("gym:TestOnlyEndlessDrift-v0", "random", steps=1, num_envs=1)
         env.close()
     assert [len(episode["actions"]) for episode in episodes] == [STEPS_WITHOUT_TIME_LIMIT] and unfinished is None
     assert episodes[0]["truncations"][-1] and not episodes[0]["truncations"][:-1].any()

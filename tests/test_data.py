@@ -579,3 +579,32 @@ def test_a_dataset_path_under_home_is_read(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     tiny_d4rl(tmp_path / "hopper_random.hdf5")
     assert load_dataset("~/hopper_random.hdf5").source == str(tmp_path / "hopper_random.hdf5")
+
+
+def test_an_interrupted_collection_writes_the_episodes_complete_by_then(tmp_path):
+    """Ctrl-C during a collection of hours discarded every episode. The rollout now stops after the current env
+    step, writes the complete episodes (and the D4RL file env 0's cut one, as D4RL's files end) and exits 4."""
+    import signal
+
+    import gymnasium as gym
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    class InterruptedPendulum(PendulumEnv):
+        steps = 0
+
+        def step(self, action):
+            InterruptedPendulum.steps += 1
+            if InterruptedPendulum.steps == 450:  # as a user's Ctrl-C, in the middle of the third episode
+                signal.raise_signal(signal.SIGINT)
+            return super().step(action)
+
+    gym.register("TestOnlyInterruptedPendulum-v0", entry_point=InterruptedPendulum, max_episode_steps=200)
+    path, handler = tmp_path / "data" / "pendulum.hdf5", signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as stop:
+        collect_main(["--policy", "random", "--env", "gym:TestOnlyInterruptedPendulum-v0", "--steps", "100000",
+                      "--num-envs", "1", "--d4rl", str(path)])
+    assert stop.value.code == 4
+    dataset = load_d4rl(path)
+    assert len(dataset.rewards) == 450 and not dataset.terminals.any()
+    assert list(np.flatnonzero(dataset.timeouts)) == [199, 399]  # the third episode, cut: no flag
+    assert signal.getsignal(signal.SIGINT) is handler  # the caller's handler back

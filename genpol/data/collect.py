@@ -15,6 +15,10 @@ Observations and actions are stored raw (env units). Actions are sampled from th
 Minari dataset; the D4RL file ends with one cut episode (no flag), as D4RL's files do. An env that
 declares no time limit may never end an episode, so collection would never end: its episodes are cut
 (flagged as truncations) every ``STEPS_WITHOUT_TIME_LIMIT`` steps, with a warning.
+
+Ctrl-C (SIGINT) or SIGTERM stops the rollout after the current env step and writes the episodes complete by
+then (the D4RL file also env 0's cut one), then exits 4 as a stopped training does: a collection of hours is
+not lost, and ``collect && train`` does not go on with less data than asked.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from genpol.data.scores import D4RL_REFERENCE, d4rl_env_name, d4rl_normalized_sc
 from genpol.errors import CheckpointError, ConfigError, DatasetError, require_seed
 from genpol.memory import require_memory
 from genpol.policy import STEPS_WITHOUT_TIME_LIMIT
+from genpol.runners.guards import STOP, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +50,14 @@ log = logging.getLogger(__name__)
 def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 8, seed: int = 0,
                      deterministic: bool = False, env_kwargs: dict[str, Any] | None = None,
                      imports: Sequence[str] = ()
-                     ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray] | None, Any]:
+                     ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray] | None, Any, str | None]:
     """Roll out until ``steps`` transitions are in complete episodes, in the env the policy was
     trained on (its gymnasium kwargs, time limit and the user's modules it imports; ``env_kwargs``
-    and ``imports`` add to them).
+    and ``imports`` add to them), or until SIGINT or SIGTERM stops it after the current env step.
 
-    Returns ``(complete episodes, env 0's unfinished episode or None, the raw env)``; each episode has
-    ``observations [T + 1, D]``, ``actions [T, A]``, ``rewards``, ``terminations``, ``truncations``.
+    Returns ``(complete episodes, env 0's unfinished episode or None, the raw env, the name of the signal that
+    stopped it or None)``; each episode has ``observations [T + 1, D]``, ``actions [T, A]``, ``rewards``,
+    ``terminations``, ``truncations``.
     """
     policy = None
     max_episode_steps = None
@@ -98,8 +104,9 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
                 "truncations": []} for i in range(num_envs)]
     complete: list[dict[str, np.ndarray]] = []
     stored = 0
-    with torch.no_grad():
-        while stored < steps:
+    # a signal stops the rollout between env steps, keeping the complete episodes (Ctrl-C lost hours of them)
+    with torch.no_grad(), stop_on_signals():
+        while stored < steps and STOP.signal_name is None:
             action = act(obs)
             obs, reward, terminated, truncated, info = env.step(action)
             for i in range(num_envs):
@@ -117,8 +124,10 @@ def collect_episodes(env_id: str, policy_path: str, steps: int, num_envs: int = 
                     stored += len(episode["actions"])
                     current[i] = {"observations": [obs[i].numpy()], "actions": [], "rewards": [],
                                   "terminations": [], "truncations": []}
+        stopped_by = STOP.signal_name
     unfinished = current[0] if current[0]["actions"] else None
-    return complete, (None if unfinished is None else {k: np.asarray(v) for k, v in unfinished.items()}), env
+    return (complete, None if unfinished is None else {k: np.asarray(v) for k, v in unfinished.items()}, env,
+            stopped_by)
 
 
 def collection_bytes(steps: int, num_envs: int, episode_steps: int, obs_dim: int, act_dim: int) -> int:
@@ -215,10 +224,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def collect_and_write(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
     """Collect ``args.steps`` transitions and write them to the D4RL file and/or Minari dataset ``args`` names."""
     try:
-        episodes, unfinished, env = collect_episodes(args.env, args.policy, args.steps, args.num_envs, args.seed,
-                                                     args.deterministic, imports=args.imports)
+        episodes, unfinished, env, stopped_by = collect_episodes(
+            args.env, args.policy, args.steps, args.num_envs, args.seed, args.deterministic, imports=args.imports)
     except (envs.EnvError, CheckpointError, ConfigError, ValueError) as error:  # a bad --env, --policy or pairing
         parser.exit(2, f"genpol: {type(error).__name__}: {error}\n")
+    if stopped_by is not None and not episodes:
+        env.close()
+        parser.exit(4, f"genpol: {stopped_by} received before the first episode ended: nothing written\n")
     returns = np.array([ep["rewards"].sum() for ep in episodes])
     name = d4rl_env_name(args.env)
     report: dict[str, Any] = {"env": args.env, "policy": args.policy, "episodes": len(episodes),
@@ -249,6 +261,9 @@ def collect_and_write(parser: argparse.ArgumentParser, args: argparse.Namespace)
         report["minari_dataset"] = str(path)
     env.close()
     print(json.dumps(report, indent=2))
+    if stopped_by is not None:  # written, but short of --steps: exit 4 as a stopped training does
+        parser.exit(4, f"genpol: {stopped_by} received: wrote the {report['episodes']} episodes complete by then, "
+                       f"{report['steps']} of the {args.steps} transitions asked\n")
     return report
 
 
