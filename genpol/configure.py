@@ -459,6 +459,9 @@ def check_learner(cfg: Any) -> None:
         able = [f"policy={family}" for family, cls in HEADS.items() if needs <= set(cls.capabilities)]
         raise ConfigError(f"policy={cfg.policy.family} with learner={cfg.learner.name}: {error}; the heads that "
                           f"have what it needs: {', '.join(able) or 'none of genpol'}") from None
+    for capability, why in head.lacks(cfg.policy).items():  # declared, but not as configured
+        if capability in row.needs:
+            raise ConfigError(f"policy={cfg.policy.family} with learner={cfg.learner.name}: {why}")
     chunk = (getattr(cfg.policy, "act_steps", 1), getattr(cfg.policy, "horizon_steps", 1))
     if chunk != (1, 1) and row.off_policy:
         raise ConfigError(f"learner={cfg.learner.name} learns from one-step transitions (its critics value single "

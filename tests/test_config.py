@@ -500,6 +500,9 @@ def test_a_name_set_apart_from_its_group_is_refused_naming_the_group(override, g
      r"^pipeline.compile_sampling=True is not read: only the on-policy learners' rollouts"),
     (["learner=sac", "policy=energy_flow", "policy.coupling_dropout=0.5"],
      r"^policy.coupling_dropout=0.5 is not read: only learner=meow's loss pass"),
+    # a one-step VP chain has no noisy step to ratio: PPO's log-ratio was 0 whatever the weights
+    (["policy=vp_diffusion", "policy.sampling_steps=1"],
+     r"^policy=vp_diffusion with learner=ppo: policy.sampling_steps=1 leaves the chain no noisy step"),
     # read by the on-policy runner alone: SAC updated on torch_threads whatever it said
     (["learner=sac", "policy=tanh_gaussian", "update_threads=2"],
      r"^update_threads=2 is not read: only an on-policy update runs on its threads; learner=sac "),
@@ -634,3 +637,20 @@ def test_a_minibatch_that_does_not_fit_the_rollout_is_warned_about(caplog):
                                  "env.num_envs=2", "run_dir=/tmp/never-made"]))
         validate(compose_config(["+experiment=sac", "env=pendulum", "run_dir=/tmp/never-made"]))
         assert not caplog.records
+
+
+def test_a_one_step_vp_chain_has_no_ratio_to_train_and_serves_the_off_policy_learners():
+    """The premise of the refusal above: at sampling_steps=1 the head's log-ratio is 0 after any change of its
+    weights; MaxEntDP, which needs no ratio, still takes it."""
+    from genpol.heads.vp_diffusion import VPDiffusionHead
+
+    torch.manual_seed(0)
+    head = VPDiffusionHead(3, 2, sampling_steps=1, hidden_sizes=[16, 16])
+    obs = torch.randn(4, 3)
+    _, record = head.sample(obs)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.add_(0.5)
+    assert torch.equal(head.log_ratio(obs, record).log_ratio, torch.zeros(4, 1))
+    validate(compose_config(["env=pendulum", "+experiment=maxentdp", "policy.sampling_steps=1",
+                             "run_dir=/tmp/never-made"]))

@@ -199,6 +199,12 @@ class PolicyHead(nn.Module, abc.ABC):
     online_options: ClassVar[frozenset[str]] = frozenset()
     """The ``Config`` fields ``change_options`` can set on a built head (``pipeline.online_policy``)."""
 
+    @classmethod
+    def lacks(cls, config: Any) -> dict[Capability, str]:
+        """The declared ``capabilities`` that a head built from ``config`` (its policy group) does not have, each
+        with why: validation refuses such a head for a learner that needs one. None by default."""
+        return {}
+
     def __init__(self, obs_dim: int, act_dim: int, config: HeadConfig | None = None, **hyperparameters: Any):
         super().__init__()
         self.obs_dim = obs_dim

@@ -124,6 +124,14 @@ class VPDiffusionHead(PolicyHead):
     has_exact_kl = False
     has_entropy = False
 
+    @classmethod
+    def lacks(cls, config: Any) -> dict[Capability, str]:
+        if getattr(config, "sampling_steps", 2) == 1:  # chain_log_probs' T = 1 case: a ratio of 1 whatever the weights
+            return {Capability.ON_POLICY_RATIO: "policy.sampling_steps=1 leaves the chain no noisy step to take a "
+                                                "ratio of (its log-ratio is 0 whatever the weights, so the learner "
+                                                "would train nothing); use policy.sampling_steps >= 2"}
+        return {}
+
     def __init__(self, obs_dim: int, act_dim: int, config: VPDiffusionConfig | None = None, **hyperparameters: Any):
         super().__init__(obs_dim, act_dim, config, **hyperparameters)
         c = self.config
