@@ -180,6 +180,20 @@ class VectorEnv(abc.ABC):
                 f"got {list(actions.shape)}"
             )
 
+    def check_finite_actions(self, actions: np.ndarray, first_env: int = 0) -> None:
+        """Raise an ``EnvError`` naming the envs (``first_env`` is row 0's) and action dimensions of a NaN or inf
+        in ``actions [n, A]``. The simulators took them silently: MuJoCo warns once and steps on, the NaN
+        rewards then poisoned a reward normalizer's statistics for every later step of every env, and dm_control's
+        PhysicsError named neither env nor action. Called by the CPU backends on the numpy copy they send, so a
+        GPU env pays no device sync for it."""
+        bad = ~np.isfinite(actions.reshape(len(actions), -1))
+        if bad.any():
+            envs, dims = np.nonzero(bad)
+            raise EnvError(f"{self.env_id}: a non-finite action (NaN or inf) for env(s) "
+                           f"{sorted(set((envs + first_env).tolist()))} in action dimension(s) "
+                           f"{sorted(set(dims.tolist()))}: the policy's output diverged (check its losses, learning "
+                           "rate and the observations it was given)")
+
     def __enter__(self) -> VectorEnv:
         return self
 

@@ -269,6 +269,8 @@ class CustomVectorEnv(VectorEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
+        if actions.device.type == "cpu":  # on a GPU the check would cost a sync at every step
+            self.check_finite_actions(actions.detach().numpy())
         result = self.env.step(actions)
         problems = step_problems(result, self.num_envs, self.obs_dim, self.device, self.provides_episode_stats,
                                  self.reports_success, self.action_chunk > 1)

@@ -109,6 +109,7 @@ class DMCVectorEnv(VectorEnv):
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
         actions_np = actions.detach().to("cpu", torch.float64).numpy()
+        self.check_finite_actions(actions_np)
         obs = np.empty((self.num_envs, self.obs_dim))
         ended_obs: dict[int, np.ndarray] = {}  # the true last observation of the envs whose episode ended
         reward = np.empty(self.num_envs)

@@ -249,6 +249,8 @@ class EnvPoolVectorEnv(VectorEnv):
         if self._num_pools == 1:
             self._send(0, actions)
             return self._receive(0)
+        # every group's actions before any is sent: a group refused after others were sent left them in flight
+        self.check_finite_actions(actions.detach().cpu().numpy())
         for group in range(self.step_groups):
             self.send_group(group, actions[self.group_slice(group)])
         return concat_steps([self.recv_group(group) for group in range(self.step_groups)])
@@ -269,6 +271,7 @@ class EnvPoolVectorEnv(VectorEnv):
 
     def _send(self, group: int, actions: torch.Tensor) -> None:
         action = actions.detach().to("cpu", torch.float64).numpy()
+        self.check_finite_actions(action, group * self._group_size)
         self._pools[group].send(action, np.arange(self._group_size, dtype=np.int32))
         self._in_flight[group] = True
 

@@ -165,9 +165,9 @@ class GymVectorEnv(VectorEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
-        obs_np, reward, terminated, truncated, info_np = self._envs.step(
-            actions.detach().to("cpu", torch.float64).numpy()
-        )
+        actions_np = actions.detach().to("cpu", torch.float64).numpy()
+        self.check_finite_actions(actions_np)
+        obs_np, reward, terminated, truncated, info_np = self._envs.step(actions_np)
         obs = self._to_torch(obs_np)
         done_mask = info_np.get("_final_obs")
         final_obs = obs

@@ -118,6 +118,8 @@ class MultiGoal(VectorEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         self.check_actions(actions)
+        if actions.device.type == "cpu":  # the clamp below turned a NaN into a NaN position
+            self.check_finite_actions(actions.detach().numpy())
         chunk = actions.detach().to(self.device, torch.float32).clamp(-1.0, 1.0).view(self.num_envs, -1, 2)
         reward = torch.zeros(self.num_envs, device=self.device)
         terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)

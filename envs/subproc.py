@@ -336,6 +336,7 @@ class SubprocVectorEnv(VectorEnv):
         self.check_actions(actions)
         buffers = self._buffers
         buffers["actions"].copy_(actions.detach())
+        self.check_finite_actions(buffers["actions"].numpy())  # here, with the envs' global indices, not a worker's
         for go in self._go:
             go.release()
         local_rows = slice(0, self._slices[0][1])

@@ -207,6 +207,25 @@ def test_wrong_action_shape_is_a_clear_error(env_id):
             env.step(torch.zeros(2, 1))
 
 
+@pytest.mark.parametrize("env_id,kwargs", [
+    ("gym:Hopper-v5", {}), ("gym:Hopper-v5", {"workers": 2}), ("dmc:cartpole-balance", {}), ("genpol:MultiGoal", {}),
+    pytest.param("envpool:Hopper-v5", {}, marks=NEEDS_ENVPOOL),
+    pytest.param("envpool:Hopper-v5", {"step_groups": 3}, marks=NEEDS_ENVPOOL),
+], ids=["gym", "gym-workers", "dmc", "multigoal", "envpool", "envpool-groups"])
+def test_a_non_finite_action_names_its_env_and_dimension(env_id, kwargs):
+    """MuJoCo stepped a NaN action with one warning, and the NaN rewards then poisoned a reward normalizer's
+    statistics for good; dm_control's PhysicsError named neither env nor action. The env (by its global index,
+    also behind worker processes and step groups) and the dimension are named, and the envs step on."""
+    with envs.make(env_id, num_envs=3, seed=0, **kwargs) as env:
+        env.reset()
+        actions = torch.zeros(3, env.act_dim)
+        actions[2, env.act_dim - 1] = float("nan")
+        with pytest.raises(EnvError, match=rf"^{env_id}: a non-finite action \(NaN or inf\) for env\(s\) \[2\] in "
+                                           rf"action dimension\(s\) \[{env.act_dim - 1}\]"):
+            env.step(actions)
+        assert torch.isfinite(env.step(torch.zeros(3, env.act_dim))[1]).all()
+
+
 def test_running_mean_std_matches_numpy_on_the_concatenated_stream():
     rng = np.random.default_rng(0)
     batches = [rng.normal(3.0, 2.0, size=(n, 5)) for n in (1, 7, 16, 3)]
