@@ -67,6 +67,11 @@ class EnvError(ValueError):
     """A bad environment id, a bad action, or an env that genpol cannot drive."""
 
 
+class NonFiniteActionError(EnvError):
+    """A NaN or inf in the actions given to ``step`` (``VectorEnv.check_finite_actions``): a diverged policy, or
+    one acting on non-finite observations. Training turns it into its own non-finite stop."""
+
+
 class EnvDimsError(EnvError):
     """The env's obs/act dims are not those asked for (``make(dims=...)``: a saved policy's)."""
 
@@ -189,7 +194,7 @@ class VectorEnv(abc.ABC):
         bad = ~np.isfinite(actions.reshape(len(actions), -1))
         if bad.any():
             envs, dims = np.nonzero(bad)
-            raise EnvError(f"{self.env_id}: a non-finite action (NaN or inf) for env(s) "
+            raise NonFiniteActionError(f"{self.env_id}: a non-finite action (NaN or inf) for env(s) "
                            f"{sorted(set((envs + first_env).tolist()))} in action dimension(s) "
                            f"{sorted(set(dims.tolist()))}: the policy's output diverged (check its losses, learning "
                            "rate and the observations it was given)")

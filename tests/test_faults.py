@@ -277,12 +277,15 @@ def assert_stopped_with_last_good_checkpoint(error, run_dir, where):
 
 
 def test_nan_observation_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    """The policy acts on the NaN observation at once: the env refuses its NaN action (it used to step it, and the
+    NaN rewards filled the reward normalizer), a non-finite stop naming the envs, with the last good checkpoint."""
     with pytest.raises(NonFiniteError) as error:
         train("gym:NaNPendulum-v0", total_steps=1024, run_dir=tmp_path / "run",
               overrides=[*TINY, "env.normalize_obs=false", "pipeline.video=false"])
     # 64 steps per env and iteration: each env's 200th step comes in iteration 4
-    assert "env data 'observations'" in str(error.value) and "iteration 4" in str(error.value)
-    assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "observations")
+    assert ("actions (gym:NaNPendulum-v0: a non-finite action (NaN or inf) for env(s) [0, 1] in action dimension(s) "
+            "[0]: the policy's output diverged") in str(error.value) and "iteration 4" in str(error.value)
+    assert_stopped_with_last_good_checkpoint(error, tmp_path / "run", "actions")
 
 
 class NaNAtTimeLimit(gym.Wrapper):
@@ -378,9 +381,9 @@ def test_a_non_finite_optimizer_moment_stops_training_with_exit_3s_error(tmp_pat
 
 
 def test_a_policy_that_diverges_mid_iteration_is_named_beside_the_data_it_then_collected(tmp_path, monkeypatch):
-    """SAC acts and updates within an iteration: once its actor turns NaN, the actions and then the observations
-    it collects are NaN too. Only the observations were named (the env blamed for the policy's actions); the
-    error names the actions, the losses and the parameter together."""
+    """SAC acts and updates within an iteration: once its actor turns NaN, so do its actions. Only the observations
+    they led to were named (the env blamed for the policy's actions); the env now refuses the first NaN action,
+    and the error names it with the parameter that made it."""
     from genpol.algorithms.sac import SAC
 
     original, calls = SAC.actor_step, {"n": 0}
@@ -400,7 +403,8 @@ def test_a_policy_that_diverges_mid_iteration_is_named_beside_the_data_it_then_c
                          "learner.iteration_steps=128", "pipeline.eval_episodes=1", "logger.progress_bar=false",
                          "learner.batch_size=32", "policy.hidden_sizes=[16,16]", "learner.critic_hidden_sizes=[16,16]"])
     message = str(error.value)
-    assert "env data 'actions'" in message and "parameter '" in message and "iteration 1" in message, message
+    assert "actions (gym:Pendulum-v1: a non-finite action (NaN or inf) for env(s) [0, 1, 2, 3, 4, 5, 6, 7]" in message
+    assert "parameter '" in message and "iteration 1" in message, message
 
 
 # ---------------------------------------------------------------- checkpoint writes

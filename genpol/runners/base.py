@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from genpol.envs import VectorEnv
+from genpol.envs import NonFiniteActionError, VectorEnv
 from genpol.envs.core import inexact_reset_seed, state_is_exact
 from genpol import collectives, distributed
 from genpol.algorithms.base import Algorithm
@@ -100,7 +100,13 @@ class EnvRunner(abc.ABC):
         while not self.finished():
             start = time.perf_counter()
             steps_before = self.global_step
-            metrics = self.iterate()
+            try:
+                metrics = self.iterate()
+            except NonFiniteActionError as error:  # the env refused the policy's NaN action mid-iteration: a
+                # non-finite stop as the check below makes, naming the parameters and stored data that are NaN too
+                check_finite(self, [("env data", self.algorithm.recent_data()),
+                                    ("parameter", module_tensors(self.algorithm.networks()))], actions=str(error))
+                raise
             elapsed = time.perf_counter() - start
             check_finite(self, [("env data", self.algorithm.recent_data()), ("logged value", metrics or {}),
                                 ("parameter", module_tensors(self.algorithm.networks()))])

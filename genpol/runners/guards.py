@@ -128,11 +128,13 @@ def _first_non_finite(named: dict[str, Any]) -> str | None:
     return None
 
 
-def check_finite(runner: Any, groups: list[tuple[str, dict[str, Any]]]) -> None:
+def check_finite(runner: Any, groups: list[tuple[str, dict[str, Any]]], actions: str | None = None) -> None:
     """Raise ``NonFiniteError`` if any tensor or float of the ``(what, named)`` groups is NaN or inf, naming the
     first culprit of every group that has one: a diverged policy shows in its parameters, its losses and the
-    data it then collected at once, and naming only one of them blamed the env for the policy's NaN actions."""
+    data it then collected at once, and naming only one of them blamed the env for the policy's NaN actions.
+    ``actions``: the env's refusal of a non-finite action in the iteration, a culprit in any case."""
     culprits = [f"{what} '{culprit}'" for what, named in groups if (culprit := _first_non_finite(named)) is not None]
+    culprits += [f"actions ({actions})"] if actions is not None else []
     if not culprits:
         return
     last = runner.callbacks.last_checkpoint()
