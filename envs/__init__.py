@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .core import EnvDimsError, EnvError, NonFiniteActionError, StepResult, VectorEnv, VectorEnvWrapper, innermost, kwargs_not_taken
+from .core import (EnvDimsError, EnvError, NonFiniteActionError, StepResult, VectorEnv, VectorEnvWrapper, innermost,
+                   kwargs_not_taken)
 from .imports import import_user_modules, merge_imports
 from .wrappers import (
     ActionRescale,
@@ -51,8 +52,8 @@ from .wrappers import (
 )
 
 __all__ = [
-    "make", "make_backend", "known_ids", "innermost", "EnvError", "EnvDimsError", "NonFiniteActionError", "StepResult", "VectorEnv",
-    "VectorEnvWrapper",
+    "make", "make_backend", "known_ids", "innermost", "EnvError", "EnvDimsError", "NonFiniteActionError", "StepResult",
+    "VectorEnv", "VectorEnvWrapper",
     "ActionRescale", "EpisodeStats", "ObservationNormalizer", "ObservationScaler", "RewardScaler", "RunningMeanStd",
     "VideoRecorder", "action_affine", "rescale_actions",
 ]

@@ -386,8 +386,8 @@ def check_groups(config: TrainConfig) -> None:
 
 
 def moved(config: TrainConfig, key: str, why: str) -> None:
-    """``ConfigError`` where ``key`` (``group.field``, or a root field), an option nothing reads in this configuration, was moved
-    from its default: the run would have trained as if it had not been."""
+    """``ConfigError`` where ``key`` (``group.field``, or a root field), an option nothing reads in this
+    configuration, was moved from its default: the run would have trained as if it had not been."""
     *group, name = key.split(".")
     holder = getattr(config, group[0]) if group else config  # a root key (update_threads) has no group
     value, default = getattr(holder, name, None), schema_default(config, key)
