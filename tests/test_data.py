@@ -608,3 +608,20 @@ def test_an_interrupted_collection_writes_the_episodes_complete_by_then(tmp_path
     assert len(dataset.rewards) == 450 and not dataset.terminals.any()
     assert list(np.flatnonzero(dataset.timeouts)) == [199, 399]  # the third episode, cut: no flag
     assert signal.getsignal(signal.SIGINT) is handler  # the caller's handler back
+
+
+def test_a_dm_control_hopper_run_with_data_gets_no_d4rl_score(tmp_path):
+    """The run's loaders passed env.id without its backend (``hopper-hop``), so dm_control's Hopper still got
+    D4RL's Gym Hopper references through them (a normalized score of 0.62 in a review's run)."""
+    from genpol.api import compose_config
+    from genpol.configure import validate
+    from genpol.runners.offpolicy import load_offline_transitions
+
+    data = tmp_path / "hopper_hop.hdf5"
+    collect_main(["--policy", "random", "--env", "dmc:hopper-hop", "--steps", "1", "--num-envs", "1",
+                  "--d4rl", str(data)])
+    cfg = validate(compose_config(["env=dmc", "env.id=hopper-hop", "learner=sac", "policy=tanh_gaussian",
+                                   f"dataset.path={data}", "learner.offline_ratio=0.5", f"run_dir={tmp_path / 'r'}"]))
+    with envs.make("dmc:hopper-hop", num_envs=1, seed=0) as env:
+        _, _, normalized = load_offline_transitions(cfg, env)
+    assert normalized is None

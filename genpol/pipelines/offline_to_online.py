@@ -104,7 +104,7 @@ def train_offline_to_online(cfg: TrainConfig, run_dir: str | Path) -> dict[str, 
     env = make_env(cfg.env, gamma=cfg.learner.gamma, seed=cfg.seed, device=cfg.device, stack=stack)
     head = make_head(cfg.policy, env.obs_dim, env.act_dim).to(cfg.device)
     check_capabilities(head, "behaviour-cloning pretraining", {Capability.IMITATION})
-    references = reference_returns(dataset.metadata, cfg.env.id, dataset.source)
+    references = reference_returns(dataset.metadata, cfg.env.full_id, dataset.source)
     normalized = partial(normalized_score, references) if references else None
 
     offline_rl = learner(cfg.learner.name).offline_phase == "own_loss"

@@ -122,7 +122,7 @@ def load_offline_transitions(cfg: TrainConfig, env: VectorEnv,
     dataset.check_dims(env.obs_dim, envs.innermost(env).act_dim, cfg.env.full_id)
     offline = offline_transitions(dataset, action_transform=agent_action_transform(env, dataset.act_dim),
                                   **_truncation_settings(cfg), device=cfg.device, seed=cfg.seed + 4)
-    references = reference_returns(dataset.metadata, cfg.env.id, dataset.source)
+    references = reference_returns(dataset.metadata, cfg.env.full_id, dataset.source)
     normalized = partial(normalized_score, references) if references else None
     return offline, {"dataset": dataset.source, "dataset_transitions": len(dataset.rewards),
                      "offline_ratio": cfg.learner.offline_ratio}, normalized
