@@ -172,10 +172,11 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
       a key its schema does not declare (a SAC key in a PPO run) stays missing;
     * keys the run never read (``scaffold.unread_keys``: ``dataset.*`` without a dataset, ``dataset.actions``
       outside offline_to_online, the learner fields its schema's ``unread_fields`` names, such as a learned
-      temperature's under a fixed one) count as their defaults, whatever the run saved.
+      temperature's under a fixed one) count as their defaults, whatever the run saved; so does the
+      evaluation cadence (``EVALUATION_CADENCE``) of a run outside ``pipeline=gorl``.
     """
     schema = run_schema(config)
-    unread = unread_keys(config)
+    unread = unread_keys(config) + (EVALUATION_CADENCE if config.get("pipeline.name") != "gorl" else ())
     computed = dict(config)
     for key in keys:
         default = _default_of(schema, key)
@@ -189,14 +190,10 @@ def computed_config(config: dict[str, Any], keys: Sequence[str]) -> dict[str, An
 
 
 def configuration_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
-    """The keys whose values differ between the flattened ``configs`` (except ``NOT_CONFIGURATION``, and
-    ``EVALUATION_CADENCE`` without a GoRL run among them), sorted."""
+    """The keys whose values differ between the flattened ``configs`` (except ``NOT_CONFIGURATION``), sorted."""
     keys = set().union(*configs) if configs else set()
-    ignored = NOT_CONFIGURATION
-    if not any(config.get("pipeline.name") == "gorl" for config in configs):
-        ignored += EVALUATION_CADENCE
     varying = [key for key in keys
-               if not key.startswith(ignored)
+               if not key.startswith(NOT_CONFIGURATION)
                and len({json.dumps(config.get(key), sort_keys=True) for config in configs}) > 1]
     return sorted(varying)
 

@@ -401,6 +401,9 @@ def test_report_does_not_split_rows_by_video_size_or_evaluation_cadence_but_for_
         (run / "config.yaml").write_text(f"seed: {seed}\npipeline:\n  name: gorl\n  eval_every: {every}\n")
         (run / "summary.json").write_text(json.dumps({"eval_return_mean": 100.0 * seed}))
     assert len(report(tmp_path / "gorl")["rows"]) == 2
+    # decided run by run: a GoRL run beside them left every online run a row of its own
+    shutil.copytree(tmp_path / "gorl" / "0", tmp_path / "online" / "gorl")
+    assert sorted(row["seeds"] for row in report(tmp_path / "online")["rows"]) == [[0], [0, 1, 2]]
 
 
 def test_report_names_a_run_that_repeats_a_seed_in_report_md_and_report_json(tmp_path):
