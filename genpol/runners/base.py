@@ -43,6 +43,9 @@ class EnvRunner(abc.ABC):
         self.seed = seed
         self.callbacks = CallbackList(callbacks)
         self.obs: torch.Tensor | None = None
+        # the observations the policy last acted on, set by the collection loops at every step: the culprit named
+        # when the env refuses a non-finite action (they are stored only after the step, so recent_data lacks them)
+        self.acting_on: torch.Tensor | None = None
         self.global_step = 0
         self.iteration = 0
         self.wall_time = 0.0
@@ -103,8 +106,9 @@ class EnvRunner(abc.ABC):
             try:
                 metrics = self.iterate()
             except NonFiniteActionError as error:  # the env refused the policy's NaN action mid-iteration: a
-                # non-finite stop as the check below makes, naming the parameters and stored data that are NaN too
-                check_finite(self, [("env data", self.algorithm.recent_data()),
+                # non-finite stop as the check below makes, naming the observations it acted on and the parameters
+                acted_on = {"observations": self.acting_on} if self.acting_on is not None else {}
+                check_finite(self, [("env data", {**self.algorithm.recent_data(), **acted_on}),
                                     ("parameter", module_tensors(self.algorithm.networks()))], actions=str(error))
                 raise
             elapsed = time.perf_counter() - start

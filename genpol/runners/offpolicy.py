@@ -52,6 +52,7 @@ class OffPolicyRunner(EnvRunner):
         obs = self.obs
         diagnostics = self.diagnostics
         for _ in range(self.vector_steps - self.steps_into_iteration):
+            self.acting_on = obs
             action = algorithm.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
             # a truncation stored as done ends the target there (learner.bootstrap_truncation=false)

@@ -46,6 +46,7 @@ class OnPolicyRunner(EnvRunner):
         env_steps = 0  # summed lazily: chunked envs report the env steps each agent step executed
         obs = self.obs
         for _ in range(algorithm.rollout_steps):
+            self.acting_on = obs
             action = algorithm.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
             algorithm.process_env_step(obs, reward, terminated, truncated, info)

@@ -54,6 +54,7 @@ def collect_pipelined(runner: Collector) -> int:
     obs = runner.obs
 
     def act_and_send(group: int, group_obs: torch.Tensor) -> Pending:  # the critic runs after the send
+        runner.acting_on = group_obs
         return algorithm.act_pending(group_obs, send=lambda action: env.send_group(group, action))[1]
 
     pending = [act_and_send(group, obs[envs]) for group, envs in enumerate(groups)]
