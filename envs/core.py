@@ -196,8 +196,8 @@ class VectorEnv(abc.ABC):
             envs, dims = np.nonzero(bad)
             raise NonFiniteActionError(f"{self.env_id}: a non-finite action (NaN or inf) for env(s) "
                            f"{sorted(set((envs + first_env).tolist()))} in action dimension(s) "
-                           f"{sorted(set(dims.tolist()))}: check the policy that gave it (its losses and learning rate) "
-                           "and the observations it acted on")
+                           f"{sorted(set(dims.tolist()))}: check the policy that gave it (its losses and learning "
+                           "rate) and the observations it acted on")
 
     def __enter__(self) -> VectorEnv:
         return self
